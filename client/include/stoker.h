@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libstoker: attach a trainer process to the node's stokerd and iterate
+ * decoded, augmented batches that live in shared memory.
+ *
+ * Conventions: every function that can fail returns 0 (or a count) on success
+ * and a negative errno on failure; out-parameters are written only on
+ * success; destructors accept NULL. A handle is used by one thread at a time.
+ * The library never logs: stoker_last_error() gives the daemon's message.
+ *
+ *     struct stoker *s;
+ *     struct stoker_opts *o;
+ *     stoker_connect(NULL, &s);                  // $STOKER_SOCKET or default
+ *     stoker_opts_new(&o);
+ *     stoker_opts_set(o, "batch_size", "256");
+ *     stoker_attach(s, "/data/imagenet/train", o);
+ *     for (;;) {
+ *             struct stoker_batch *b;
+ *             int r = stoker_next(s, -1, &b);
+ *             if (r == -ENODATA) break;           // end of epoch
+ *             if (r < 0) fail(stoker_last_error(s));
+ *             use(stoker_batch_images(b), stoker_batch_labels(b));
+ *             stoker_release(b);
+ *     }
+ */
+#ifndef STOKER_H
+#define STOKER_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STOKER_DEFAULT_SOCKET "/run/stoker/stoker.sock"
+
+struct stoker;       /* a connection to stokerd */
+struct stoker_opts;  /* attach options, set by name */
+struct stoker_batch; /* one batch in shared memory, valid until released */
+
+/* Version of the library, "MAJOR.MINOR.PATCH". */
+const char *stoker_version(void);
+
+/* Connect and handshake. path NULL: $STOKER_SOCKET, else STOKER_DEFAULT_SOCKET.
+ * -ENOENT/-ECONNREFUSED: no daemon; -EPROTO: protocol version mismatch. */
+int stoker_connect(const char *path, struct stoker **out);
+void stoker_close(struct stoker *s);
+
+/* The daemon's last error message for this handle, or a library message;
+ * "" when there is none. Valid until the next call on the handle. */
+const char *stoker_last_error(const struct stoker *s);
+
+/* Attach options. Keys (value as text):
+ *   transform   random_resized_crop | center_crop   (random_resized_crop)
+ *   batch_size  1..                                  (256)
+ *   image_size  output side in pixels                (224)
+ *   seed        unsigned 64-bit                      (0)
+ *   rank, world_size                                 (0, 1)
+ *   shuffle, drop_last   true|false|1|0              (true, false)
+ *   epoch       first epoch to produce               (0)
+ *   prefetch    batches kept ready ahead; 0 = daemon default (0)
+ * -EINVAL for an unknown key or a value that does not parse. */
+int stoker_opts_new(struct stoker_opts **out);
+void stoker_opts_free(struct stoker_opts *o);
+int stoker_opts_set(struct stoker_opts *o, const char *key, const char *value);
+
+/* Attach to a data set (ImageFolder directory or `path label` list file, as
+ * the daemon sees it) and start producing opts' epoch. opts may be NULL.
+ * -EALREADY if already attached; errors from the daemon map to -EINVAL,
+ * -ENOENT, -ENOMEM (resource limits), -EACCES, -EPROTO. */
+int stoker_attach(struct stoker *s, const char *dataset, const struct stoker_opts *opts);
+
+/* Facts of the attachment; 0 before attach. */
+uint64_t stoker_dataset_samples(const struct stoker *s);
+uint64_t stoker_samples_per_epoch(const struct stoker *s);
+uint64_t stoker_batches_per_epoch(const struct stoker *s);
+uint32_t stoker_num_classes(const struct stoker *s);
+uint64_t stoker_epoch(const struct stoker *s);
+
+/* Restart production at the beginning of `epoch`. Batches of the earlier
+ * epoch not yet taken are dropped; batches already taken stay valid. */
+int stoker_set_epoch(struct stoker *s, uint64_t epoch);
+
+/* Wait up to timeout_ms (-1: forever) for the next batch in order.
+ * -ENODATA: the epoch is complete; -ETIMEDOUT; -ECONNRESET: the daemon went
+ * away; -EPROTO: the daemon sent something malformed. */
+int stoker_next(struct stoker *s, int timeout_ms, struct stoker_batch **out);
+
+/* Give the batch's slot back to the daemon. Accepts NULL. The batch's
+ * memory must not be read afterwards. */
+void stoker_release(struct stoker_batch *b);
+
+/* Batch contents: images uint8 [count, height, width, channels] (HWC RGB),
+ * labels and indices int64 [count]. Pointers into read-only shared memory. */
+const uint8_t *stoker_batch_images(const struct stoker_batch *b);
+const int64_t *stoker_batch_labels(const struct stoker_batch *b);
+const int64_t *stoker_batch_indices(const struct stoker_batch *b);
+uint32_t stoker_batch_count(const struct stoker_batch *b);
+uint32_t stoker_batch_height(const struct stoker_batch *b);
+uint32_t stoker_batch_width(const struct stoker_batch *b);
+uint32_t stoker_batch_channels(const struct stoker_batch *b);
+uint64_t stoker_batch_epoch(const struct stoker_batch *b);
+uint64_t stoker_batch_index(const struct stoker_batch *b);
+/* Samples of this batch that were unreadable and replaced (see docs). */
+uint32_t stoker_batch_replaced(const struct stoker_batch *b);
+
+/* Daemon statistics as a JSON object (malloc'd, caller frees with free()).
+ * Works without attaching. */
+int stoker_stats_json(struct stoker *s, char **json_out);
+/* The same as a human-readable report, for terminals. */
+int stoker_stats_text(struct stoker *s, char **text_out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* STOKER_H */

@@ -1,0 +1,893 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libstoker: the client side of the stoker protocol (proto/stoker.proto).
+ * One connection per handle; the socket is non-blocking and waited on with
+ * poll(2). Batches announced by the daemon queue here in order until
+ * stoker_next() takes them. The library never logs.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "frame.h"
+#include "stoker.h"
+
+#define STOKER_API __attribute__((visibility("default")))
+
+/* The daemon's frames can be large only for stats of many clients. */
+#define CLIENT_MAX_FRAME (16u << 20)
+#define CLIENT_MAX_QUEUED (1u << 20)
+#define HANDSHAKE_TIMEOUT_MS 30000
+/* Slots a daemon may give us; more is a broken or hostile daemon. */
+#define CLIENT_MAX_SLOTS 4096
+
+struct stoker_batch {
+	struct stoker *s;
+	uint32_t slot;
+	uint32_t count;
+	uint32_t replaced;
+	uint64_t epoch;
+	uint64_t index;
+	bool queued; /* announced, not yet taken */
+	bool held;   /* taken by the caller */
+};
+
+struct stoker_opts {
+	Stoker__Attach attach;
+};
+
+struct stoker {
+	int fd;
+	struct frame_in in;
+	struct frame_out out;
+	int dead; /* 0, or the -errno every call now returns */
+	char error[512];
+
+	bool attached;
+	uint8_t *ring;
+	size_t ring_bytes;
+	uint32_t slot_count;
+	uint64_t slot_bytes, labels_offset, indices_offset;
+	uint32_t batch_size, height, width, channels, num_classes;
+	uint64_t dataset_samples, samples_per_epoch, batches_per_epoch;
+
+	uint64_t epoch;
+	uint32_t generation;
+	bool epoch_done;           /* EndOfEpoch seen for this generation */
+	struct stoker_batch *slots; /* [slot_count] */
+	uint32_t *queue;            /* announced slots, FIFO */
+	uint32_t queue_head, queue_len;
+	uint64_t wait_ns;
+
+	Stoker__Message *reply; /* the reply a request waits for */
+	Stoker__Message__BodyCase want;
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int set_error(struct stoker *s, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int set_error(struct stoker *s, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(s->error, sizeof(s->error), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+static int fail_connection(struct stoker *s, int err, const char *what)
+{
+	if (!s->dead) {
+		s->dead = err;
+		if (what)
+			set_error(s, err, "%s", what);
+	}
+	return s->dead;
+}
+
+static int error_from_code(Stoker__ErrorCode code)
+{
+	switch (code) {
+	case STOKER__ERROR_CODE__INVALID_ARGUMENT: return -EINVAL;
+	case STOKER__ERROR_CODE__NOT_FOUND: return -ENOENT;
+	case STOKER__ERROR_CODE__RESOURCE_EXHAUSTED: return -ENOMEM;
+	case STOKER__ERROR_CODE__PERMISSION_DENIED: return -EACCES;
+	case STOKER__ERROR_CODE__VERSION_MISMATCH: return -EPROTO;
+	case STOKER__ERROR_CODE__PROTOCOL_ERROR: return -EPROTO;
+	case STOKER__ERROR_CODE__SHUTTING_DOWN: return -ESHUTDOWN;
+	case STOKER__ERROR_CODE__FAILED_PRECONDITION: return -EALREADY;
+	default: return -EIO;
+	}
+}
+
+STOKER_API const char *stoker_version(void)
+{
+	return STOKER_VERSION;
+}
+
+STOKER_API const char *stoker_last_error(const struct stoker *s)
+{
+	return s ? s->error : "";
+}
+
+/* ---- sending ---- */
+
+static int send_message(struct stoker *s, const Stoker__Message *m)
+{
+	int r;
+
+	if (s->dead)
+		return s->dead;
+	r = frame_out_push(&s->out, m, -1);
+	if (r < 0)
+		return set_error(s, r, "cannot queue a message: %s", strerror(-r));
+	for (;;) {
+		struct pollfd p = {.fd = s->fd, .events = POLLOUT};
+
+		r = frame_out_flush(&s->out, s->fd);
+		if (r != -EAGAIN)
+			break;
+		if (poll(&p, 1, -1) < 0 && errno != EINTR)
+			return fail_connection(s, -errno, "poll failed");
+	}
+	if (r < 0)
+		return fail_connection(s, -ECONNRESET, "the daemon closed the connection");
+	return 0;
+}
+
+static void send_release(struct stoker *s, uint32_t slot)
+{
+	Stoker__Message m = STOKER__MESSAGE__INIT;
+	Stoker__Release rel = STOKER__RELEASE__INIT;
+
+	rel.slot = slot;
+	rel.has_wait_ns = true;
+	rel.wait_ns = s->wait_ns;
+	m.body_case = STOKER__MESSAGE__BODY_RELEASE;
+	m.release = &rel;
+	send_message(s, &m);
+}
+
+/* ---- receiving ---- */
+
+static int handle_batch_ready(struct stoker *s, const Stoker__BatchReady *br)
+{
+	struct stoker_batch *b;
+
+	if (!s->attached || br->slot >= s->slot_count)
+		return fail_connection(s, -EPROTO, "the daemon announced a batch in a slot that does not exist");
+	b = &s->slots[br->slot];
+	if (b->queued || b->held)
+		return fail_connection(s, -EPROTO, "the daemon announced a slot that is still in use");
+	if (br->generation != s->generation) {
+		/* Produced for an epoch we left: hand it straight back. */
+		send_release(s, br->slot);
+		return 0;
+	}
+	if (br->count == 0 || br->count > s->batch_size)
+		return fail_connection(s, -EPROTO, "the daemon announced a batch of impossible size");
+	b->count = br->count;
+	b->epoch = br->epoch;
+	b->index = br->batch_index;
+	b->replaced = br->replaced;
+	b->queued = true;
+	s->queue[(s->queue_head + s->queue_len) % s->slot_count] = br->slot;
+	s->queue_len++;
+	return 0;
+}
+
+static int handle_message(struct stoker *s, Stoker__Message *m)
+{
+	int r = 0;
+
+	if (m->body_case == s->want && s->want != STOKER__MESSAGE__BODY__NOT_SET && !s->reply) {
+		s->reply = m; /* the caller frees it */
+		return 0;
+	}
+	switch (m->body_case) {
+	case STOKER__MESSAGE__BODY_BATCH_READY:
+		r = handle_batch_ready(s, m->batch_ready);
+		break;
+	case STOKER__MESSAGE__BODY_END_OF_EPOCH:
+		if (m->end_of_epoch->generation == s->generation)
+			s->epoch_done = true;
+		break;
+	case STOKER__MESSAGE__BODY_ERROR:
+		r = error_from_code(m->error->code);
+		set_error(s, r, "stokerd: %s", m->error->message);
+		if (m->error->code == STOKER__ERROR_CODE__SHUTTING_DOWN ||
+		    m->error->code == STOKER__ERROR_CODE__PROTOCOL_ERROR ||
+		    m->error->code == STOKER__ERROR_CODE__VERSION_MISMATCH)
+			s->dead = r;
+		break;
+	default:
+		r = fail_connection(s, -EPROTO, "the daemon sent an unexpected message");
+		break;
+	}
+	stoker__message__free_unpacked(m, NULL);
+	return r;
+}
+
+/*
+ * Wait up to timeout_ms (-1: forever) for input and handle every complete
+ * message. Returns 0 after handling something, -ETIMEDOUT, or an error
+ * (from the daemon's Error message, or the connection's end).
+ */
+static int pump(struct stoker *s, int timeout_ms)
+{
+	struct pollfd p = {.fd = s->fd, .events = POLLIN};
+	Stoker__Message *m;
+	ssize_t n;
+	int r;
+
+	if (s->dead)
+		return s->dead;
+	r = poll(&p, 1, timeout_ms);
+	if (r < 0)
+		return errno == EINTR ? 0 : fail_connection(s, -errno, "poll failed");
+	if (r == 0)
+		return -ETIMEDOUT;
+	n = frame_in_fill(&s->in, s->fd);
+	if (n == -EAGAIN)
+		return 0;
+	if (n == 0)
+		return fail_connection(s, -ECONNRESET, "the daemon closed the connection");
+	if (n < 0)
+		return fail_connection(s, n == -EPROTO || n == -EMSGSIZE ? -EPROTO : (int)n,
+				       "the daemon's connection failed");
+	r = 0;
+	while (!s->dead && (r = frame_in_next(&s->in, &m)) > 0) {
+		r = handle_message(s, m);
+		if (r < 0)
+			break;
+	}
+	if (r == -EBADMSG || r == -EMSGSIZE)
+		return fail_connection(s, -EPROTO, "the daemon sent a malformed frame");
+	return r < 0 ? r : 0;
+}
+
+/* Send `req` and wait for a reply of kind `want` (or an Error). */
+static int request(struct stoker *s, const Stoker__Message *req, Stoker__Message__BodyCase want, int timeout_ms,
+		   Stoker__Message **out)
+{
+	uint64_t deadline = timeout_ms < 0 ? 0 : now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	int r;
+
+	r = send_message(s, req);
+	if (r < 0)
+		return r;
+	s->want = want;
+	s->reply = NULL;
+	while (!s->reply) {
+		int left = -1;
+
+		if (timeout_ms >= 0) {
+			uint64_t now = now_ns();
+			if (now >= deadline) {
+				r = set_error(s, -ETIMEDOUT, "no reply from the daemon");
+				break;
+			}
+			left = (int)((deadline - now + 999999) / 1000000);
+		}
+		r = pump(s, left);
+		if (r < 0 && r != -ETIMEDOUT)
+			break;
+		r = 0;
+	}
+	s->want = STOKER__MESSAGE__BODY__NOT_SET;
+	if (s->reply) {
+		*out = s->reply;
+		s->reply = NULL;
+		return 0;
+	}
+	return r;
+}
+
+/* ---- connection ---- */
+
+STOKER_API int stoker_connect(const char *path, struct stoker **out)
+{
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	Stoker__Message m = STOKER__MESSAGE__INIT, *reply = NULL;
+	Stoker__Hello hello = STOKER__HELLO__INIT;
+	struct stoker *s;
+	int r;
+
+	if (!out)
+		return -EINVAL;
+	if (!path)
+		path = getenv("STOKER_SOCKET");
+	if (!path || !*path)
+		path = STOKER_DEFAULT_SOCKET;
+	if (strlen(path) >= sizeof(addr.sun_path))
+		return -ENAMETOOLONG;
+	memcpy(addr.sun_path, path, strlen(path) + 1);
+
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	frame_in_init(&s->in, CLIENT_MAX_FRAME);
+	frame_out_init(&s->out, CLIENT_MAX_QUEUED);
+	s->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s->fd < 0) {
+		r = -errno;
+		goto fail;
+	}
+	if (connect(s->fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	if (fcntl(s->fd, F_SETFL, O_NONBLOCK) < 0) {
+		r = -errno;
+		goto fail;
+	}
+	hello.protocol_version = STOKER__VERSION__PROTOCOL_VERSION;
+	hello.client_name = (char *)"libstoker " STOKER_VERSION;
+	m.body_case = STOKER__MESSAGE__BODY_HELLO;
+	m.hello = &hello;
+	r = request(s, &m, STOKER__MESSAGE__BODY_WELCOME, HANDSHAKE_TIMEOUT_MS, &reply);
+	if (r < 0)
+		goto fail;
+	if (reply->welcome->protocol_version != STOKER__VERSION__PROTOCOL_VERSION) {
+		r = -EPROTO;
+		goto fail;
+	}
+	stoker__message__free_unpacked(reply, NULL);
+	*out = s;
+	return 0;
+fail:
+	if (reply)
+		stoker__message__free_unpacked(reply, NULL);
+	stoker_close(s);
+	return r;
+}
+
+STOKER_API void stoker_close(struct stoker *s)
+{
+	if (!s)
+		return;
+	if (s->ring)
+		munmap(s->ring, s->ring_bytes);
+	if (s->fd >= 0)
+		close(s->fd);
+	frame_in_release(&s->in);
+	frame_out_release(&s->out);
+	free(s->slots);
+	free(s->queue);
+	free(s);
+}
+
+/* ---- options ---- */
+
+STOKER_API int stoker_opts_new(struct stoker_opts **out)
+{
+	struct stoker_opts *o;
+
+	if (!out)
+		return -EINVAL;
+	o = calloc(1, sizeof(*o));
+	if (!o)
+		return -ENOMEM;
+	stoker__attach__init(&o->attach);
+	*out = o;
+	return 0;
+}
+
+STOKER_API void stoker_opts_free(struct stoker_opts *o)
+{
+	free(o);
+}
+
+static int parse_u64(const char *v, uint64_t max, uint64_t *out)
+{
+	unsigned long long x;
+	char *end;
+
+	if (!v || !*v || *v == '-' || *v == '+')
+		return -EINVAL;
+	errno = 0;
+	x = strtoull(v, &end, 10);
+	if (errno || *end || x > max)
+		return -EINVAL;
+	*out = x;
+	return 0;
+}
+
+static int parse_bool(const char *v, protobuf_c_boolean *out)
+{
+	if (!v)
+		return -EINVAL;
+	if (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "yes")) {
+		*out = 1;
+		return 0;
+	}
+	if (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "False") || !strcmp(v, "no")) {
+		*out = 0;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+STOKER_API int stoker_opts_set(struct stoker_opts *o, const char *key, const char *value)
+{
+	Stoker__Attach *a;
+	uint64_t v;
+	int r;
+
+	if (!o || !key || !value)
+		return -EINVAL;
+	a = &o->attach;
+#define SET_U32(name)                                           \
+	if (!strcmp(key, #name)) {                              \
+		r = parse_u64(value, UINT32_MAX, &v);           \
+		if (r == 0) {                                   \
+			a->name = (uint32_t)v;                  \
+			a->has_##name = true;                   \
+		}                                               \
+		return r;                                       \
+	}
+	SET_U32(batch_size)
+	SET_U32(image_size)
+	SET_U32(rank)
+	SET_U32(world_size)
+	SET_U32(prefetch)
+#undef SET_U32
+	if (!strcmp(key, "seed") || !strcmp(key, "epoch")) {
+		r = parse_u64(value, UINT64_MAX, &v);
+		if (r < 0)
+			return r;
+		if (key[0] == 's') {
+			a->seed = v;
+			a->has_seed = true;
+		} else {
+			a->epoch = v;
+			a->has_epoch = true;
+		}
+		return 0;
+	}
+	if (!strcmp(key, "shuffle")) {
+		r = parse_bool(value, &a->shuffle);
+		a->has_shuffle = a->has_shuffle || r == 0;
+		return r;
+	}
+	if (!strcmp(key, "drop_last")) {
+		r = parse_bool(value, &a->drop_last);
+		a->has_drop_last = a->has_drop_last || r == 0;
+		return r;
+	}
+	if (!strcmp(key, "transform")) {
+		if (!strcmp(value, "random_resized_crop"))
+			a->transform = STOKER__TRANSFORM__RANDOM_RESIZED_CROP;
+		else if (!strcmp(value, "center_crop"))
+			a->transform = STOKER__TRANSFORM__CENTER_CROP;
+		else
+			return -EINVAL;
+		a->has_transform = true;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+/* ---- attach ---- */
+
+static int map_ring(struct stoker *s, const Stoker__Attached *at, int fd)
+{
+	uint64_t image_bytes, geometry;
+	struct stat st;
+	int seals;
+	void *p;
+
+	image_bytes = (uint64_t)at->batch_size * at->image_height * at->image_width * at->channels;
+	geometry = (uint64_t)at->slot_count * at->slot_bytes;
+	if (at->slot_count == 0 || at->slot_count > CLIENT_MAX_SLOTS || at->batch_size == 0 || at->channels != 3 ||
+	    at->slot_bytes == 0 || geometry / at->slot_count != at->slot_bytes || geometry != at->ring_bytes ||
+	    image_bytes > at->labels_offset || at->labels_offset + 8ull * at->batch_size > at->indices_offset ||
+	    at->indices_offset + 8ull * at->batch_size > at->slot_bytes || at->labels_offset % 8 ||
+	    at->indices_offset % 8 || at->ring_bytes > SIZE_MAX)
+		return set_error(s, -EPROTO, "the daemon described an impossible ring");
+	/* A ring that could shrink under us would turn reads into SIGBUS. */
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(fd, &st) < 0 || (uint64_t)st.st_size < at->ring_bytes)
+		return set_error(s, -EPROTO, "the daemon's ring is not a sealed memfd of the announced size");
+	p = mmap(NULL, at->ring_bytes, PROT_READ, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return set_error(s, -errno, "cannot map the ring: %s", strerror(errno));
+	s->ring = p;
+	s->ring_bytes = at->ring_bytes;
+	return 0;
+}
+
+STOKER_API int stoker_attach(struct stoker *s, const char *dataset, const struct stoker_opts *opts)
+{
+	Stoker__Message m = STOKER__MESSAGE__INIT, *reply = NULL;
+	Stoker__Attach a;
+	const Stoker__Attached *at;
+	int fd = -1, r;
+
+	if (!s || !dataset)
+		return -EINVAL;
+	if (s->attached)
+		return set_error(s, -EALREADY, "already attached");
+	if (opts)
+		a = opts->attach;
+	else
+		stoker__attach__init(&a);
+	a.dataset = (char *)dataset;
+	m.body_case = STOKER__MESSAGE__BODY_ATTACH;
+	m.attach = &a;
+	r = request(s, &m, STOKER__MESSAGE__BODY_ATTACHED, -1, &reply);
+	if (r < 0)
+		return r;
+	at = reply->attached;
+	fd = frame_in_take_fd(&s->in);
+	if (fd < 0) {
+		r = fail_connection(s, -EPROTO, "the daemon attached without sending the ring");
+		goto out;
+	}
+	r = map_ring(s, at, fd);
+	if (r < 0) {
+		fail_connection(s, r, NULL);
+		goto out;
+	}
+	s->slots = calloc(at->slot_count, sizeof(*s->slots));
+	s->queue = calloc(at->slot_count, sizeof(*s->queue));
+	if (!s->slots || !s->queue) {
+		r = fail_connection(s, -ENOMEM, "out of memory");
+		goto out;
+	}
+	for (uint32_t i = 0; i < at->slot_count; i++) {
+		s->slots[i].s = s;
+		s->slots[i].slot = i;
+	}
+	s->slot_count = at->slot_count;
+	s->slot_bytes = at->slot_bytes;
+	s->labels_offset = at->labels_offset;
+	s->indices_offset = at->indices_offset;
+	s->batch_size = at->batch_size;
+	s->height = at->image_height;
+	s->width = at->image_width;
+	s->channels = at->channels;
+	s->num_classes = at->num_classes;
+	s->dataset_samples = at->dataset_samples;
+	s->samples_per_epoch = at->samples_per_epoch;
+	s->batches_per_epoch = at->batches_per_epoch;
+	s->epoch = at->epoch;
+	s->generation = 0;
+	s->attached = true;
+	r = 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	stoker__message__free_unpacked(reply, NULL);
+	return r;
+}
+
+STOKER_API uint64_t stoker_dataset_samples(const struct stoker *s)
+{
+	return s && s->attached ? s->dataset_samples : 0;
+}
+
+STOKER_API uint64_t stoker_samples_per_epoch(const struct stoker *s)
+{
+	return s && s->attached ? s->samples_per_epoch : 0;
+}
+
+STOKER_API uint64_t stoker_batches_per_epoch(const struct stoker *s)
+{
+	return s && s->attached ? s->batches_per_epoch : 0;
+}
+
+STOKER_API uint32_t stoker_num_classes(const struct stoker *s)
+{
+	return s && s->attached ? s->num_classes : 0;
+}
+
+STOKER_API uint64_t stoker_epoch(const struct stoker *s)
+{
+	return s && s->attached ? s->epoch : 0;
+}
+
+/* ---- batches ---- */
+
+STOKER_API int stoker_set_epoch(struct stoker *s, uint64_t epoch)
+{
+	Stoker__Message m = STOKER__MESSAGE__INIT;
+	Stoker__StartEpoch se = STOKER__START_EPOCH__INIT;
+
+	if (!s || !s->attached)
+		return -EINVAL;
+	if (s->dead)
+		return s->dead;
+	s->generation++;
+	s->epoch = epoch;
+	s->epoch_done = false;
+	/* Announced but untaken batches belong to the old epoch. */
+	while (s->queue_len > 0) {
+		uint32_t slot = s->queue[s->queue_head];
+
+		s->queue_head = (s->queue_head + 1) % s->slot_count;
+		s->queue_len--;
+		s->slots[slot].queued = false;
+		send_release(s, slot);
+	}
+	se.epoch = epoch;
+	se.generation = s->generation;
+	m.body_case = STOKER__MESSAGE__BODY_START_EPOCH;
+	m.start_epoch = &se;
+	return send_message(s, &m);
+}
+
+STOKER_API int stoker_next(struct stoker *s, int timeout_ms, struct stoker_batch **out)
+{
+	uint64_t start = now_ns(), deadline = start + (uint64_t)(timeout_ms < 0 ? 0 : timeout_ms) * 1000000ull;
+	int r = 0;
+
+	if (!s || !out)
+		return -EINVAL;
+	if (!s->attached)
+		return set_error(s, -EINVAL, "not attached");
+	/* Handle what has arrived, then wait only if nothing is queued. An error
+	 * ends the wait, but batches already announced are still handed out:
+	 * they stay readable after the daemon is gone. */
+	do
+		r = pump(s, 0);
+	while (r == 0);
+	while (s->queue_len == 0 && !s->epoch_done && (r == 0 || r == -ETIMEDOUT)) {
+		int left = -1;
+
+		if (timeout_ms >= 0) {
+			uint64_t now = now_ns();
+			if (now >= deadline)
+				break;
+			left = (int)((deadline - now + 999999) / 1000000);
+		}
+		r = pump(s, left);
+	}
+	s->wait_ns += now_ns() - start;
+	if (s->queue_len > 0) {
+		struct stoker_batch *b = &s->slots[s->queue[s->queue_head]];
+
+		s->queue_head = (s->queue_head + 1) % s->slot_count;
+		s->queue_len--;
+		b->queued = false;
+		b->held = true;
+		*out = b;
+		return 0;
+	}
+	if (s->epoch_done)
+		return -ENODATA;
+	if (r == 0 || r == -ETIMEDOUT)
+		return set_error(s, -ETIMEDOUT, "no batch within %d ms", timeout_ms);
+	return r;
+}
+
+STOKER_API void stoker_release(struct stoker_batch *b)
+{
+	if (!b || !b->held)
+		return;
+	b->held = false;
+	send_release(b->s, b->slot);
+}
+
+static const uint8_t *slot_base(const struct stoker_batch *b)
+{
+	return b->s->ring + (size_t)b->slot * b->s->slot_bytes;
+}
+
+STOKER_API const uint8_t *stoker_batch_images(const struct stoker_batch *b)
+{
+	return b ? slot_base(b) : NULL;
+}
+
+STOKER_API const int64_t *stoker_batch_labels(const struct stoker_batch *b)
+{
+	return b ? (const int64_t *)(slot_base(b) + b->s->labels_offset) : NULL;
+}
+
+STOKER_API const int64_t *stoker_batch_indices(const struct stoker_batch *b)
+{
+	return b ? (const int64_t *)(slot_base(b) + b->s->indices_offset) : NULL;
+}
+
+STOKER_API uint32_t stoker_batch_count(const struct stoker_batch *b)
+{
+	return b ? b->count : 0;
+}
+
+STOKER_API uint32_t stoker_batch_height(const struct stoker_batch *b)
+{
+	return b ? b->s->height : 0;
+}
+
+STOKER_API uint32_t stoker_batch_width(const struct stoker_batch *b)
+{
+	return b ? b->s->width : 0;
+}
+
+STOKER_API uint32_t stoker_batch_channels(const struct stoker_batch *b)
+{
+	return b ? b->s->channels : 0;
+}
+
+STOKER_API uint64_t stoker_batch_epoch(const struct stoker_batch *b)
+{
+	return b ? b->epoch : 0;
+}
+
+STOKER_API uint64_t stoker_batch_index(const struct stoker_batch *b)
+{
+	return b ? b->index : 0;
+}
+
+STOKER_API uint32_t stoker_batch_replaced(const struct stoker_batch *b)
+{
+	return b ? b->replaced : 0;
+}
+
+/* ---- statistics ---- */
+
+/* A growing text buffer; on allocation failure it stays failed. */
+struct text {
+	char *buf;
+	size_t len, cap;
+	bool failed;
+};
+
+static void text_printf(struct text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_printf(struct text *t, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (t->failed)
+		return;
+	for (;;) {
+		va_start(ap, fmt);
+		n = vsnprintf(t->buf ? t->buf + t->len : NULL, t->buf ? t->cap - t->len : 0, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			t->failed = true;
+			return;
+		}
+		if (t->buf && t->len + (size_t)n < t->cap) {
+			t->len += (size_t)n;
+			return;
+		}
+		size_t cap = t->cap ? t->cap : 1024;
+		while (cap <= t->len + (size_t)n)
+			cap *= 2;
+		char *nb = realloc(t->buf, cap);
+		if (!nb) {
+			t->failed = true;
+			return;
+		}
+		t->buf = nb;
+		t->cap = cap;
+	}
+}
+
+/* A JSON string literal, escaped. */
+static void text_json_string(struct text *t, const char *s)
+{
+	text_printf(t, "\"");
+	for (; s && *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (ch == '"' || ch == '\\')
+			text_printf(t, "\\%c", ch);
+		else if (ch < 0x20)
+			text_printf(t, "\\u%04x", ch);
+		else
+			text_printf(t, "%c", ch);
+	}
+	text_printf(t, "\"");
+}
+
+static void stats_json(struct text *t, const Stoker__Stats *st)
+{
+	text_printf(t,
+		    "{\"daemon_version\": ");
+	text_json_string(t, st->daemon_version);
+	text_printf(t,
+		    ", \"uptime_seconds\": %.3f, \"images_per_second\": %.3f, \"images_served\": %llu, "
+		    "\"batches_served\": %llu, \"decode_errors\": %llu, \"protocol_errors\": %llu, "
+		    "\"workers\": %u, \"worker_busy\": %.4f, \"clients\": [",
+		    st->uptime_seconds, st->images_per_second, (unsigned long long)st->images_served,
+		    (unsigned long long)st->batches_served, (unsigned long long)st->decode_errors,
+		    (unsigned long long)st->protocol_errors, st->workers, st->worker_busy);
+	for (size_t i = 0; i < st->n_clients; i++) {
+		const Stoker__ClientStats *c = st->clients[i];
+
+		text_printf(t,
+			    "%s{\"pid\": %u, \"rank\": %u, \"world_size\": %u, \"epoch\": %llu, \"batches\": %llu, "
+			    "\"images\": %llu, \"wait_seconds\": %.6f, \"dataset\": ",
+			    i ? ", " : "", c->pid, c->rank, c->world_size, (unsigned long long)c->epoch,
+			    (unsigned long long)c->batches, (unsigned long long)c->images, c->wait_seconds);
+		text_json_string(t, c->dataset);
+		text_printf(t, "}");
+	}
+	text_printf(t, "]}\n");
+}
+
+static void stats_text(struct text *t, const Stoker__Stats *st)
+{
+	text_printf(t,
+		    "stokerd %s, up %.0f s\n"
+		    "  images/s        %.1f\n"
+		    "  images served   %llu\n"
+		    "  batches served  %llu\n"
+		    "  decode errors   %llu\n"
+		    "  protocol errors %llu\n"
+		    "  workers         %u (%.0f%% busy)\n"
+		    "  clients         %zu\n",
+		    st->daemon_version ? st->daemon_version : "?", st->uptime_seconds, st->images_per_second,
+		    (unsigned long long)st->images_served, (unsigned long long)st->batches_served,
+		    (unsigned long long)st->decode_errors, (unsigned long long)st->protocol_errors, st->workers,
+		    st->worker_busy * 100.0, st->n_clients);
+	if (st->n_clients)
+		text_printf(t, "\n  %8s %9s %6s %10s %12s %10s  %s\n", "PID", "RANK", "EPOCH", "BATCHES", "IMAGES",
+			    "WAIT(s)", "DATASET");
+	for (size_t i = 0; i < st->n_clients; i++) {
+		const Stoker__ClientStats *c = st->clients[i];
+
+		text_printf(t, "  %8u %4u/%-4u %6llu %10llu %12llu %10.3f  %s\n", c->pid, c->rank, c->world_size,
+			    (unsigned long long)c->epoch, (unsigned long long)c->batches,
+			    (unsigned long long)c->images, c->wait_seconds, c->dataset ? c->dataset : "");
+	}
+}
+
+static int stats_fetch(struct stoker *s, bool json, char **out)
+{
+	Stoker__Message m = STOKER__MESSAGE__INIT, *reply = NULL;
+	Stoker__StatsRequest req = STOKER__STATS_REQUEST__INIT;
+	struct text t = {0};
+	int r;
+
+	if (!s || !out)
+		return -EINVAL;
+	m.body_case = STOKER__MESSAGE__BODY_STATS_REQUEST;
+	m.stats_request = &req;
+	r = request(s, &m, STOKER__MESSAGE__BODY_STATS, HANDSHAKE_TIMEOUT_MS, &reply);
+	if (r < 0)
+		return r;
+	if (json)
+		stats_json(&t, reply->stats);
+	else
+		stats_text(&t, reply->stats);
+	stoker__message__free_unpacked(reply, NULL);
+	if (t.failed || !t.buf) {
+		free(t.buf);
+		return -ENOMEM;
+	}
+	*out = t.buf;
+	return 0;
+}
+
+STOKER_API int stoker_stats_json(struct stoker *s, char **json_out)
+{
+	return stats_fetch(s, true, json_out);
+}
+
+STOKER_API int stoker_stats_text(struct stoker *s, char **text_out)
+{
+	return stats_fetch(s, false, text_out);
+}

@@ -1,0 +1,373 @@
+"""Python binding for libstoker: iterate batches that stokerd decodes and
+augments into shared memory.
+
+    loader = stoker.Loader(dataset="/data/imagenet/train", batch_size=256)
+    for epoch in range(90):
+        loader.set_epoch(epoch)
+        for images, labels in loader:   # uint8 [B,H,W,3], int64 [B]
+            ...
+
+Arrays are read-only, zero-copy views of the daemon's ring. A batch stays
+valid until the next one is taken (or the loader is closed): copy what you
+need to keep longer.
+"""
+
+import ctypes
+import ctypes.util
+import errno as _errno
+import json
+import os
+
+import numpy as np
+
+__all__ = ["Loader", "Batch", "StokerError", "stats", "library_version", "load_library"]
+
+_ERR_NO_LIBRARY = "libstoker not found (set STOKER_LIB, or STOKER_BUILD to the build directory)"
+
+
+class StokerError(OSError):
+    """A libstoker call failed; .errno is the error number, .strerror the message."""
+
+
+_lib = None
+_libc = None
+
+
+def _candidates():
+    env = os.environ.get("STOKER_LIB")
+    if env:
+        return [env]  # explicit choice: do not fall back to anything else
+    out = []
+    build = os.environ.get("STOKER_BUILD")
+    if build:
+        out.append(os.path.join(build, "libstoker.so.0"))
+    here = os.path.dirname(os.path.abspath(__file__))
+    out.append(os.path.normpath(os.path.join(here, "..", "..", "..", "build", "libstoker.so.0")))
+    found = ctypes.util.find_library("stoker")
+    if found:
+        out.append(found)
+    return list(dict.fromkeys(out))  # in order, without repeats
+
+
+def _declare(lib):
+    P = ctypes.c_void_p
+    sigs = {
+        "stoker_version": (ctypes.c_char_p, []),
+        "stoker_connect": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(P)]),
+        "stoker_close": (None, [P]),
+        "stoker_last_error": (ctypes.c_char_p, [P]),
+        "stoker_opts_new": (ctypes.c_int, [ctypes.POINTER(P)]),
+        "stoker_opts_free": (None, [P]),
+        "stoker_opts_set": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.c_char_p]),
+        "stoker_attach": (ctypes.c_int, [P, ctypes.c_char_p, P]),
+        "stoker_dataset_samples": (ctypes.c_uint64, [P]),
+        "stoker_samples_per_epoch": (ctypes.c_uint64, [P]),
+        "stoker_batches_per_epoch": (ctypes.c_uint64, [P]),
+        "stoker_num_classes": (ctypes.c_uint32, [P]),
+        "stoker_epoch": (ctypes.c_uint64, [P]),
+        "stoker_set_epoch": (ctypes.c_int, [P, ctypes.c_uint64]),
+        "stoker_next": (ctypes.c_int, [P, ctypes.c_int, ctypes.POINTER(P)]),
+        "stoker_release": (None, [P]),
+        "stoker_batch_images": (P, [P]),
+        "stoker_batch_labels": (P, [P]),
+        "stoker_batch_indices": (P, [P]),
+        "stoker_batch_count": (ctypes.c_uint32, [P]),
+        "stoker_batch_height": (ctypes.c_uint32, [P]),
+        "stoker_batch_width": (ctypes.c_uint32, [P]),
+        "stoker_batch_channels": (ctypes.c_uint32, [P]),
+        "stoker_batch_epoch": (ctypes.c_uint64, [P]),
+        "stoker_batch_index": (ctypes.c_uint64, [P]),
+        "stoker_batch_replaced": (ctypes.c_uint32, [P]),
+        "stoker_stats_json": (ctypes.c_int, [P, ctypes.POINTER(P)]),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+
+
+def load_library():
+    """Load libstoker (once) and return the ctypes handle."""
+    global _lib, _libc
+    if _lib is not None:
+        return _lib
+    tried = []
+    for path in _candidates():
+        try:
+            lib = ctypes.CDLL(path)  # CDLL, not PyDLL: calls release the GIL
+        except OSError as e:
+            tried.append(f"{path}: {e}")
+            continue
+        _declare(lib)
+        _libc = ctypes.CDLL(None)
+        _libc.free.restype = None
+        _libc.free.argtypes = [ctypes.c_void_p]
+        _lib = lib
+        return lib
+    raise StokerError(_errno.ENOENT, _ERR_NO_LIBRARY + ("; tried " + "; ".join(tried) if tried else ""))
+
+
+def library_version():
+    """libstoker's version string, "MAJOR.MINOR.PATCH"."""
+    return load_library().stoker_version().decode()
+
+
+def _enc(s):
+    return None if s is None else os.fsencode(s)
+
+
+def _error(rc, handle=None, what=""):
+    err = -rc
+    msg = ""
+    if handle:
+        raw = _lib.stoker_last_error(handle)
+        msg = raw.decode(errors="replace") if raw else ""
+    if not msg:
+        msg = os.strerror(err)
+    if what:
+        msg = f"{what}: {msg}"
+    return StokerError(err, msg)
+
+
+def _connect(socket):
+    lib = load_library()
+    h = ctypes.c_void_p()
+    rc = lib.stoker_connect(_enc(socket), ctypes.byref(h))
+    if rc < 0:
+        where = socket or os.environ.get("STOKER_SOCKET") or "/run/stoker/stoker.sock"
+        raise _error(rc, None, f"cannot connect to stokerd at {where}")
+    return h
+
+
+class _ReadOnlyView:
+    """Exposes a read-only __array_interface__ over foreign memory."""
+
+    __slots__ = ("__array_interface__",)
+
+    def __init__(self, addr, shape, typestr):
+        self.__array_interface__ = {
+            "version": 3,
+            "shape": shape,
+            "typestr": typestr,
+            "data": (addr, True),  # True: read-only
+        }
+
+
+def _view(addr, shape, dtype):
+    if not addr:
+        raise StokerError(_errno.EPROTO, "libstoker returned a NULL batch pointer")
+    arr = np.asarray(_ReadOnlyView(addr, shape, np.dtype(dtype).str))
+    arr.flags.writeable = False
+    return arr
+
+
+class Batch:
+    """One batch: .images uint8 [B,H,W,C] and .labels int64 [B] (unpack as
+    `images, labels = batch`), .indices int64 [B] (the samples actually
+    delivered), .epoch, .index (batch number), .replaced (unreadable samples
+    that were replaced). Valid until the loader takes the next batch."""
+
+    __slots__ = ("images", "labels", "indices", "epoch", "index", "replaced")
+
+    def __init__(self, images, labels, indices, epoch, index, replaced):
+        self.images = images
+        self.labels = labels
+        self.indices = indices
+        self.epoch = epoch
+        self.index = index
+        self.replaced = replaced
+
+    def __iter__(self):
+        yield self.images
+        yield self.labels
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __repr__(self):
+        return (f"<stoker.Batch epoch={self.epoch} index={self.index} "
+                f"shape={tuple(self.images.shape)} replaced={self.replaced}>")
+
+
+def _opt_text(v):
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+class Loader:
+    """Attach to stokerd and iterate one epoch per pass.
+
+    timeout: seconds to wait for a batch (None: forever); on expiry
+    StokerError(ETIMEDOUT). socket None: $STOKER_SOCKET or the default.
+    One thread at a time; not picklable (create one per process).
+    """
+
+    # While waiting "forever", wake up this often so Ctrl-C is handled.
+    _SLICE_MS = 500
+
+    def __init__(self, dataset, socket=None, batch_size=256, image_size=224, seed=0, rank=0,
+                 world_size=1, transform="random_resized_crop", shuffle=True, drop_last=False,
+                 epoch=0, prefetch=0, timeout=None):
+        self._h = None
+        self._batch = None
+        self._fresh = True  # nothing taken since attach / set_epoch
+        self._done = False  # the current pass met end of epoch
+        self.timeout = timeout
+        self.dataset = os.fspath(dataset)
+        lib = load_library()
+        opts = {
+            "batch_size": batch_size, "image_size": image_size, "seed": seed, "rank": rank,
+            "world_size": world_size, "transform": transform, "shuffle": shuffle,
+            "drop_last": drop_last, "epoch": epoch, "prefetch": prefetch,
+        }
+        h = _connect(socket)
+        self._h = h
+        o = ctypes.c_void_p()
+        rc = lib.stoker_opts_new(ctypes.byref(o))
+        if rc < 0:
+            self.close()
+            raise _error(rc, None, "stoker_opts_new")
+        try:
+            for k, v in opts.items():
+                rc = lib.stoker_opts_set(o, k.encode(), _opt_text(v).encode())
+                if rc < 0:
+                    raise _error(rc, None, f"bad option {k}={_opt_text(v)!r}")
+            rc = lib.stoker_attach(h, _enc(self.dataset), o)
+            if rc < 0:
+                raise _error(rc, h, f"cannot attach to {self.dataset}")
+        except BaseException:
+            self.close()
+            raise
+        finally:
+            lib.stoker_opts_free(o)
+
+    # -- facts of the attachment
+    def _handle(self):
+        if not self._h:
+            raise StokerError(_errno.EBADF, "loader is closed")
+        return self._h
+
+    @property
+    def dataset_samples(self):
+        return int(_lib.stoker_dataset_samples(self._handle()))
+
+    @property
+    def samples_per_epoch(self):
+        """This rank's samples per epoch (padded like DistributedSampler)."""
+        return int(_lib.stoker_samples_per_epoch(self._handle()))
+
+    @property
+    def num_classes(self):
+        return int(_lib.stoker_num_classes(self._handle()))
+
+    @property
+    def epoch(self):
+        """The epoch being produced."""
+        return int(_lib.stoker_epoch(self._handle()))
+
+    def __len__(self):
+        return int(_lib.stoker_batches_per_epoch(self._handle()))
+
+    # -- iteration
+    def set_epoch(self, epoch):
+        """Restart production at the beginning of `epoch`."""
+        self._release()
+        h = self._handle()
+        rc = _lib.stoker_set_epoch(h, int(epoch))
+        if rc < 0:
+            raise _error(rc, h, f"set_epoch({epoch})")
+        self._fresh = True
+        self._done = False
+
+    def __iter__(self):
+        if not self._fresh:
+            self.set_epoch(self.epoch)
+        return self
+
+    def __next__(self):
+        h = self._handle()
+        self._release()
+        if self._done:
+            raise StopIteration
+        self._fresh = False
+        out = ctypes.c_void_p()
+        if self.timeout is None:
+            while True:
+                rc = _lib.stoker_next(h, self._SLICE_MS, ctypes.byref(out))
+                if rc != -_errno.ETIMEDOUT:
+                    break
+        else:
+            rc = _lib.stoker_next(h, max(0, int(self.timeout * 1000)), ctypes.byref(out))
+        if rc == -_errno.ENODATA:
+            self._done = True
+            raise StopIteration
+        if rc < 0:
+            raise _error(rc, h, "next batch")
+        self._batch = b = out.value
+        n = int(_lib.stoker_batch_count(b))
+        shape = (n, int(_lib.stoker_batch_height(b)), int(_lib.stoker_batch_width(b)),
+                 int(_lib.stoker_batch_channels(b)))
+        return Batch(
+            images=_view(_lib.stoker_batch_images(b), shape, np.uint8),
+            labels=_view(_lib.stoker_batch_labels(b), (n,), np.int64),
+            indices=_view(_lib.stoker_batch_indices(b), (n,), np.int64),
+            epoch=int(_lib.stoker_batch_epoch(b)),
+            index=int(_lib.stoker_batch_index(b)),
+            replaced=int(_lib.stoker_batch_replaced(b)),
+        )
+
+    def _release(self):
+        b, self._batch = self._batch, None
+        if b:
+            _lib.stoker_release(b)
+
+    # -- lifetime
+    def close(self):
+        """Release the current batch and disconnect. Idempotent."""
+        lib = _lib
+        if lib is None:
+            return
+        b, self._batch = getattr(self, "_batch", None), None
+        h, self._h = getattr(self, "_h", None), None
+        if b:
+            lib.stoker_release(b)
+        if h:
+            lib.stoker_close(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __reduce__(self):
+        raise TypeError("stoker.Loader cannot be pickled; create one in each process")
+
+    def __repr__(self):
+        state = "closed" if not self._h else f"epoch={self.epoch} batches={len(self)}"
+        return f"<stoker.Loader {self.dataset!r} {state}>"
+
+
+def stats(socket=None):
+    """The daemon's statistics as a dict (no attach needed)."""
+    lib = load_library()
+    h = _connect(socket)
+    try:
+        p = ctypes.c_void_p()
+        rc = lib.stoker_stats_json(h, ctypes.byref(p))
+        if rc < 0:
+            raise _error(rc, h, "stats")
+        try:
+            text = ctypes.string_at(p.value)
+        finally:
+            _libc.free(p.value)
+        return json.loads(text)
+    finally:
+        lib.stoker_close(h)

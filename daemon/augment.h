@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Turn one JPEG file's bytes into one augmented output image, written
+ * straight into its place in a batch slot.
+ *
+ * One `struct pipeline` per worker thread: it owns the libjpeg decompressor
+ * and scratch buffers, so steady-state work allocates nothing. Not thread
+ * safe; never shared between threads.
+ *
+ * The crop is drawn from the JPEG header before any pixel is decoded, and
+ * only the rows and columns the crop needs are decoded (jpeg_crop_scanline,
+ * jpeg_skip_scanlines, DCT-domain scaling when the crop is at least twice
+ * the output size). See docs/ARCHITECTURE.md.
+ */
+#ifndef STOKER_AUGMENT_H
+#define STOKER_AUGMENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#include "rng.h"
+
+enum transform_kind {
+	TRANSFORM_RANDOM_RESIZED_CROP = 0,
+	TRANSFORM_CENTER_CROP = 1,
+};
+
+struct transform_spec {
+	enum transform_kind kind;
+	uint32_t image_size; /* output is image_size x image_size x 3 */
+};
+
+/* Bounds on what one file may cost; hostile headers fail early. */
+struct decode_limits {
+	uint64_t max_pixels; /* width * height of the full image */
+	uint32_t max_scans;  /* progressive scans; 0 means the default, 500 */
+};
+
+/* A crop window in source pixel coordinates; may be fractional. */
+struct crop_box {
+	double x, y, w, h;
+	bool flip; /* mirror horizontally after cropping */
+};
+
+struct pipeline;
+
+int pipeline_new(const struct decode_limits *limits, struct pipeline **out);
+void pipeline_free(struct pipeline *p);
+
+/*
+ * Decode `jpeg` (len bytes), crop/resize/flip as `spec` says with draws from
+ * `rng` (a stream keyed by seed, epoch, index), and write
+ * spec->image_size^2 * 3 bytes of HWC RGB to `out`. Grayscale, YCbCr and
+ * CMYK/YCCK files all come out RGB.
+ * -EBADMSG: not a decodable JPEG (corrupt, truncated, empty, other format);
+ * -E2BIG: over limits->max_pixels; -ENOMEM. `out` is unspecified on error.
+ */
+int pipeline_run(struct pipeline *p, const uint8_t *jpeg, size_t len, const struct transform_spec *spec,
+		 struct rng *rng, uint8_t *out);
+
+/* The last error's human-readable reason (libjpeg's message, or ours). */
+const char *pipeline_error(const struct pipeline *p);
+
+/* Geometry, exposed for tests. torchvision's RandomResizedCrop.get_params
+ * (scale 0.08-1, ratio 3/4-4/3, 10 tries then the centre fallback) followed
+ * by a p=0.5 flip draw. */
+void random_resized_crop_box(uint32_t width, uint32_t height, struct rng *rng, struct crop_box *out);
+/* torchvision Resize(size*256/224) + CenterCrop(size), as a window in the
+ * source image. */
+void center_crop_box(uint32_t width, uint32_t height, uint32_t size, struct crop_box *out);
+
+#endif

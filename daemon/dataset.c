@@ -1,0 +1,516 @@
+/* SPDX-License-Identifier: MIT */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dataset.h"
+
+/* os.walk with followlinks can loop; real trees are nowhere near this deep. */
+#define DATASET_MAX_DEPTH 64
+
+struct strvec {
+	char **v;
+	size_t n, cap;
+};
+
+static void strvec_free(struct strvec *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		free(s->v[i]);
+	free(s->v);
+	memset(s, 0, sizeof(*s));
+}
+
+static int strvec_push(struct strvec *s, const char *str)
+{
+	char *copy;
+
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? 2 * s->cap : 64;
+		char **v = realloc(s->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		s->v = v;
+		s->cap = cap;
+	}
+	copy = strdup(str);
+	if (!copy)
+		return -ENOMEM;
+	s->v[s->n++] = copy;
+	return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Growing sample table under construction. */
+struct builder {
+	char *names;
+	size_t names_len, names_cap;
+	uint64_t *off;
+	int32_t *labels;
+	uint64_t n, cap, max;
+};
+
+static int builder_add(struct builder *b, const char *name, int32_t label)
+{
+	size_t len = strlen(name) + 1;
+
+	if (b->n >= b->max)
+		return -EFBIG;
+	if (b->n == b->cap) {
+		uint64_t cap = b->cap ? 2 * b->cap : 1024;
+		uint64_t *off = realloc(b->off, cap * sizeof(*off));
+		if (!off)
+			return -ENOMEM;
+		b->off = off;
+		int32_t *labels = realloc(b->labels, cap * sizeof(*labels));
+		if (!labels)
+			return -ENOMEM;
+		b->labels = labels;
+		b->cap = cap;
+	}
+	if (b->names_len + len > b->names_cap) {
+		size_t cap = b->names_cap ? 2 * b->names_cap : 65536;
+		while (cap < b->names_len + len)
+			cap *= 2;
+		char *names = realloc(b->names, cap);
+		if (!names)
+			return -ENOMEM;
+		b->names = names;
+		b->names_cap = cap;
+	}
+	memcpy(b->names + b->names_len, name, len);
+	b->off[b->n] = b->names_len;
+	b->labels[b->n] = label;
+	b->names_len += len;
+	b->n++;
+	return 0;
+}
+
+static void builder_free(struct builder *b)
+{
+	free(b->names);
+	free(b->off);
+	free(b->labels);
+	memset(b, 0, sizeof(*b));
+}
+
+static bool is_jpeg_name(const char *name)
+{
+	const char *dot = strrchr(name, '.');
+
+	return dot && (strcasecmp(dot, ".jpg") == 0 || strcasecmp(dot, ".jpeg") == 0);
+}
+
+static void set_err(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(errbuf, errlen, fmt, ap);
+	va_end(ap);
+}
+
+/*
+ * Collect every directory under `rel` (itself included), depth first; the
+ * caller sorts the list as full path strings, which is os.walk's sorted order.
+ */
+static int walk_dirs(int rootfd, const char *rel, unsigned depth, struct strvec *dirs)
+{
+	struct dirent *e;
+	DIR *d = NULL;
+	int fd, r;
+
+	if (depth > DATASET_MAX_DEPTH)
+		return -ELOOP;
+	r = strvec_push(dirs, rel);
+	if (r < 0)
+		return r;
+	fd = openat(rootfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	while ((e = readdir(d))) {
+		char child[PATH_MAX];
+		struct stat st;
+
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (fstatat(fd, e->d_name, &st, 0) < 0 || !S_ISDIR(st.st_mode))
+			continue;
+		if ((size_t)snprintf(child, sizeof(child), "%s/%s", rel, e->d_name) >= sizeof(child)) {
+			r = -ENAMETOOLONG;
+			goto out;
+		}
+		r = walk_dirs(rootfd, child, depth + 1, dirs);
+		if (r < 0)
+			goto out;
+	}
+	r = 0;
+out:
+	closedir(d);
+	return r;
+}
+
+/* The JPEG files directly in `rel`, sorted by name. */
+static int list_files(int rootfd, const char *rel, struct strvec *files)
+{
+	struct dirent *e;
+	DIR *d;
+	int fd, r = 0;
+
+	fd = openat(rootfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	while ((e = readdir(d))) {
+		struct stat st;
+
+		if (!is_jpeg_name(e->d_name))
+			continue;
+		/* os.walk lists every non-directory, dangling links included. */
+		if (fstatat(fd, e->d_name, &st, 0) == 0 && S_ISDIR(st.st_mode))
+			continue;
+		r = strvec_push(files, e->d_name);
+		if (r < 0)
+			break;
+	}
+	closedir(d);
+	if (r == 0)
+		qsort(files->v, files->n, sizeof(char *), cmp_str);
+	return r;
+}
+
+static int scan_image_folder(int rootfd, const char *path, struct builder *b, uint32_t *num_classes, char *errbuf,
+			     size_t errlen)
+{
+	struct strvec classes = {0}, dirs = {0}, files = {0};
+	struct dirent *e;
+	DIR *d = NULL;
+	int fd, r;
+
+	fd = openat(rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	d = fdopendir(fd);
+	if (!d) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
+	while ((e = readdir(d))) {
+		struct stat st;
+
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		if (fstatat(fd, e->d_name, &st, 0) < 0 || !S_ISDIR(st.st_mode))
+			continue;
+		r = strvec_push(&classes, e->d_name);
+		if (r < 0)
+			goto out;
+	}
+	if (classes.n == 0) {
+		set_err(errbuf, errlen, "%s: no class directories (expected ImageFolder layout: root/class/image.jpg)",
+			path);
+		r = -ENOENT;
+		goto out;
+	}
+	if (classes.n > INT32_MAX) {
+		r = -EFBIG;
+		goto out;
+	}
+	qsort(classes.v, classes.n, sizeof(char *), cmp_str);
+
+	for (size_t c = 0; c < classes.n; c++) {
+		uint64_t before = b->n;
+
+		r = walk_dirs(rootfd, classes.v[c], 0, &dirs);
+		if (r < 0) {
+			set_err(errbuf, errlen, "%s/%s: %s", path, classes.v[c], strerror(-r));
+			goto out;
+		}
+		qsort(dirs.v, dirs.n, sizeof(char *), cmp_str);
+		for (size_t i = 0; i < dirs.n; i++) {
+			r = list_files(rootfd, dirs.v[i], &files);
+			if (r < 0) {
+				set_err(errbuf, errlen, "%s/%s: %s", path, dirs.v[i], strerror(-r));
+				goto out;
+			}
+			for (size_t f = 0; f < files.n; f++) {
+				char rel[PATH_MAX];
+
+				if ((size_t)snprintf(rel, sizeof(rel), "%s/%s", dirs.v[i], files.v[f]) >= sizeof(rel)) {
+					r = -ENAMETOOLONG;
+					goto out;
+				}
+				r = builder_add(b, rel, (int32_t)c);
+				if (r < 0) {
+					if (r == -EFBIG)
+						set_err(errbuf, errlen, "%s: more than %llu samples", path,
+							(unsigned long long)b->max);
+					goto out;
+				}
+			}
+			strvec_free(&files);
+		}
+		strvec_free(&dirs);
+		if (b->n == before) {
+			/* torchvision's ImageFolder refuses this too. */
+			set_err(errbuf, errlen, "%s: class '%s' has no .jpg/.jpeg files", path, classes.v[c]);
+			r = -ENOENT;
+			goto out;
+		}
+	}
+	*num_classes = (uint32_t)classes.n;
+	r = 0;
+out:
+	strvec_free(&classes);
+	strvec_free(&dirs);
+	strvec_free(&files);
+	if (d)
+		closedir(d);
+	return r;
+}
+
+static int scan_list_file(const char *path, struct builder *b, uint32_t *num_classes, char *errbuf, size_t errlen)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	unsigned long lineno = 0;
+	int64_t max_label = -1;
+	FILE *f;
+	int r = 0;
+
+	f = fopen(path, "re");
+	if (!f) {
+		r = -errno;
+		set_err(errbuf, errlen, "%s: %s", path, strerror(errno));
+		return r;
+	}
+	while ((len = getline(&line, &cap, f)) >= 0) {
+		char *end = line + len, *label_start, *endp;
+		long long label;
+
+		lineno++;
+		while (end > line && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t'))
+			*--end = '\0';
+		label_start = line;
+		while (*label_start == ' ' || *label_start == '\t')
+			label_start++;
+		if (*label_start == '\0' || *label_start == '#')
+			continue;
+		/* The label is the last field, so paths may hold spaces. */
+		char *sep = strrchr(label_start, ' ');
+		char *tab = strrchr(label_start, '\t');
+		if (!sep || (tab && tab > sep))
+			sep = tab;
+		if (!sep) {
+			set_err(errbuf, errlen, "%s:%lu: expected 'path label'", path, lineno);
+			r = -EINVAL;
+			goto out;
+		}
+		errno = 0;
+		label = strtoll(sep + 1, &endp, 10);
+		if (errno || *endp != '\0' || endp == sep + 1 || label < 0 || label > INT32_MAX) {
+			set_err(errbuf, errlen, "%s:%lu: label '%s' is not a non-negative integer", path, lineno,
+				sep + 1);
+			r = -EINVAL;
+			goto out;
+		}
+		while (sep > label_start && (sep[-1] == ' ' || sep[-1] == '\t'))
+			sep--;
+		*sep = '\0';
+		r = builder_add(b, label_start, (int32_t)label);
+		if (r < 0) {
+			if (r == -EFBIG)
+				set_err(errbuf, errlen, "%s: more than %llu samples", path, (unsigned long long)b->max);
+			goto out;
+		}
+		if (label > max_label)
+			max_label = label;
+	}
+	if (b->n == 0) {
+		set_err(errbuf, errlen, "%s: no samples listed", path);
+		r = -ENOENT;
+		goto out;
+	}
+	*num_classes = (uint32_t)(max_label + 1);
+out:
+	free(line);
+	fclose(f);
+	return r;
+}
+
+int dataset_open(const char *path, uint64_t max_samples, struct dataset **out, char *errbuf, size_t errlen)
+{
+	struct builder b = {.max = max_samples};
+	struct dataset *ds = NULL;
+	char real[PATH_MAX];
+	uint32_t num_classes = 0;
+	struct stat st;
+	int r, dirfd = -1;
+
+	if (!realpath(path, real) || stat(real, &st) < 0) {
+		r = -errno;
+		set_err(errbuf, errlen, "dataset %s: %s", path, strerror(errno));
+		return r;
+	}
+	if (S_ISDIR(st.st_mode)) {
+		dirfd = open(real, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dirfd < 0) {
+			r = -errno;
+			set_err(errbuf, errlen, "dataset %s: %s", path, strerror(errno));
+			goto fail;
+		}
+		r = scan_image_folder(dirfd, real, &b, &num_classes, errbuf, errlen);
+	} else if (S_ISREG(st.st_mode)) {
+		char dir[PATH_MAX];
+		char *slash;
+
+		snprintf(dir, sizeof(dir), "%s", real);
+		slash = strrchr(dir, '/');
+		if (slash == dir)
+			slash[1] = '\0';
+		else if (slash)
+			*slash = '\0';
+		dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dirfd < 0) {
+			r = -errno;
+			set_err(errbuf, errlen, "dataset %s: %s", dir, strerror(errno));
+			goto fail;
+		}
+		r = scan_list_file(real, &b, &num_classes, errbuf, errlen);
+	} else {
+		set_err(errbuf, errlen, "dataset %s: neither a directory nor a list file", path);
+		r = -EINVAL;
+	}
+	if (r < 0) {
+		if (!errbuf[0])
+			set_err(errbuf, errlen, "dataset %s: %s", path, strerror(-r));
+		goto fail;
+	}
+
+	ds = calloc(1, sizeof(*ds));
+	if (!ds)
+		goto nomem;
+	ds->root = strdup(real);
+	ds->bad = calloc(b.n / 64 + 1, sizeof(*ds->bad));
+	if (!ds->root || !ds->bad)
+		goto nomem;
+	ds->dirfd = dirfd;
+	ds->count = b.n;
+	ds->num_classes = num_classes;
+	ds->names = b.names;
+	ds->name_off = b.off;
+	ds->labels = b.labels;
+	ds->refs = 1;
+	*out = ds;
+	return 0;
+nomem:
+	r = -ENOMEM;
+	set_err(errbuf, errlen, "dataset %s: out of memory", path);
+	if (ds) {
+		free(ds->root);
+		free(ds->bad);
+		free(ds);
+	}
+fail:
+	builder_free(&b);
+	if (dirfd >= 0)
+		close(dirfd);
+	return r;
+}
+
+struct dataset *dataset_ref(struct dataset *ds)
+{
+	ds->refs++;
+	return ds;
+}
+
+void dataset_unref(struct dataset *ds)
+{
+	if (!ds || --ds->refs > 0)
+		return;
+	close(ds->dirfd);
+	free(ds->root);
+	free(ds->names);
+	free(ds->name_off);
+	free(ds->labels);
+	free(ds->bad);
+	free(ds);
+}
+
+int64_t dataset_read(const struct dataset *ds, uint64_t index, uint8_t **buf, size_t *cap, uint64_t max_bytes)
+{
+	struct stat st;
+	size_t len = 0;
+	int fd, r;
+
+	if (index >= ds->count)
+		return -ERANGE;
+	fd = openat(ds->dirfd, ds->names + ds->name_off[index], O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		r = -EINVAL;
+		goto out;
+	}
+	if ((uint64_t)st.st_size > max_bytes) {
+		r = -EFBIG;
+		goto out;
+	}
+	if ((size_t)st.st_size + 1 > *cap) {
+		size_t want = (size_t)st.st_size + 1;
+		uint8_t *nb = realloc(*buf, want);
+		if (!nb) {
+			r = -ENOMEM;
+			goto out;
+		}
+		*buf = nb;
+		*cap = want;
+	}
+	/* Read to EOF (or the buffer's end): the file may have changed size. */
+	while (len < *cap) {
+		ssize_t n = read(fd, *buf + len, *cap - len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			r = -errno;
+			goto out;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	r = 0;
+out:
+	close(fd);
+	return r < 0 ? r : (int64_t)len;
+}

@@ -1,0 +1,59 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A data set: the ordered list of (file, label) samples.
+ *
+ * - A directory in ImageFolder layout: class = each sub-directory, label =
+ *   the index of its name in sorted order; samples ordered by class, then by
+ *   path (torchvision's order: os.walk sorted, file names sorted), JPEG files
+ *   only (.jpg, .jpeg, any case).
+ * - A text file of `relative/path label` lines (label = the last field;
+ *   relative to the list file's directory; '#' comments and blank lines
+ *   skipped).
+ * A sample's index is its position in that order.
+ *
+ * Opened once (a blocking scan, run off the loop thread), then read-only and
+ * shared by every session that names the same real path. Workers read files
+ * concurrently; the only mutable part is the atomic "known bad" bitmap.
+ */
+#ifndef STOKER_DATASET_H
+#define STOKER_DATASET_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct dataset {
+	char *root; /* real path of the directory or list file */
+	int dirfd;  /* directory sample paths are relative to (O_PATH) */
+	uint64_t count;
+	uint32_t num_classes;
+	char *names;         /* all relative paths, NUL separated */
+	uint64_t *name_off;  /* [count] offsets into names */
+	int32_t *labels;     /* [count] */
+	_Atomic uint64_t *bad; /* [count/64+1] bitmap of files that failed to decode */
+	unsigned refs;       /* loop thread only */
+};
+
+/* Scan `path`. On failure, a message for the client goes to errbuf. */
+int dataset_open(const char *path, uint64_t max_samples, struct dataset **out, char *errbuf, size_t errlen);
+struct dataset *dataset_ref(struct dataset *ds);
+/* Drop a reference; frees on the last. Accepts NULL. */
+void dataset_unref(struct dataset *ds);
+
+/*
+ * Read sample `index`'s file into *buf (grown as needed, never beyond
+ * max_bytes). Returns the length, -EFBIG over max_bytes, or -errno.
+ */
+int64_t dataset_read(const struct dataset *ds, uint64_t index, uint8_t **buf, size_t *cap, uint64_t max_bytes);
+
+static inline int dataset_is_bad(const struct dataset *ds, uint64_t index)
+{
+	return (atomic_load_explicit(&ds->bad[index / 64], memory_order_relaxed) >> (index % 64)) & 1;
+}
+
+static inline void dataset_mark_bad(struct dataset *ds, uint64_t index)
+{
+	atomic_fetch_or_explicit(&ds->bad[index / 64], 1ull << (index % 64), memory_order_relaxed);
+}
+
+#endif

@@ -1,0 +1,462 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Sockets: the listening socket, accepted connections, frames in and out,
+ * and dispatch of each message to its handler. libuv cannot pass fds over a
+ * stream, so connections are plain non-blocking sockets driven by uv_poll,
+ * read and written with recvmsg/sendmsg (proto/frame.c).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <systemd/sd-daemon.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "log.h"
+
+/* Replies waiting for a client that stopped reading; beyond this it is cut
+ * off. BatchReady messages are bounded by slots, so only abuse gets here. */
+#define CONN_MAX_QUEUED_BYTES (1u << 20)
+
+uint64_t daemon_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void conn_on_closed(uv_handle_t *h)
+{
+	struct conn *c = h->data;
+
+	frame_in_release(&c->in);
+	frame_out_release(&c->out);
+	free(c);
+}
+
+static void conn_finish_close(struct conn *c)
+{
+	struct daemon *d = c->d;
+
+	if (c->closed)
+		return;
+	c->closed = true;
+	session_detach(c);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		d->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	d->nconns--;
+	uv_poll_stop(&c->poll);
+	close(c->fd);
+	c->fd = -1;
+	uv_close((uv_handle_t *)&c->poll, conn_on_closed);
+}
+
+static void conn_update_poll(struct conn *c);
+
+void conn_close(struct conn *c, const char *why)
+{
+	if (c->closed)
+		return;
+	if (why)
+		log_info("client %llu (pid %d): disconnected: %s", (unsigned long long)c->id, (int)c->pid, why);
+	else
+		log_debug("client %llu (pid %d): disconnected", (unsigned long long)c->id, (int)c->pid);
+	if (!c->closing) {
+		c->closing = true;
+		/* Input stops now; the session's slots return at once. */
+		session_detach(c);
+	}
+	if (frame_out_empty(&c->out) || frame_out_flush(&c->out, c->fd) != -EAGAIN) {
+		conn_finish_close(c);
+		return;
+	}
+	conn_update_poll(c);
+}
+
+/* A peer that broke the protocol: count it, say why, hang up. */
+static void conn_protocol_error(struct conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void conn_protocol_error(struct conn *c, const char *fmt, ...)
+{
+	char why[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(why, sizeof(why), fmt, ap);
+	va_end(ap);
+	c->d->protocol_errors++;
+	conn_send_error(c, STOKER__ERROR_CODE__PROTOCOL_ERROR, "%s", why);
+	conn_close(c, why);
+}
+
+int conn_send(struct conn *c, const Stoker__Message *msg, int fd)
+{
+	int r;
+
+	if (c->closed) {
+		if (fd >= 0)
+			close(fd);
+		return -ENOTCONN;
+	}
+	r = frame_out_push(&c->out, msg, fd);
+	if (r < 0) {
+		conn_close(c, r == -ENOBUFS ? "not reading its replies" : "out of memory queueing a reply");
+		return r;
+	}
+	r = frame_out_flush(&c->out, c->fd);
+	if (r == -EAGAIN) {
+		conn_update_poll(c);
+		return 0;
+	}
+	if (r < 0) {
+		char why[64];
+
+		snprintf(why, sizeof(why), "send: %s", strerror(-r));
+		conn_finish_close(c);
+		log_debug("client %llu: %s", (unsigned long long)c->id, why);
+		return r;
+	}
+	if (c->closing)
+		conn_finish_close(c);
+	return 0;
+}
+
+int conn_send_error(struct conn *c, Stoker__ErrorCode code, const char *fmt, ...)
+{
+	Stoker__Message msg = STOKER__MESSAGE__INIT;
+	Stoker__Error err = STOKER__ERROR__INIT;
+	char text[512];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	err.code = code;
+	err.message = text;
+	msg.body_case = STOKER__MESSAGE__BODY_ERROR;
+	msg.error = &err;
+	return conn_send(c, &msg, -1);
+}
+
+static void handle_hello(struct conn *c, const Stoker__Hello *h)
+{
+	Stoker__Message msg = STOKER__MESSAGE__INIT;
+	Stoker__Welcome w = STOKER__WELCOME__INIT;
+
+	if (h->protocol_version != STOKER__VERSION__PROTOCOL_VERSION) {
+		c->d->protocol_errors++;
+		conn_send_error(c, STOKER__ERROR_CODE__VERSION_MISMATCH,
+				"protocol version %u is not supported; stokerd %s speaks version %d", h->protocol_version,
+				STOKER_VERSION, STOKER__VERSION__PROTOCOL_VERSION);
+		conn_close(c, "protocol version mismatch");
+		return;
+	}
+	c->greeted = true;
+	w.protocol_version = STOKER__VERSION__PROTOCOL_VERSION;
+	w.daemon_version = (char *)STOKER_VERSION;
+	w.max_frame_bytes = c->d->cfg.max_frame_bytes;
+	msg.body_case = STOKER__MESSAGE__BODY_WELCOME;
+	msg.welcome = &w;
+	log_debug("client %llu (pid %d): hello from '%s'", (unsigned long long)c->id, (int)c->pid,
+		  h->client_name ? h->client_name : "");
+	conn_send(c, &msg, -1);
+}
+
+static void conn_dispatch(struct conn *c, const Stoker__Message *m)
+{
+	if (!c->greeted) {
+		if (m->body_case != STOKER__MESSAGE__BODY_HELLO) {
+			conn_protocol_error(c, "the first message must be Hello");
+			return;
+		}
+		handle_hello(c, m->hello);
+		return;
+	}
+	switch (m->body_case) {
+	case STOKER__MESSAGE__BODY_ATTACH:
+		session_handle_attach(c, m->attach);
+		break;
+	case STOKER__MESSAGE__BODY_START_EPOCH:
+		session_handle_start_epoch(c, m->start_epoch);
+		break;
+	case STOKER__MESSAGE__BODY_RELEASE:
+		session_handle_release(c, m->release);
+		break;
+	case STOKER__MESSAGE__BODY_STATS_REQUEST:
+		control_handle_stats(c);
+		break;
+	default:
+		conn_protocol_error(c, "unexpected message %d from a client", (int)m->body_case);
+		break;
+	}
+}
+
+static void conn_on_readable(struct conn *c)
+{
+	/* Bounded work per wakeup keeps one chatty client from starving the
+	 * loop; the poll fires again if more is waiting. */
+	for (int rounds = 0; rounds < 16 && !c->closing; rounds++) {
+		ssize_t n = frame_in_fill(&c->in, c->fd);
+		Stoker__Message *m;
+		int r;
+
+		if (n == -EAGAIN)
+			return;
+		if (n == 0) {
+			conn_close(c, c->in.len ? "closed mid-frame" : NULL);
+			return;
+		}
+		if (n == -EPROTO || c->in.nfds > 0) {
+			conn_protocol_error(c, "sent file descriptors, which the protocol never allows");
+			return;
+		}
+		if (n == -EMSGSIZE) {
+			conn_protocol_error(c, "frame larger than %u bytes", c->in.max_body);
+			return;
+		}
+		if (n < 0) {
+			char why[64];
+			snprintf(why, sizeof(why), "recv: %s", strerror((int)-n));
+			conn_close(c, why);
+			return;
+		}
+		while (!c->closing && (r = frame_in_next(&c->in, &m)) != 0) {
+			if (r == -EMSGSIZE) {
+				conn_protocol_error(c, "frame larger than %u bytes", c->in.max_body);
+				return;
+			}
+			if (r < 0) {
+				conn_protocol_error(c, "malformed frame");
+				return;
+			}
+			conn_dispatch(c, m);
+			stoker__message__free_unpacked(m, NULL);
+		}
+	}
+}
+
+static void conn_on_poll(uv_poll_t *h, int status, int events)
+{
+	struct conn *c = h->data;
+
+	if (c->closed)
+		return;
+	if (status < 0) {
+		/* libuv reports EPOLLERR as UV_EBADF: on a Unix socket that is the
+		 * peer closing with our replies unread, an ordinary way to leave. */
+		conn_close(c, NULL);
+		return;
+	}
+	if (events & UV_WRITABLE) {
+		int r = frame_out_flush(&c->out, c->fd);
+		if (r < 0 && r != -EAGAIN) {
+			conn_finish_close(c);
+			return;
+		}
+		if (r == 0 && c->closing) {
+			conn_finish_close(c);
+			return;
+		}
+	}
+	if ((events & (UV_READABLE | UV_DISCONNECT)) && !c->closing)
+		conn_on_readable(c);
+	if (!c->closed)
+		conn_update_poll(c);
+}
+
+static void conn_update_poll(struct conn *c)
+{
+	int want = 0;
+
+	if (c->closed)
+		return;
+	if (!c->closing)
+		want |= UV_READABLE | UV_DISCONNECT;
+	if (!frame_out_empty(&c->out))
+		want |= UV_WRITABLE;
+	if (want == c->poll_events)
+		return;
+	c->poll_events = want;
+	if (want)
+		uv_poll_start(&c->poll, want, conn_on_poll);
+	else
+		uv_poll_stop(&c->poll);
+}
+
+static void server_on_accept(uv_poll_t *h, int status, int events)
+{
+	struct daemon *d = h->data;
+
+	/* Accept a bounded batch per wakeup; a burst of connects cannot hog
+	 * the loop. */
+	for (int i = 0; i < 64 && d->listening; i++) {
+		struct ucred cred = {0};
+		socklen_t len = sizeof(cred);
+		struct conn *c;
+		int fd, r;
+
+		fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+				log_warning("accept: %s", strerror(errno));
+			return;
+		}
+		if (d->nconns >= d->cfg.max_clients) {
+			/* Refused without a reply: it would need a frame we cannot
+			 * afford to queue for every attacker. */
+			log_warning("refusing a connection: %u clients is the limit (max_clients)", d->cfg.max_clients);
+			close(fd);
+			continue;
+		}
+		c = calloc(1, sizeof(*c));
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+			c->pid = cred.pid;
+			c->uid = cred.uid;
+			c->gid = cred.gid;
+		}
+		c->d = d;
+		c->fd = fd;
+		c->id = ++d->next_conn_id;
+		frame_in_init(&c->in, d->cfg.max_frame_bytes);
+		frame_out_init(&c->out, CONN_MAX_QUEUED_BYTES);
+		r = uv_poll_init(d->loop, &c->poll, fd);
+		if (r < 0) {
+			log_warning("client pid %d: uv_poll_init: %s", (int)c->pid, uv_strerror(r));
+			close(fd);
+			free(c);
+			continue;
+		}
+		c->poll.data = c;
+		c->next = d->conns;
+		if (d->conns)
+			d->conns->prev = c;
+		d->conns = c;
+		d->nconns++;
+		log_debug("client %llu: connected (pid %d, uid %d)", (unsigned long long)c->id, (int)c->pid,
+			  (int)c->uid);
+		conn_update_poll(c);
+	}
+}
+
+/* Is a live daemon answering on `addr`? */
+static bool socket_in_use(const struct sockaddr_un *addr)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool in_use;
+
+	if (fd < 0)
+		return false;
+	in_use = connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) == 0;
+	close(fd);
+	return in_use;
+}
+
+int server_listen(struct daemon *d)
+{
+	struct sockaddr_un addr = {.sun_family = AF_UNIX};
+	int n, fd = -1, r;
+
+	n = sd_listen_fds(1);
+	if (n > 1) {
+		log_error("socket activation passed %d sockets; stokerd takes one", n);
+		return -EINVAL;
+	}
+	if (n == 1) {
+		/* systemd owns the path; we only take the socket. */
+		fd = SD_LISTEN_FDS_START;
+		r = sd_is_socket_unix(fd, SOCK_STREAM, 1, NULL, 0);
+		if (r <= 0) {
+			log_error("socket activation: fd %d is not a listening Unix stream socket", fd);
+			return r < 0 ? r : -EINVAL;
+		}
+		int flags = fcntl(fd, F_GETFL);
+		if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
+			return -errno;
+		log_info("listening on the socket systemd passed");
+	} else {
+		snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", d->cfg.socket_path);
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return -errno;
+		if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+			r = -errno;
+			/* A path left by a killed daemon is replaced; one a live
+			 * daemon answers on is not. */
+			if (r != -EADDRINUSE || socket_in_use(&addr)) {
+				log_error("cannot listen on %s: %s", d->cfg.socket_path,
+					  r == -EADDRINUSE ? "another stokerd is serving it" : strerror(-r));
+				goto fail;
+			}
+			log_notice("replacing stale socket %s", d->cfg.socket_path);
+			if (unlink(addr.sun_path) < 0 || bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+				r = -errno;
+				log_error("cannot listen on %s: %s", d->cfg.socket_path, strerror(-r));
+				goto fail;
+			}
+		}
+		d->owns_socket_path = true;
+		if (listen(fd, SOMAXCONN) < 0) {
+			r = -errno;
+			log_error("listen on %s: %s", d->cfg.socket_path, strerror(-r));
+			goto fail;
+		}
+		log_info("listening on %s", d->cfg.socket_path);
+	}
+	r = uv_poll_init(d->loop, &d->listen_poll, fd);
+	if (r < 0)
+		goto fail;
+	d->listen_poll.data = d;
+	d->listen_fd = fd;
+	d->listening = true;
+	uv_poll_start(&d->listen_poll, UV_READABLE, server_on_accept);
+	return 0;
+fail:
+	if (d->owns_socket_path)
+		unlink(addr.sun_path);
+	d->owns_socket_path = false;
+	close(fd);
+	return r;
+}
+
+void server_stop_listening(struct daemon *d)
+{
+	if (!d->listening)
+		return;
+	d->listening = false;
+	uv_poll_stop(&d->listen_poll);
+	uv_close((uv_handle_t *)&d->listen_poll, NULL);
+	close(d->listen_fd);
+	if (d->owns_socket_path)
+		unlink(d->cfg.socket_path);
+}
+
+void server_close_all(struct daemon *d, bool force)
+{
+	struct conn *c, *next;
+
+	for (c = d->conns; c; c = next) {
+		next = c->next;
+		if (force) {
+			conn_finish_close(c);
+			continue;
+		}
+		if (!c->closing)
+			conn_send_error(c, STOKER__ERROR_CODE__SHUTTING_DOWN, "stokerd is shutting down");
+		conn_close(c, NULL);
+	}
+}

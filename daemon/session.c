@@ -1,0 +1,544 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "dataset.h"
+#include "log.h"
+#include "ring.h"
+#include "session.h"
+#include "workers.h"
+
+/* Data sets larger than this are refused (the plan holds 8 bytes a sample). */
+#define SESSION_MAX_SAMPLES (1ull << 32)
+
+struct attach_request {
+	uv_work_t work;
+	struct daemon *d;
+	struct conn *conn; /* NULL if the client left during the scan */
+	Stoker__Attach params;
+	char path[PATH_MAX];
+	struct dataset *result;
+	int err;
+	char errbuf[512];
+};
+
+static size_t align_up(size_t v, size_t a)
+{
+	return (v + a - 1) / a * a;
+}
+
+/* ---- data sets shared between sessions ---- */
+
+static struct dataset *datasets_find(struct daemon *d, const char *root)
+{
+	for (size_t i = 0; i < d->ndatasets; i++)
+		if (strcmp(d->datasets[i]->root, root) == 0)
+			return dataset_ref(d->datasets[i]);
+	return NULL;
+}
+
+static int datasets_add(struct daemon *d, struct dataset *ds)
+{
+	struct dataset **v = realloc(d->datasets, (d->ndatasets + 1) * sizeof(*v));
+
+	if (!v)
+		return -ENOMEM;
+	d->datasets = v;
+	d->datasets[d->ndatasets++] = ds;
+	return 0;
+}
+
+static void datasets_put(struct daemon *d, struct dataset *ds)
+{
+	if (!ds)
+		return;
+	if (ds->refs == 1) {
+		for (size_t i = 0; i < d->ndatasets; i++) {
+			if (d->datasets[i] == ds) {
+				d->datasets[i] = d->datasets[--d->ndatasets];
+				break;
+			}
+		}
+	}
+	dataset_unref(ds);
+}
+
+/* ---- sessions ---- */
+
+static void session_free(struct session *s)
+{
+	if (!s)
+		return;
+	datasets_put(s->d, s->ds);
+	ring_free(s->ring);
+	free(s->slot_state);
+	free(s->jobs);
+	free(s->job_orders);
+	free(s->order);
+	free(s->dataset_name);
+	free(s);
+}
+
+/*
+ * Sending can close the connection, which detaches the session; a session
+ * held by a handler on the stack is freed when the handler lets go.
+ */
+static void session_hold(struct session *s)
+{
+	s->hold++;
+}
+
+static void session_unhold(struct session *s)
+{
+	if (--s->hold == 0 && !s->conn && s->inflight == 0)
+		session_free(s);
+}
+
+static void session_schedule(struct session *s)
+{
+	struct daemon *d = s->d;
+
+	if (!s->conn || d->stopping)
+		return;
+	for (uint32_t slot = 0; slot < s->ring->slot_count && s->next_schedule < s->batches_per_epoch; slot++) {
+		struct batch_job *job = &s->jobs[slot];
+		uint8_t *base;
+		uint64_t b = s->next_schedule;
+
+		if (s->slot_state[slot] != SLOT_FREE)
+			continue;
+		base = ring_slot(s->ring, slot);
+		job->ds = s->ds;
+		job->spec = s->spec;
+		job->seed = s->plan.seed;
+		job->epoch = s->epoch;
+		job->batch_index = b;
+		job->count = plan_batch_count(&s->plan, b);
+		job->slot = slot;
+		job->generation = s->generation;
+		job->order = s->job_orders + (size_t)slot * s->plan.batch_size;
+		memcpy((uint64_t *)job->order, s->order + b * s->plan.batch_size, job->count * sizeof(uint64_t));
+		job->images = base;
+		job->labels = (int64_t *)(base + s->labels_offset);
+		job->indices = (int64_t *)(base + s->indices_offset);
+		job->owner = s;
+		atomic_store_explicit(&job->replaced, 0, memory_order_relaxed);
+		atomic_store_explicit(&job->cancelled, false, memory_order_relaxed);
+		if (pool_submit(d->pool, job) < 0) {
+			d->pool_full = true;
+			return;
+		}
+		s->slot_state[slot] = SLOT_FILLING;
+		s->inflight++;
+		s->next_schedule++;
+	}
+}
+
+/* Announce filled batches in order, then the end of the epoch. */
+static void session_deliver(struct session *s)
+{
+	struct daemon *d = s->d;
+
+	while (s->conn && s->next_deliver < s->batches_per_epoch) {
+		Stoker__Message msg = STOKER__MESSAGE__INIT;
+		Stoker__BatchReady br = STOKER__BATCH_READY__INIT;
+		uint32_t slot;
+
+		for (slot = 0; slot < s->ring->slot_count; slot++)
+			if (s->slot_state[slot] == SLOT_READY && s->jobs[slot].batch_index == s->next_deliver)
+				break;
+		if (slot == s->ring->slot_count)
+			return;
+		br.slot = slot;
+		br.generation = s->generation;
+		br.epoch = s->epoch;
+		br.batch_index = s->next_deliver;
+		br.count = s->jobs[slot].count;
+		br.replaced = atomic_load_explicit(&s->jobs[slot].replaced, memory_order_relaxed);
+		br.has_replaced = true;
+		msg.body_case = STOKER__MESSAGE__BODY_BATCH_READY;
+		msg.batch_ready = &br;
+		s->slot_state[slot] = SLOT_CLIENT;
+		s->next_deliver++;
+		s->batches++;
+		s->images += br.count;
+		d->batches_served++;
+		d->images_served += br.count;
+		if (conn_send(s->conn, &msg, -1) < 0)
+			return;
+	}
+	if (s->conn && s->next_deliver == s->batches_per_epoch && !s->end_sent) {
+		Stoker__Message msg = STOKER__MESSAGE__INIT;
+		Stoker__EndOfEpoch eoe = STOKER__END_OF_EPOCH__INIT;
+
+		s->end_sent = true;
+		eoe.generation = s->generation;
+		eoe.epoch = s->epoch;
+		msg.body_case = STOKER__MESSAGE__BODY_END_OF_EPOCH;
+		msg.end_of_epoch = &eoe;
+		conn_send(s->conn, &msg, -1);
+	}
+}
+
+/* Start producing `epoch` from batch `first`, as generation `gen`. */
+static int session_start_epoch(struct session *s, uint64_t epoch, uint32_t gen, uint64_t first)
+{
+	uint64_t *order;
+	int r;
+
+	r = plan_epoch_order(&s->plan, epoch, &order);
+	if (r < 0)
+		return r;
+	free(s->order);
+	s->order = order;
+	for (uint32_t slot = 0; slot < s->ring->slot_count; slot++) {
+		if (s->slot_state[slot] == SLOT_FILLING)
+			atomic_store_explicit(&s->jobs[slot].cancelled, true, memory_order_relaxed);
+		else if (s->slot_state[slot] == SLOT_READY)
+			s->slot_state[slot] = SLOT_FREE;
+	}
+	s->epoch = epoch;
+	s->generation = gen;
+	s->next_schedule = s->next_deliver = first;
+	s->end_sent = false;
+	session_deliver(s);
+	session_schedule(s);
+	return 0;
+}
+
+static void session_create(struct conn *c, struct attach_request *req, struct dataset *ds)
+{
+	struct daemon *d = c->d;
+	const Stoker__Attach *a = &req->params;
+	Stoker__Message msg = STOKER__MESSAGE__INIT;
+	Stoker__Attached at = STOKER__ATTACHED__INIT;
+	struct session *s;
+	uint64_t image_bytes, slot_bytes, ring_bytes;
+	uint32_t prefetch = a->prefetch ? a->prefetch : d->cfg.prefetch, slots;
+	int r, fd;
+
+	s = calloc(1, sizeof(*s));
+	if (!s) {
+		datasets_put(d, ds);
+		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+	s->d = d;
+	s->ds = ds;
+	s->pid = (uint32_t)c->pid;
+	s->plan = (struct plan_spec){
+		.samples = ds->count,
+		.seed = a->seed,
+		.rank = a->rank,
+		.world_size = a->world_size,
+		.batch_size = a->batch_size,
+		.shuffle = a->shuffle,
+		.drop_last = a->drop_last,
+	};
+	s->spec.kind = a->transform == STOKER__TRANSFORM__CENTER_CROP ? TRANSFORM_CENTER_CROP
+								       : TRANSFORM_RANDOM_RESIZED_CROP;
+	s->spec.image_size = a->image_size;
+	if (plan_validate(&s->plan) < 0) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT,
+				"data set %s has %llu samples: with world_size %u, batch_size %u and drop_last, rank %u "
+				"gets no batch",
+				ds->root, (unsigned long long)ds->count, a->world_size, a->batch_size, a->rank);
+		goto fail;
+	}
+
+	/* Slot layout: images, then labels and indices, each 64-byte aligned;
+	 * slots page aligned. */
+	image_bytes = (uint64_t)a->batch_size * a->image_size * a->image_size * 3;
+	s->labels_offset = align_up(image_bytes, 64);
+	s->indices_offset = s->labels_offset + (size_t)a->batch_size * sizeof(int64_t);
+	slot_bytes = align_up(s->indices_offset + (size_t)a->batch_size * sizeof(int64_t),
+			      (size_t)sysconf(_SC_PAGESIZE));
+	slots = prefetch + 1; /* the batch the client holds, plus those ready ahead */
+	ring_bytes = slot_bytes * slots;
+	if (ring_bytes > d->cfg.max_ring_bytes) {
+		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
+				"a ring of %u slots x %llu bytes exceeds max_ring_bytes (%llu): lower batch_size, "
+				"image_size or prefetch",
+				slots, (unsigned long long)slot_bytes, (unsigned long long)d->cfg.max_ring_bytes);
+		goto fail;
+	}
+	r = ring_create(slots, slot_bytes, &s->ring);
+	if (r < 0) {
+		log_warning("client %llu (pid %d): cannot create a %llu-byte ring: %s", (unsigned long long)c->id,
+			    (int)c->pid, (unsigned long long)ring_bytes, strerror(-r));
+		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "cannot create a %llu-byte ring: %s",
+				(unsigned long long)ring_bytes, strerror(-r));
+		goto fail;
+	}
+	s->slot_state = calloc(slots, sizeof(*s->slot_state));
+	s->jobs = calloc(slots, sizeof(*s->jobs));
+	s->job_orders = calloc((size_t)slots * a->batch_size, sizeof(*s->job_orders));
+	s->dataset_name = strdup(ds->root);
+	if (!s->slot_state || !s->jobs || !s->job_orders || !s->dataset_name) {
+		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
+		goto fail;
+	}
+	s->batches_per_epoch = plan_batches_per_epoch(&s->plan);
+	fd = ring_reader_fd(s->ring);
+	if (fd < 0) {
+		conn_send_error(c, STOKER__ERROR_CODE__INTERNAL, "cannot reopen the ring read-only: %s",
+				strerror(-fd));
+		goto fail;
+	}
+
+	at.slot_count = slots;
+	at.slot_bytes = slot_bytes;
+	at.ring_bytes = ring_bytes;
+	at.dataset_samples = ds->count;
+	at.num_classes = ds->num_classes;
+	at.samples_per_epoch = plan_samples_per_epoch(&s->plan);
+	at.batches_per_epoch = s->batches_per_epoch;
+	at.batch_size = a->batch_size;
+	at.image_height = at.image_width = a->image_size;
+	at.channels = 3;
+	at.labels_offset = s->labels_offset;
+	at.indices_offset = s->indices_offset;
+	at.epoch = a->epoch;
+	msg.body_case = STOKER__MESSAGE__BODY_ATTACHED;
+	msg.attached = &at;
+
+	s->conn = c;
+	c->session = s;
+	session_hold(s);
+	if (conn_send(c, &msg, fd) < 0)
+		goto out; /* the connection closed and detached the session */
+	log_info("client %llu (pid %d): attached to %s (%llu samples), rank %u/%u, batch %u, %s %u, seed %llu",
+		 (unsigned long long)c->id, (int)c->pid, ds->root, (unsigned long long)ds->count, a->rank,
+		 a->world_size, a->batch_size, s->spec.kind == TRANSFORM_CENTER_CROP ? "center_crop" : "random_resized_crop",
+		 a->image_size, (unsigned long long)a->seed);
+	r = session_start_epoch(s, a->epoch, 0, 0);
+	if (r < 0)
+		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "cannot plan epoch: %s", strerror(-r));
+out:
+	session_unhold(s);
+	return;
+fail:
+	session_free(s);
+}
+
+static void attach_scan(uv_work_t *w)
+{
+	struct attach_request *req = w->data;
+
+	req->err = dataset_open(req->path, SESSION_MAX_SAMPLES, &req->result, req->errbuf, sizeof(req->errbuf));
+}
+
+static void attach_scanned(uv_work_t *w, int status)
+{
+	struct attach_request *req = w->data;
+	struct conn *c = req->conn;
+	struct dataset *ds = req->result, *existing;
+
+	if (c)
+		c->attaching = NULL;
+	if (!c || c->closing || status < 0) {
+		dataset_unref(ds);
+		goto out;
+	}
+	if (req->err < 0) {
+		log_info("client %llu (pid %d): attach failed: %s", (unsigned long long)c->id, (int)c->pid,
+			 req->errbuf);
+		conn_send_error(c, req->err == -ENOENT ? STOKER__ERROR_CODE__NOT_FOUND
+						       : STOKER__ERROR_CODE__INVALID_ARGUMENT,
+				"%s", req->errbuf);
+		goto out;
+	}
+	/* Another client may have opened the same data set meanwhile. */
+	existing = datasets_find(req->d, ds->root);
+	if (existing) {
+		dataset_unref(ds);
+		ds = existing;
+	} else if (datasets_add(req->d, ds) < 0) {
+		dataset_unref(ds);
+		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
+		goto out;
+	}
+	session_create(c, req, ds);
+out:
+	free(req->params.dataset);
+	free(req);
+}
+
+void session_handle_attach(struct conn *c, const Stoker__Attach *a)
+{
+	struct daemon *d = c->d;
+	struct attach_request *req;
+	char real[PATH_MAX];
+	struct dataset *ds;
+	uint32_t prefetch = a->prefetch ? a->prefetch : d->cfg.prefetch;
+	int r;
+
+	if (c->session || c->attaching) {
+		conn_send_error(c, STOKER__ERROR_CODE__FAILED_PRECONDITION, "already attached");
+		return;
+	}
+	if (a->transform != STOKER__TRANSFORM__RANDOM_RESIZED_CROP && a->transform != STOKER__TRANSFORM__CENTER_CROP) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "unknown transform %d", (int)a->transform);
+		return;
+	}
+	if (a->batch_size == 0 || a->batch_size > d->cfg.max_batch_size) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "batch_size %u is not in 1..%u (max_batch_size)",
+				a->batch_size, d->cfg.max_batch_size);
+		return;
+	}
+	if (a->image_size == 0 || a->image_size > d->cfg.max_image_size) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "image_size %u is not in 1..%u (max_image_size)",
+				a->image_size, d->cfg.max_image_size);
+		return;
+	}
+	if (a->world_size == 0 || a->rank >= a->world_size) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT,
+				"rank %u and world_size %u: need world_size >= 1 and rank < world_size", a->rank,
+				a->world_size);
+		return;
+	}
+	if (prefetch > d->cfg.max_prefetch) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "prefetch %u is over %u (max_prefetch)", prefetch,
+				d->cfg.max_prefetch);
+		return;
+	}
+	if (!a->dataset || !a->dataset[0] || strlen(a->dataset) >= PATH_MAX) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "no data set path given");
+		return;
+	}
+	if (!realpath(a->dataset, real)) {
+		r = errno;
+		conn_send_error(c, r == ENOENT ? STOKER__ERROR_CODE__NOT_FOUND : STOKER__ERROR_CODE__INVALID_ARGUMENT,
+				"data set %s: %s", a->dataset, strerror(r));
+		return;
+	}
+
+	req = calloc(1, sizeof(*req));
+	if (!req) {
+		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+	req->d = d;
+	req->conn = c;
+	req->params = *a;
+	req->params.base.unknown_fields = NULL;
+	req->params.dataset = strdup(real);
+	snprintf(req->path, sizeof(req->path), "%s", real);
+	if (!req->params.dataset) {
+		free(req);
+		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+
+	ds = datasets_find(d, real);
+	if (ds) {
+		session_create(c, req, ds);
+		free(req->params.dataset);
+		free(req);
+		return;
+	}
+	/* Scanning a large tree takes seconds: not on the loop thread. */
+	req->work.data = req;
+	c->attaching = req;
+	r = uv_queue_work(d->loop, &req->work, attach_scan, attach_scanned);
+	if (r < 0) {
+		c->attaching = NULL;
+		free(req->params.dataset);
+		free(req);
+		conn_send_error(c, STOKER__ERROR_CODE__INTERNAL, "cannot queue the data set scan: %s", uv_strerror(r));
+	}
+}
+
+void session_handle_start_epoch(struct conn *c, const Stoker__StartEpoch *m)
+{
+	struct session *s = c->session;
+	int r;
+
+	if (!s) {
+		conn_send_error(c, STOKER__ERROR_CODE__FAILED_PRECONDITION, "StartEpoch before Attach");
+		return;
+	}
+	if (m->first_batch > s->batches_per_epoch) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "first_batch %llu is past the epoch's %llu batches",
+				(unsigned long long)m->first_batch, (unsigned long long)s->batches_per_epoch);
+		return;
+	}
+	session_hold(s);
+	r = session_start_epoch(s, m->epoch, m->generation, m->first_batch);
+	if (r < 0 && s->conn)
+		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "cannot plan epoch %llu: %s",
+				(unsigned long long)m->epoch, strerror(-r));
+	session_unhold(s);
+}
+
+void session_handle_release(struct conn *c, const Stoker__Release *m)
+{
+	struct session *s = c->session;
+
+	if (!s) {
+		conn_send_error(c, STOKER__ERROR_CODE__FAILED_PRECONDITION, "Release before Attach");
+		return;
+	}
+	if (m->slot >= s->ring->slot_count || s->slot_state[m->slot] != SLOT_CLIENT) {
+		c->d->protocol_errors++;
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "slot %u is not held by this client", m->slot);
+		return;
+	}
+	s->slot_state[m->slot] = SLOT_FREE;
+	if (m->wait_ns > s->wait_ns)
+		s->wait_ns = m->wait_ns;
+	session_schedule(s);
+}
+
+void session_detach(struct conn *c)
+{
+	struct session *s = c->session;
+
+	if (c->attaching) {
+		c->attaching->conn = NULL;
+		c->attaching = NULL;
+	}
+	if (!s)
+		return;
+	c->session = NULL;
+	s->conn = NULL;
+	for (uint32_t slot = 0; slot < s->ring->slot_count; slot++)
+		if (s->slot_state[slot] == SLOT_FILLING)
+			atomic_store_explicit(&s->jobs[slot].cancelled, true, memory_order_relaxed);
+	/* Jobs still in the pool write into the ring: it lives until they
+	 * return (session_job_done). */
+	if (s->inflight == 0 && s->hold == 0)
+		session_free(s);
+}
+
+void sessions_schedule_all(struct daemon *d)
+{
+	d->pool_full = false;
+	for (struct conn *c = d->conns; c && !d->pool_full; c = c->next)
+		if (c->session)
+			session_schedule(c->session);
+}
+
+void session_job_done(struct batch_job *job, void *userdata)
+{
+	struct daemon *d = userdata;
+	struct session *s = job->owner;
+	bool current;
+
+	session_hold(s);
+	s->inflight--;
+	if (s->conn) {
+		current = job->generation == s->generation &&
+			  !atomic_load_explicit(&job->cancelled, memory_order_relaxed);
+		s->slot_state[job->slot] = current ? SLOT_READY : SLOT_FREE;
+		session_deliver(s);
+		session_schedule(s);
+	}
+	session_unhold(s);
+	if (d->pool_full)
+		sessions_schedule_all(d);
+}

@@ -1,0 +1,350 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dataset.h"
+#include "log.h"
+#include "workers.h"
+
+#define CACHELINE 64
+
+struct pool_task {
+	struct batch_job *job; /* NULL: the thread exits */
+	uint32_t pos;
+};
+
+struct queue_cell {
+	_Atomic size_t seq;
+	struct pool_task task;
+};
+
+struct worker {
+	struct pool *pool;
+	pthread_t thread;
+	bool started;
+	struct pipeline *pipeline;
+	uint8_t *buf;
+	size_t cap;
+	/* Read by the loop for stats; each on its own line to avoid sharing. */
+	_Alignas(CACHELINE) _Atomic uint64_t busy_ns;
+	_Atomic uint64_t decode_errors;
+};
+
+struct pool {
+	struct pool_settings settings;
+	struct queue_cell *cells;
+	size_t mask;
+	_Alignas(CACHELINE) _Atomic size_t enqueue_pos;
+	_Alignas(CACHELINE) _Atomic size_t dequeue_pos;
+	_Alignas(CACHELINE) _Atomic uint64_t tasks_done;
+	_Alignas(CACHELINE) _Atomic(struct batch_job *) done_head;
+	uint64_t tasks_submitted; /* loop thread only */
+	sem_t ready;
+	uv_async_t async;
+	bool async_open;
+	pool_done_fn done;
+	void *userdata;
+	uint32_t nworkers;
+	struct worker *workers;
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Single producer (the loop); capacity is checked before, so never full. */
+static void queue_push(struct pool *p, struct pool_task task)
+{
+	size_t pos = atomic_load_explicit(&p->enqueue_pos, memory_order_relaxed);
+	struct queue_cell *cell = &p->cells[pos & p->mask];
+
+	cell->task = task;
+	atomic_store_explicit(&p->enqueue_pos, pos + 1, memory_order_relaxed);
+	atomic_store_explicit(&cell->seq, pos + 1, memory_order_release);
+	sem_post(&p->ready);
+}
+
+/* Many consumers. Called after sem_wait, so a published cell exists. */
+static struct pool_task queue_pop(struct pool *p)
+{
+	size_t pos = atomic_load_explicit(&p->dequeue_pos, memory_order_relaxed);
+
+	for (;;) {
+		struct queue_cell *cell = &p->cells[pos & p->mask];
+		size_t seq = atomic_load_explicit(&cell->seq, memory_order_acquire);
+		intptr_t dif = (intptr_t)seq - (intptr_t)(pos + 1);
+
+		if (dif == 0) {
+			if (atomic_compare_exchange_weak_explicit(&p->dequeue_pos, &pos, pos + 1,
+								  memory_order_relaxed, memory_order_relaxed)) {
+				struct pool_task t = cell->task;
+				atomic_store_explicit(&cell->seq, pos + p->mask + 1, memory_order_release);
+				return t;
+			}
+		} else {
+			pos = atomic_load_explicit(&p->dequeue_pos, memory_order_relaxed);
+		}
+	}
+}
+
+/* Try one candidate sample; 0 when its pixels are in place. */
+static int produce_one(struct worker *w, struct batch_job *job, uint64_t index, uint8_t *dst)
+{
+	struct pool *p = w->pool;
+	struct dataset *ds = job->ds;
+	struct rng rng;
+	int64_t len;
+	int r;
+
+	if (dataset_is_bad(ds, index))
+		return -EBADMSG;
+	len = dataset_read(ds, index, &w->buf, &w->cap, p->settings.max_file_bytes);
+	if (len < 0) {
+		r = (int)len;
+		dataset_mark_bad(ds, index);
+		log_warning("sample %llu (%s/%s): cannot read: %s; replaced", (unsigned long long)index, ds->root,
+			    ds->names + ds->name_off[index], strerror(-r));
+		return r;
+	}
+	rng_init(&rng, job->seed, job->epoch, index, RNG_AUGMENT);
+	r = pipeline_run(w->pipeline, w->buf, (size_t)len, &job->spec, &rng, dst);
+	if (r < 0) {
+		/* Marking it bad means each bad file is logged once, and later
+		 * epochs skip the decode. */
+		dataset_mark_bad(ds, index);
+		log_warning("sample %llu (%s/%s): cannot decode: %s; replaced", (unsigned long long)index, ds->root,
+			    ds->names + ds->name_off[index], pipeline_error(w->pipeline));
+	}
+	return r;
+}
+
+/*
+ * An unreadable sample is replaced by the next index in data-set order that
+ * decodes (index+1, index+2, ... modulo N), so the stand-in depends only on
+ * the files, never on timing. The indices array reports the stand-in.
+ */
+static void produce_sample(struct worker *w, struct batch_job *job, uint32_t pos)
+{
+	struct pool *p = w->pool;
+	size_t image_bytes = (size_t)job->spec.image_size * job->spec.image_size * 3;
+	uint8_t *dst = job->images + (size_t)pos * image_bytes;
+	uint64_t index = job->order[pos], n = job->ds->count;
+
+	for (uint32_t attempt = 0; attempt < p->settings.replace_attempts; attempt++) {
+		uint64_t candidate = (index + attempt) % n;
+
+		if (produce_one(w, job, candidate, dst) == 0) {
+			job->labels[pos] = job->ds->labels[candidate];
+			job->indices[pos] = (int64_t)candidate;
+			if (attempt > 0)
+				atomic_fetch_add_explicit(&job->replaced, 1, memory_order_relaxed);
+			return;
+		}
+		atomic_fetch_add_explicit(&w->decode_errors, 1, memory_order_relaxed);
+	}
+	/* Nothing near it decodes: an empty image with label -1 says so. */
+	memset(dst, 0, image_bytes);
+	job->labels[pos] = -1;
+	job->indices[pos] = (int64_t)index;
+	atomic_fetch_add_explicit(&job->replaced, 1, memory_order_relaxed);
+}
+
+static void job_finish(struct pool *p, struct batch_job *job)
+{
+	struct batch_job *head = atomic_load_explicit(&p->done_head, memory_order_relaxed);
+
+	do
+		job->done_next = head;
+	while (!atomic_compare_exchange_weak_explicit(&p->done_head, &head, job, memory_order_release,
+						      memory_order_relaxed));
+	uv_async_send(&p->async);
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	struct pool *p = w->pool;
+
+	for (;;) {
+		struct pool_task t;
+		uint64_t start;
+
+		while (sem_wait(&p->ready) < 0)
+			;
+		t = queue_pop(p);
+		if (!t.job)
+			break;
+		start = now_ns();
+		if (!atomic_load_explicit(&t.job->cancelled, memory_order_relaxed))
+			produce_sample(w, t.job, t.pos);
+		atomic_fetch_add_explicit(&w->busy_ns, now_ns() - start, memory_order_relaxed);
+		atomic_fetch_add_explicit(&p->tasks_done, 1, memory_order_release);
+		if (atomic_fetch_sub_explicit(&t.job->remaining, 1, memory_order_acq_rel) == 1)
+			job_finish(p, t.job);
+	}
+	return NULL;
+}
+
+static void pool_on_async(uv_async_t *handle)
+{
+	struct pool *p = handle->data;
+	struct batch_job *list = atomic_exchange_explicit(&p->done_head, NULL, memory_order_acquire);
+	struct batch_job *fifo = NULL;
+
+	/* The stack is newest first; hand jobs over oldest first. */
+	while (list) {
+		struct batch_job *next = list->done_next;
+		list->done_next = fifo;
+		fifo = list;
+		list = next;
+	}
+	while (fifo) {
+		struct batch_job *next = fifo->done_next;
+		p->done(fifo, p->userdata);
+		fifo = next;
+	}
+}
+
+int pool_new(uv_loop_t *loop, const struct pool_settings *s, pool_done_fn done, void *userdata, struct pool **out)
+{
+	struct pool *p;
+	size_t cap = 1;
+	int r;
+
+	if (s->workers == 0 || s->queue_capacity == 0)
+		return -EINVAL;
+	while (cap < (size_t)s->queue_capacity + s->workers)
+		cap <<= 1;
+	p = aligned_alloc(CACHELINE, (sizeof(*p) + CACHELINE - 1) / CACHELINE * CACHELINE);
+	if (!p)
+		return -ENOMEM;
+	memset(p, 0, sizeof(*p));
+	p->settings = *s;
+	p->done = done;
+	p->userdata = userdata;
+	p->mask = cap - 1;
+	p->cells = calloc(cap, sizeof(*p->cells));
+	p->workers = aligned_alloc(CACHELINE, (s->workers * sizeof(*p->workers) + CACHELINE - 1) / CACHELINE *
+						      CACHELINE);
+	if (!p->cells || !p->workers) {
+		r = -ENOMEM;
+		goto fail_alloc;
+	}
+	memset(p->workers, 0, s->workers * sizeof(*p->workers));
+	for (size_t i = 0; i < cap; i++)
+		atomic_init(&p->cells[i].seq, i);
+	if (sem_init(&p->ready, 0, 0) < 0) {
+		r = -errno;
+		goto fail_alloc;
+	}
+	r = uv_async_init(loop, &p->async, pool_on_async);
+	if (r < 0)
+		goto fail_sem;
+	p->async.data = p;
+	p->async_open = true;
+
+	for (uint32_t i = 0; i < s->workers; i++) {
+		struct worker *w = &p->workers[i];
+
+		w->pool = p;
+		r = pipeline_new(&s->limits, &w->pipeline);
+		if (r < 0)
+			goto fail_threads;
+		r = -pthread_create(&w->thread, NULL, worker_main, w);
+		if (r < 0)
+			goto fail_threads;
+		w->started = true;
+		p->nworkers++;
+	}
+	*out = p;
+	return 0;
+
+fail_threads:
+	pool_free(p);
+	return r;
+fail_sem:
+	sem_destroy(&p->ready);
+fail_alloc:
+	free(p->cells);
+	free(p->workers);
+	free(p);
+	return r;
+}
+
+static void pool_on_async_closed(uv_handle_t *handle)
+{
+	struct pool *p = handle->data;
+
+	free(p->cells);
+	free(p->workers);
+	free(p);
+}
+
+void pool_free(struct pool *p)
+{
+	uint32_t total = p ? p->settings.workers : 0;
+
+	if (!p)
+		return;
+	/* One exit task per thread, queued behind all real work. */
+	for (uint32_t i = 0; i < p->nworkers; i++)
+		queue_push(p, (struct pool_task){.job = NULL});
+	for (uint32_t i = 0; i < total; i++) {
+		struct worker *w = &p->workers[i];
+
+		if (w->started)
+			pthread_join(w->thread, NULL);
+		pipeline_free(w->pipeline);
+		free(w->buf);
+	}
+	/* Hand over what finished while draining. */
+	pool_on_async(&p->async);
+	sem_destroy(&p->ready);
+	uv_close((uv_handle_t *)&p->async, pool_on_async_closed);
+}
+
+int pool_submit(struct pool *p, struct batch_job *job)
+{
+	uint64_t in_queue = p->tasks_submitted - atomic_load_explicit(&p->tasks_done, memory_order_acquire);
+
+	if (job->count == 0)
+		return -EINVAL;
+	if (in_queue + job->count > p->settings.queue_capacity)
+		return -EAGAIN;
+	atomic_store_explicit(&job->remaining, job->count, memory_order_relaxed);
+	for (uint32_t i = 0; i < job->count; i++)
+		queue_push(p, (struct pool_task){.job = job, .pos = i});
+	p->tasks_submitted += job->count;
+	return 0;
+}
+
+uint32_t pool_workers(const struct pool *p)
+{
+	return p->nworkers;
+}
+
+uint64_t pool_busy_ns(const struct pool *p)
+{
+	uint64_t sum = 0;
+
+	for (uint32_t i = 0; i < p->nworkers; i++)
+		sum += atomic_load_explicit(&p->workers[i].busy_ns, memory_order_relaxed);
+	return sum;
+}
+
+uint64_t pool_decode_errors(const struct pool *p)
+{
+	uint64_t sum = 0;
+
+	for (uint32_t i = 0; i < p->nworkers; i++)
+		sum += atomic_load_explicit(&p->workers[i].decode_errors, memory_order_relaxed);
+	return sum;
+}

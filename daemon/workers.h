@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The worker pool: threads that turn samples into pixels in batch slots.
+ *
+ * The loop thread submits a batch job; each of its samples becomes one task
+ * in a bounded lock-free queue (Vyukov's MPMC array queue) that every worker
+ * pulls from, so no lock sits on the hot path. Each worker owns its decoder
+ * pipeline and read buffer. The worker that finishes a job's last sample
+ * pushes the job on a lock-free completion stack and wakes the loop with
+ * uv_async_send; only the loop thread touches libuv (docs/threads.md).
+ */
+#ifndef STOKER_WORKERS_H
+#define STOKER_WORKERS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "augment.h"
+
+struct dataset;
+
+/* One batch to fill. Fields above `remaining` are written by the loop thread
+ * before submission and only read by workers. */
+struct batch_job {
+	struct dataset *ds;
+	struct transform_spec spec;
+	uint64_t seed, epoch, batch_index;
+	uint32_t count, slot, generation;
+	const uint64_t *order; /* [count] sample indices for this batch */
+	uint8_t *images;       /* [count][size][size][3] in the slot */
+	int64_t *labels;       /* [count] in the slot */
+	int64_t *indices;      /* [count] in the slot: the index delivered */
+	void *owner;           /* the session, for the completion callback */
+
+	atomic_uint remaining;  /* samples not yet done */
+	atomic_uint replaced;   /* samples replaced by a stand-in */
+	atomic_bool cancelled;  /* set by the loop: skip the work */
+	struct batch_job *done_next;
+};
+
+struct pool_settings {
+	uint32_t workers;
+	uint32_t queue_capacity; /* tasks; rounded up to a power of two */
+	struct decode_limits limits;
+	uint64_t max_file_bytes;
+	uint32_t replace_attempts;
+};
+
+typedef void (*pool_done_fn)(struct batch_job *job, void *userdata);
+
+struct pool;
+
+int pool_new(uv_loop_t *loop, const struct pool_settings *s, pool_done_fn done, void *userdata, struct pool **out);
+/* Drain queued tasks (cancelled ones cost nothing), join the threads, close
+ * the async handle. Loop thread only. Accepts NULL. */
+void pool_free(struct pool *p);
+
+/* Queue every sample of `job`. -EAGAIN when the queue has no room for them
+ * now (retry after a completion). Loop thread only. */
+int pool_submit(struct pool *p, struct batch_job *job);
+
+uint32_t pool_workers(const struct pool *p);
+/* Sum over workers of time spent producing samples. */
+uint64_t pool_busy_ns(const struct pool *p);
+uint64_t pool_decode_errors(const struct pool *p);
+
+#endif

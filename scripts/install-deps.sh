@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Install what stoker needs on Debian 12: build tools and libraries from Debian,
+# Python test tools from PyPI. Idempotent; as non-root it prints the command to run.
+set -euo pipefail
+
+DEB_PACKAGES=(
+	build-essential pkg-config clang
+	libuv1-dev
+	libturbojpeg0-dev libjpeg62-turbo-dev
+	libprotobuf-c-dev protobuf-c-compiler
+	libsystemd-dev systemd
+	libinih-dev
+	libcmocka-dev
+	python3 python3-pip python3-venv
+)
+PY_PACKAGES=(numpy pytest pillow)
+
+missing=()
+for p in "${DEB_PACKAGES[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ "${#missing[@]}" -gt 0 ]; then
+	if [ "$(id -u)" -ne 0 ]; then
+		echo "stoker: run as root:  apt-get install -y ${missing[*]}" >&2
+		exit 1
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -q
+	apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Python tools: use the python3 on PATH (pyenv or system).
+PY=${PYTHON:-python3}
+need_py=()
+for m in "${PY_PACKAGES[@]}"; do
+	"$PY" -c "import ${m/pillow/PIL}" 2>/dev/null || need_py+=("$m")
+done
+if [ "${#need_py[@]}" -gt 0 ]; then
+	"$PY" -m pip install -q "${need_py[@]}" 2>/dev/null ||
+		"$PY" -m pip install -q --break-system-packages "${need_py[@]}"
+fi
+echo "stoker: dependencies present"

@@ -1,0 +1,101 @@
+"""Shared helpers for the integration tests (no pytest fixtures here)."""
+
+import hashlib
+import json
+import os
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("STOKER_BUILD") or REPO / "build").resolve()
+PYDIR = REPO / "client" / "python"
+STOKERD = BUILD / "stokerd"
+STOKERCTL = BUILD / "stokerctl"
+CLIENT_PROC = Path(__file__).resolve().parent / "client_proc.py"
+
+STATS_KEYS = {"images_per_second", "images_served", "batches_served", "decode_errors", "workers",
+              "worker_busy", "clients"}
+CLIENT_KEYS = {"pid", "rank", "batches", "wait_seconds"}
+
+
+def child_env():
+    env = dict(os.environ)
+    env["STOKER_BUILD"] = str(BUILD)
+    env["PYTHONPATH"] = os.pathsep.join([str(PYDIR)] + [p for p in [env.get("PYTHONPATH")] if p])
+    return env
+
+
+def expected_samples(root):
+    """torchvision ImageFolder order, computed from the tree: [(path, label)]."""
+    root = Path(root)
+    classes = sorted(e.name for e in os.scandir(root) if e.is_dir())
+    out = []
+    for label, cls in enumerate(classes):
+        for dirpath, dirnames, files in sorted(os.walk(root / cls, followlinks=True)):
+            dirnames.sort()
+            for f in sorted(files):
+                if f.lower().endswith((".jpg", ".jpeg")):
+                    out.append((os.path.join(dirpath, f), label))
+    return out
+
+
+def list_samples(list_file):
+    """Samples of a `path label` list file, in line order."""
+    base = Path(list_file).parent
+    out = []
+    for line in Path(list_file).read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        path, label = line.rsplit(None, 1)
+        out.append((str(base / path), int(label)))
+    return out
+
+
+def digest(a):
+    return hashlib.sha1(a.tobytes()).hexdigest()
+
+
+def read_epoch(loader, keep_images=False):
+    """Iterate one pass; return a dict of what came out (copies, not views)."""
+    r = {"indices": [], "labels": [], "hashes": [], "counts": [], "batch_index": [], "epochs": [],
+         "replaced": 0, "images": [] if keep_images else None, "shape": None}
+    for b in loader:
+        imgs, labels = b
+        r["shape"] = imgs.shape[1:]
+        r["indices"] += [int(i) for i in b.indices]
+        r["labels"] += [int(x) for x in labels]
+        r["hashes"] += [digest(im) for im in imgs]
+        r["counts"].append(len(labels))
+        r["batch_index"].append(b.index)
+        r["epochs"].append(b.epoch)
+        r["replaced"] += b.replaced
+        if keep_images:
+            r["images"].append(imgs.copy())
+    return r
+
+
+def spawn_client(socket, dataset, mode="epoch", **opts):
+    """Start client_proc.py in its own process (its own Loader)."""
+    arg = json.dumps({"socket": str(socket), "dataset": str(dataset), "mode": mode, "opts": opts})
+    return subprocess.Popen([sys.executable, str(CLIENT_PROC), arg], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=child_env(), text=True)
+
+
+def finish_client(proc, timeout=120):
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, f"client exited {proc.returncode}:\n{err}"
+    return json.loads(out)
+
+
+def read_line(proc, attempts=600, step=0.1):
+    """First stdout line of proc, waiting a bounded number of steps."""
+    for _ in range(attempts):
+        r, _, _ = select.select([proc.stdout], [], [], step)
+        if r:
+            return proc.stdout.readline()
+        if proc.poll() is not None:
+            break
+    raise AssertionError(f"client printed nothing (rc={proc.poll()}): {proc.stderr.read() if proc.poll() is not None else ''}")

@@ -1,0 +1,154 @@
+"""stokerd as a service: CLI, stats, dead clients, corrupt files, hostile peers."""
+
+import errno
+import json
+import os
+import re
+import signal
+import socket as pysocket
+import struct
+import subprocess
+import time
+
+import pytest
+
+import stoker
+from stoker_testutil import (CLIENT_KEYS, STATS_KEYS, STOKERD, expected_samples, read_epoch,
+                             read_line, spawn_client)
+
+SMALL = dict(image_size=64, batch_size=8)
+
+
+def client_pids(d):
+    return [c["pid"] for c in d.stats()["clients"]]
+
+
+def test_cli_flags(build_dir):
+    r = subprocess.run([str(STOKERD), "--help"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert "--socket" in r.stdout + r.stderr
+    r = subprocess.run([str(STOKERD), "--version"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert stoker.library_version() in r.stdout, f"--version printed {r.stdout!r}"
+    r = subprocess.run([str(STOKERD), "--no-such-flag"], capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0
+    assert r.stderr.strip(), "unknown flag: no message"
+
+
+def test_stats_json_and_text(daemon, dataset):
+    d = daemon(workers=2)
+    with stoker.Loader(dataset, socket=d.socket, rank=1, world_size=2, **SMALL) as ld:
+        it = iter(ld)
+        next(it)
+        next(it)
+        s = d.stats()
+        assert STATS_KEYS <= s.keys(), f"missing {STATS_KEYS - s.keys()}"
+        assert s["workers"] == 2
+        assert 0.0 <= s["worker_busy"] <= 1.0
+        assert s["images_per_second"] >= 0
+        assert isinstance(s["clients"], list)
+        for c in s["clients"]:
+            assert CLIENT_KEYS <= c.keys(), f"client missing {CLIENT_KEYS - c.keys()}"
+        mine = [c for c in s["clients"] if c["pid"] == os.getpid()]
+        assert len(mine) == 1, f"pid {os.getpid()} not in {s['clients']}"
+        assert mine[0]["rank"] == 1
+        assert mine[0]["batches"] >= 1
+        assert mine[0]["wait_seconds"] >= 0
+        assert s["images_served"] >= 8 and s["batches_served"] >= 1
+        text = d.ctl("stats").stdout
+        assert text.strip()
+        with pytest.raises(ValueError):
+            json.loads(text)
+
+
+def test_killed_client_does_not_stop_others(daemon, dataset):
+    d = daemon(workers=2)
+    survivor = stoker.Loader(dataset, socket=d.socket, seed=4, batch_size=4, image_size=64)
+    it = iter(survivor)
+    got = [next(it)]
+    first = list(got[0].indices)
+    victim = spawn_client(d.socket, dataset, mode="hold", batch_size=4, image_size=64, seed=5)
+    try:
+        line = read_line(victim)
+        assert line.startswith("READY"), line
+        vpid = int(line.split()[1])
+        assert vpid in client_pids(d)
+        os.kill(vpid, signal.SIGKILL)
+        victim.wait(timeout=30)
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait()
+    indices = first + [int(i) for b in it for i in b.indices]
+    assert sorted(indices) == list(range(len(expected_samples(dataset)))), "survivor's epoch incomplete"
+    for _ in range(200):  # the daemon notices the hang-up asynchronously
+        pids = client_pids(d)
+        if vpid not in pids:
+            break
+        time.sleep(0.05)
+    assert vpid not in pids, f"killed client {vpid} still listed"
+    assert os.getpid() in pids
+    survivor.close()
+
+
+def test_corrupt_files_are_replaced(daemon, make_dataset):
+    root, bad = make_dataset(classes=4, per_class=15, corrupt=4, seed=9)
+    assert len(bad) == 4
+    want = expected_samples(root)
+    n = len(want)
+    assert n == 64
+    bad_idx = {i for i, (p, _) in enumerate(want) if p in set(bad)}
+    assert len(bad_idx) == 4
+    d = daemon(workers=2)
+    with stoker.Loader(root, socket=d.socket, batch_size=8, image_size=64, seed=1) as ld:
+        r = read_epoch(ld)
+    assert r["counts"] == [8] * (n // 8), "batches not full-size"
+    assert r["replaced"] == len(bad_idx)
+    assert not (set(r["indices"]) & bad_idx), "a corrupt sample was delivered"
+    for i, lab in zip(r["indices"], r["labels"]):
+        assert lab == want[i][1]
+    s = d.stats()
+    assert s["decode_errors"] >= len(bad_idx)
+
+
+def _drain(sock):
+    """Read until the daemon closes; True if it did (EOF or reset)."""
+    sock.settimeout(30)
+    try:
+        while True:
+            if not sock.recv(65536):
+                return True
+    except ConnectionResetError:
+        return True
+    except OSError as e:
+        if e.errno in (errno.ECONNRESET, errno.EPIPE):
+            return True
+        raise
+
+
+@pytest.mark.parametrize("payload", [
+    struct.pack("<I", 0xFFFFFFF0) + b"\x00" * 64,      # over-size length prefix
+    struct.pack("<I", 16) + b"\xff" * 16,              # a frame that is not protobuf
+    b"GET / HTTP/1.1\r\nHost: stoker\r\n\r\n",         # plain garbage
+], ids=["oversize", "not-protobuf", "garbage"])
+def test_hostile_peer_is_dropped(daemon, dataset, payload):
+    d = daemon()
+    s = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_STREAM)
+    s.connect(d.socket)
+    try:
+        s.sendall(payload)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    assert _drain(s)
+    s.close()
+    # A half-sent frame, then hang up.
+    s = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_STREAM)
+    s.connect(d.socket)
+    s.sendall(struct.pack("<I", 100) + b"\x0a\x02")
+    s.close()
+    with stoker.Loader(dataset, socket=d.socket, **SMALL) as ld:
+        r = read_epoch(ld)
+    assert sorted(r["indices"]) == list(range(len(expected_samples(dataset))))
+    st = d.stats()
+    if "protocol_errors" in st:
+        assert st["protocol_errors"] >= 1

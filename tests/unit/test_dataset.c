@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: MIT */
+/* Data set scanning: torchvision's ImageFolder order, list files, errors. */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "dataset.h"
+
+static char root[256];
+
+static void touch(const char *rel, const char *content)
+{
+	char path[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", root, rel);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(content, f);
+	fclose(f);
+}
+
+static void mkd(const char *rel)
+{
+	char path[512];
+
+	snprintf(path, sizeof(path), "%s/%s", root, rel);
+	assert_int_equal(mkdir(path, 0755), 0);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	snprintf(root, sizeof(root), "/tmp/stoker-test-dataset-XXXXXX");
+	return mkdtemp(root) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	char cmd[300];
+
+	(void)state;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	return system(cmd);
+}
+
+static const char *name(const struct dataset *ds, uint64_t i)
+{
+	return ds->names + ds->name_off[i];
+}
+
+/* Order as torchvision: classes sorted; within a class, os.walk roots sorted
+ * as strings ("b" < "b-x" < "b/sub"), files sorted; non-JPEG skipped. */
+static void test_image_folder_order(void **state)
+{
+	struct dataset *ds;
+	char err[256] = "";
+
+	(void)state;
+	mkd("b");
+	mkd("a");
+	mkd("b/sub");
+	mkd("b-x");
+	touch("a/2.jpg", "x");
+	touch("a/10.JPEG", "x");
+	touch("a/notes.txt", "x");
+	touch("b/z.jpg", "x");
+	touch("b/sub/a.jpg", "x");
+	touch("b-x/q.jpeg", "x");
+	touch("stray.jpg", "x"); /* not in a class */
+	assert_int_equal(dataset_open(root, 1000, &ds, err, sizeof(err)), 0);
+	assert_int_equal(ds->num_classes, 3); /* a, b, b-x */
+	assert_int_equal(ds->count, 5);
+	assert_string_equal(name(ds, 0), "a/10.JPEG");
+	assert_string_equal(name(ds, 1), "a/2.jpg");
+	assert_string_equal(name(ds, 2), "b/z.jpg");
+	assert_string_equal(name(ds, 3), "b/sub/a.jpg");
+	assert_string_equal(name(ds, 4), "b-x/q.jpeg");
+	assert_int_equal(ds->labels[0], 0);
+	assert_int_equal(ds->labels[3], 1);
+	assert_int_equal(ds->labels[4], 2);
+
+	uint8_t *buf = NULL;
+	size_t cap = 0;
+	assert_int_equal(dataset_read(ds, 2, &buf, &cap, 1 << 20), 1);
+	assert_int_equal(buf[0], 'x');
+	assert_int_equal(dataset_read(ds, 2, &buf, &cap, 0), -EFBIG);
+	assert_int_equal(dataset_read(ds, 99, &buf, &cap, 1 << 20), -ERANGE);
+	free(buf);
+	assert_false(dataset_is_bad(ds, 3));
+	dataset_mark_bad(ds, 3);
+	assert_true(dataset_is_bad(ds, 3));
+	assert_false(dataset_is_bad(ds, 2));
+	dataset_unref(ds);
+}
+
+static void test_empty_class_refused(void **state)
+{
+	struct dataset *ds = NULL;
+	char err[256] = "";
+
+	(void)state;
+	mkd("a");
+	mkd("empty");
+	touch("a/1.jpg", "x");
+	assert_int_equal(dataset_open(root, 1000, &ds, err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, "empty"));
+	assert_null(ds);
+}
+
+static void test_list_file(void **state)
+{
+	char path[512], err[256] = "";
+	struct dataset *ds;
+
+	(void)state;
+	mkd("img");
+	touch("img/with space.jpg", "yy");
+	touch("list.txt", "# comment\nimg/with space.jpg 3\n\nimg/other.jpg\t0\r\n");
+	snprintf(path, sizeof(path), "%s/list.txt", root);
+	assert_int_equal(dataset_open(path, 1000, &ds, err, sizeof(err)), 0);
+	assert_int_equal(ds->count, 2);
+	assert_int_equal(ds->num_classes, 4);
+	assert_string_equal(name(ds, 0), "img/with space.jpg");
+	assert_int_equal(ds->labels[0], 3);
+	assert_string_equal(name(ds, 1), "img/other.jpg");
+	uint8_t *buf = NULL;
+	size_t cap = 0;
+	assert_int_equal(dataset_read(ds, 0, &buf, &cap, 1 << 20), 2);
+	assert_int_equal(dataset_read(ds, 1, &buf, &cap, 1 << 20), -ENOENT); /* listed, missing */
+	free(buf);
+	dataset_unref(ds);
+}
+
+static void test_list_file_errors(void **state)
+{
+	char path[512], err[256] = "";
+	struct dataset *ds = NULL;
+
+	(void)state;
+	touch("bad.txt", "a.jpg 1\nb.jpg minus\n");
+	snprintf(path, sizeof(path), "%s/bad.txt", root);
+	assert_int_equal(dataset_open(path, 1000, &ds, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, ":2:"));
+	touch("big.txt", "a.jpg 1\nb.jpg 2\nc.jpg 3\n");
+	snprintf(path, sizeof(path), "%s/big.txt", root);
+	assert_int_equal(dataset_open(path, 2, &ds, err, sizeof(err)), -EFBIG);
+	snprintf(path, sizeof(path), "%s/missing", root);
+	assert_int_equal(dataset_open(path, 2, &ds, err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, "missing"));
+	assert_null(ds);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_image_folder_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_empty_class_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_list_file, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_list_file_errors, setup, teardown),
+	};
+	return cmocka_run_group_tests_name("dataset", tests, NULL, NULL);
+}
