@@ -36,6 +36,15 @@ UNIT_BINS    := $(UNIT_SRCS:tests/unit/%.c=$(B)/tests/%)
 
 LIB_SO       := $(B)/libstoker.so.$(SOVERSION)
 
+# Quiet by default; `make V=1` shows the commands.
+ifeq ($(V),1)
+Q :=
+say = @true
+else
+Q := @
+say = @printf '  %-8s %s\n' $(1) $(2)
+endif
+
 .PHONY: all clean check check-unit check-integration demo bench install uninstall
 all: $(B)/stokerd $(B)/stokerctl $(LIB_SO) $(B)/libstoker.so $(B)/libstoker.a $(B)/stoker.pc $(UNIT_BINS)
 
@@ -46,16 +55,19 @@ $(B)/proto/stoker.pb-c.c $(B)/proto/stoker.pb-c.h: proto/stoker.proto
 # Every object depends on the generated header; -MMD tracks the rest.
 $(B)/%.o: %.c $(B)/proto/stoker.pb-c.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+	$(call say,CC,$<)
+	$(Q)$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
 
 $(B)/proto/stoker.pb-c.o: $(B)/proto/stoker.pb-c.c
 	$(CC) $(CFLAGS_ALL) -Wno-missing-prototypes -c $< -o $@
 
 $(B)/libstokerd.a: $(DAEMON_OBJS) $(PROTO_OBJS)
-	rm -f $@ && ar rcs $@ $^
+	$(call say,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
 
 $(B)/stokerd: $(B)/daemon/main.o $(B)/libstokerd.a
-	$(CC) $(LDFLAGS_ALL) -pthread -o $@ $^ $(LIBS_DAEMON)
+	$(call say,LD,$@)
+	$(Q)$(CC) $(LDFLAGS_ALL) -pthread -o $@ $^ $(LIBS_DAEMON)
 
 $(LIB_SO): $(CLIENT_OBJS) $(PROTO_OBJS) client/libstoker.map
 	$(CC) $(LDFLAGS_ALL) -shared -Wl,-soname,libstoker.so.$(SOVERSION) \
@@ -79,7 +91,8 @@ $(B)/stoker.pc: client/stoker.pc.in
 
 $(B)/tests/%: tests/unit/%.c $(B)/libstokerd.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Idaemon -Wno-missing-prototypes -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LIBS_CMOCKA) $(LDFLAGS_ALL)
+	$(call say,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) -Idaemon -Wno-missing-prototypes -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LIBS_CMOCKA) $(LDFLAGS_ALL)
 
 # Sequential even under -j: unit tests first, then the daemon tests.
 check: all
@@ -94,6 +107,25 @@ check-integration: all
 
 demo: all
 	$(PYTHON) scripts/demo.py
+
+# Benchmark (bench/README.md): stoker vs. the decode limit and the peers,
+# one table, also in bench/out/results.json. Options: BENCH_ARGS="--help".
+BENCH_BINS   := $(B)/bench/jpeg_limit $(B)/bench/stoker_rtt $(B)/bench/profile_pipeline
+
+bench: all $(BENCH_BINS)
+	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) bench/run.py $(BENCH_ARGS)
+
+$(B)/bench/jpeg_limit: bench/jpeg_limit.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< $(LIBS_DAEMON) $(LDFLAGS_ALL)
+
+$(B)/bench/stoker_rtt: bench/stoker_rtt.c client/include/stoker.h $(LIB_SO)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $< -L$(B) -l:libstoker.so.$(SOVERSION) -Wl,-rpath,'$$ORIGIN/..' $(LDFLAGS_ALL)
+
+$(B)/bench/profile_pipeline: bench/profile_pipeline.c $(B)/libstokerd.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Idaemon -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 
 install: all
 	install -Dm755 $(B)/stokerd $(DESTDIR)$(PREFIX)/sbin/stokerd

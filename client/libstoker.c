@@ -46,6 +46,7 @@ struct stoker_batch {
 
 struct stoker_opts {
 	Stoker__Attach attach;
+	float mean[3], std[3]; /* attach.mean/std point here once set */
 };
 
 struct stoker {
@@ -61,6 +62,7 @@ struct stoker {
 	uint32_t slot_count;
 	uint64_t slot_bytes, labels_offset, indices_offset;
 	uint32_t batch_size, height, width, channels, num_classes;
+	enum stoker_dtype dtype;
 	uint64_t dataset_samples, samples_per_epoch, batches_per_epoch;
 
 	uint64_t epoch;
@@ -427,6 +429,33 @@ static int parse_bool(const char *v, protobuf_c_boolean *out)
 	return -EINVAL;
 }
 
+/* "a,b,c": three finite floats; `positive` demands each > 0. */
+static int parse_float3(const char *v, float out[3], bool positive)
+{
+	const char *p = v;
+
+	for (int i = 0; i < 3; i++) {
+		char *end;
+		double x;
+
+		errno = 0;
+		x = strtod(p, &end);
+		if (errno || end == p || x != x || x > 1e30 || x < -1e30 || (positive && !(x > 0)))
+			return -EINVAL;
+		out[i] = (float)x;
+		while (*end == ' ')
+			end++;
+		if (i < 2) {
+			if (*end != ',')
+				return -EINVAL;
+			p = end + 1;
+		} else if (*end != '\0') {
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
 STOKER_API int stoker_opts_set(struct stoker_opts *o, const char *key, const char *value)
 {
 	Stoker__Attach *a;
@@ -474,6 +503,35 @@ STOKER_API int stoker_opts_set(struct stoker_opts *o, const char *key, const cha
 		a->has_drop_last = a->has_drop_last || r == 0;
 		return r;
 	}
+	if (!strcmp(key, "dtype")) {
+		if (!strcmp(value, "uint8"))
+			a->dtype = STOKER__DTYPE__UINT8;
+		else if (!strcmp(value, "float32"))
+			a->dtype = STOKER__DTYPE__FLOAT32;
+		else if (!strcmp(value, "float16"))
+			a->dtype = STOKER__DTYPE__FLOAT16;
+		else
+			return -EINVAL;
+		a->has_dtype = true;
+		return 0;
+	}
+	if (!strcmp(key, "mean") || !strcmp(key, "std")) {
+		bool is_mean = key[0] == 'm';
+		float v3[3];
+
+		r = parse_float3(value, v3, !is_mean);
+		if (r < 0)
+			return r;
+		memcpy(is_mean ? o->mean : o->std, v3, sizeof(v3));
+		if (is_mean) {
+			a->n_mean = 3;
+			a->mean = o->mean;
+		} else {
+			a->n_std = 3;
+			a->std = o->std;
+		}
+		return 0;
+	}
 	if (!strcmp(key, "transform")) {
 		if (!strcmp(value, "random_resized_crop"))
 			a->transform = STOKER__TRANSFORM__RANDOM_RESIZED_CROP;
@@ -496,7 +554,12 @@ static int map_ring(struct stoker *s, const Stoker__Attached *at, int fd)
 	int seals;
 	void *p;
 
-	image_bytes = (uint64_t)at->batch_size * at->image_height * at->image_width * at->channels;
+	unsigned elem = at->dtype == STOKER__DTYPE__FLOAT32 ? 4 : at->dtype == STOKER__DTYPE__FLOAT16 ? 2 : 1;
+
+	if (at->dtype != STOKER__DTYPE__UINT8 && at->dtype != STOKER__DTYPE__FLOAT32 &&
+	    at->dtype != STOKER__DTYPE__FLOAT16)
+		return set_error(s, -EPROTO, "the daemon announced an unknown dtype");
+	image_bytes = (uint64_t)at->batch_size * at->image_height * at->image_width * at->channels * elem;
 	geometry = (uint64_t)at->slot_count * at->slot_bytes;
 	if (at->slot_count == 0 || at->slot_count > CLIENT_MAX_SLOTS || at->batch_size == 0 || at->channels != 3 ||
 	    at->slot_bytes == 0 || geometry / at->slot_count != at->slot_bytes || geometry != at->ring_bytes ||
@@ -566,6 +629,7 @@ STOKER_API int stoker_attach(struct stoker *s, const char *dataset, const struct
 	s->height = at->image_height;
 	s->width = at->image_width;
 	s->channels = at->channels;
+	s->dtype = (enum stoker_dtype)at->dtype;
 	s->num_classes = at->num_classes;
 	s->dataset_samples = at->dataset_samples;
 	s->samples_per_epoch = at->samples_per_epoch;
@@ -693,9 +757,14 @@ static const uint8_t *slot_base(const struct stoker_batch *b)
 	return b->s->ring + (size_t)b->slot * b->s->slot_bytes;
 }
 
-STOKER_API const uint8_t *stoker_batch_images(const struct stoker_batch *b)
+STOKER_API const void *stoker_batch_images(const struct stoker_batch *b)
 {
 	return b ? slot_base(b) : NULL;
+}
+
+STOKER_API enum stoker_dtype stoker_batch_dtype(const struct stoker_batch *b)
+{
+	return b ? b->s->dtype : STOKER_DTYPE_UINT8;
 }
 
 STOKER_API const int64_t *stoker_batch_labels(const struct stoker_batch *b)

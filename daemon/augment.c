@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "augment.h"
 #include "decode.h"
@@ -14,6 +15,18 @@
 struct pipeline {
 	struct decoder *dec;
 	struct resizer *rs;
+	uint8_t *rgb; /* the 8-bit image, for float outputs */
+	size_t rgb_cap;
+	/* normalised value of each 8-bit level, per channel, for lut_key */
+	struct {
+		enum sample_dtype dtype;
+		float mean[3], std[3];
+	} lut_key;
+	bool lut_valid;
+	union {
+		float f32[3][256];
+		uint16_t f16[3][256];
+	} lut;
 	char error[256];
 };
 
@@ -44,6 +57,7 @@ void pipeline_free(struct pipeline *p)
 		return;
 	decoder_free(p->dec);
 	resizer_free(p->rs);
+	free(p->rgb);
 	free(p);
 }
 
@@ -98,24 +112,30 @@ flip:
 	out->flip = rng_uniform(rng) < 0.5;
 }
 
+/* torchvision's Resize(size * 256 / 224): the short side to s, the long one to int(s * long / short). */
+static void center_resize(uint32_t width, uint32_t height, uint32_t size, uint64_t *new_w, uint64_t *new_h)
+{
+	uint64_t s = (uint64_t)floor(size * 256.0 / 224.0 + 0.5);
+
+	if (width <= height) {
+		*new_w = s;
+		*new_h = s * height / width;
+	} else {
+		*new_h = s;
+		*new_w = s * width / height;
+	}
+}
+
 void center_crop_box(uint32_t width, uint32_t height, uint32_t size, struct crop_box *out)
 {
-	uint64_t s, new_w, new_h;
+	uint64_t new_w, new_h;
 	double left, top;
 
 	*out = (struct crop_box){ .x = 0, .y = 0, .w = width, .h = height, .flip = false };
 	if (width == 0 || height == 0 || size == 0)
 		return;
 
-	/* Resize(size * 256 / 224): the short side to s, the long one to int(s * long / short). */
-	s = (uint64_t)floor(size * 256.0 / 224.0 + 0.5);
-	if (width <= height) {
-		new_w = s;
-		new_h = s * height / width;
-	} else {
-		new_h = s;
-		new_w = s * width / height;
-	}
+	center_resize(width, height, size, &new_w, &new_h);
 	/* CenterCrop(size): int(round((new - size) / 2.0)), half to even; s >= size, so no padding. */
 	left = nearbyint((double)(new_w - size) / 2.0);
 	top = nearbyint((double)(new_h - size) / 2.0);
@@ -137,8 +157,8 @@ static unsigned pick_denom(const struct crop_box *box, uint32_t size)
 }
 
 /*
- * Decode the pixels that resampling the window [pos, pos + len) of an axis
- * of `full` pixels reads, as [*first, *end). With `clip`, the filter stops
+ * The pixels [*first, *end) to decode along an axis of `full` pixels for
+ * resampling its window [pos, pos + len) to `size`. With `clip`, the filter stops
  * at the window's edges (PIL's crop() then resize(), as RandomResizedCrop
  * does); without, it reaches past them as resizing the whole image would
  * (Resize then CenterCrop).
@@ -161,7 +181,13 @@ static int axis_span(uint32_t full, double pos, double len, uint32_t size, bool 
 	return 0;
 }
 
-static int crop_and_resize(struct pipeline *p, const struct crop_box *box, bool clip, uint32_t size, uint8_t *out)
+/*
+ * Resample `box` of the open image to size x size into `out`. `clip` and
+ * `vertical_first` say which PIL resize this stands for: clip, of the crop
+ * alone (RandomResizedCrop); else of the whole image (Resize + CenterCrop).
+ */
+static int crop_and_resize(struct pipeline *p, const struct crop_box *box, bool clip, bool vertical_first,
+			   uint32_t size, uint8_t *out)
 {
 	unsigned denom = pick_denom(box, size);
 	struct decoded_region reg;
@@ -193,10 +219,103 @@ static int crop_and_resize(struct pipeline *p, const struct crop_box *box, bool 
 	bx -= x0;
 	by -= y0;
 	r = resize_rgbx(p->rs, reg.pixels, reg.width, reg.height, reg.stride, bx, by, fmin(bw, reg.width - bx),
-			fmin(bh, reg.height - by), out, size, size, (size_t)size * 3, box->flip);
+			fmin(bh, reg.height - by), out, size, size, (size_t)size * 3, box->flip, vertical_first);
 	if (r < 0)
 		snprintf(p->error, sizeof(p->error), "Resampling failed: %s", r == -ENOMEM ? "out of memory" : "bad window");
 	return r;
+}
+
+/* IEEE binary16, rounding to nearest even (as torch's .half()). */
+static uint16_t float_to_half(float f)
+{
+	uint32_t x, a, sign, m, h;
+	int e;
+
+	memcpy(&x, &f, sizeof(x));
+	sign = (x >> 16) & 0x8000;
+	a = x & 0x7FFFFFFF;
+	if (a > 0x7F800000)
+		return (uint16_t)(sign | 0x7E00); /* NaN */
+	if (a >= 0x477FF000)
+		return (uint16_t)(sign | 0x7C00); /* 65520 and up round to infinity */
+	e = (int)(a >> 23);
+	m = (a & 0x7FFFFF) | 0x800000;
+	if (e < 113) {
+		/* subnormal: units of 2^-24; below 2^-25 (and at it, to even) is zero */
+		unsigned shift = (unsigned)(126 - e);
+		uint32_t half, rem;
+
+		if (e < 102)
+			return (uint16_t)sign;
+		h = m >> shift;
+		rem = m & ((1u << shift) - 1);
+		half = 1u << (shift - 1);
+		if (rem > half || (rem == half && (h & 1)))
+			h++;
+		return (uint16_t)(sign | h); /* a carry into the exponent is still the right encoding */
+	}
+	h = ((uint32_t)(e - 112) << 10) | ((m >> 13) & 0x3FF);
+	if ((m & 0x1FFF) > 0x1000 || ((m & 0x1FFF) == 0x1000 && (h & 1)))
+		h++;
+	return (uint16_t)(sign | h);
+}
+
+/* torchvision's ToTensor() then Normalize(), in float32 as torch computes it, for each 8-bit level. */
+static void build_lut(struct pipeline *p, const struct transform_spec *spec)
+{
+	if (p->lut_valid && p->lut_key.dtype == spec->dtype && !memcmp(p->lut_key.mean, spec->mean, sizeof(spec->mean)) &&
+	    !memcmp(p->lut_key.std, spec->std, sizeof(spec->std)))
+		return;
+	for (int c = 0; c < 3; c++)
+		for (int v = 0; v < 256; v++) {
+			float x = ((float)v / 255.0f - spec->mean[c]) / spec->std[c];
+
+			if (spec->dtype == DTYPE_FLOAT16)
+				p->lut.f16[c][v] = float_to_half(x);
+			else
+				p->lut.f32[c][v] = x;
+		}
+	p->lut_key.dtype = spec->dtype;
+	memcpy(p->lut_key.mean, spec->mean, sizeof(spec->mean));
+	memcpy(p->lut_key.std, spec->std, sizeof(spec->std));
+	p->lut_valid = true;
+}
+
+/* HWC 8-bit to normalised CHW planes. */
+static void to_planes(const struct pipeline *p, const uint8_t *rgb, size_t pixels, enum sample_dtype dtype,
+		      uint8_t *out)
+{
+	for (int c = 0; c < 3; c++) {
+		if (dtype == DTYPE_FLOAT16) {
+			uint8_t *plane = out + (size_t)c * pixels * 2;
+
+			for (size_t i = 0; i < pixels; i++)
+				memcpy(plane + i * 2, &p->lut.f16[c][rgb[i * 3 + c]], 2);
+		} else {
+			uint8_t *plane = out + (size_t)c * pixels * 4;
+
+			for (size_t i = 0; i < pixels; i++)
+				memcpy(plane + i * 4, &p->lut.f32[c][rgb[i * 3 + c]], 4);
+		}
+	}
+}
+
+static bool spec_valid(const struct transform_spec *spec, const struct rng *rng)
+{
+	if (spec->image_size == 0 || spec->image_size > PIPELINE_MAX_IMAGE_SIZE)
+		return false;
+	if (spec->kind != TRANSFORM_RANDOM_RESIZED_CROP && spec->kind != TRANSFORM_CENTER_CROP)
+		return false;
+	if (spec->kind == TRANSFORM_RANDOM_RESIZED_CROP && !rng)
+		return false;
+	if (spec->dtype == DTYPE_UINT8)
+		return true;
+	if (spec->dtype != DTYPE_FLOAT32 && spec->dtype != DTYPE_FLOAT16)
+		return false;
+	for (int c = 0; c < 3; c++)
+		if (!isfinite(spec->mean[c]) || !isfinite(spec->std[c]) || spec->std[c] == 0.0f)
+			return false;
+	return true;
 }
 
 int pipeline_run(struct pipeline *p, const uint8_t *jpeg, size_t len, const struct transform_spec *spec,
@@ -204,17 +323,36 @@ int pipeline_run(struct pipeline *p, const uint8_t *jpeg, size_t len, const stru
 {
 	struct crop_box box;
 	uint32_t width, height;
+	uint64_t new_w, new_h;
+	bool rrc, vertical_first;
 	int r;
+
+	uint8_t *rgb = out;
+	size_t pixels;
 
 	if (!p || !spec || !out || (!jpeg && len))
 		return -EINVAL;
-	if (spec->image_size == 0 || spec->image_size > PIPELINE_MAX_IMAGE_SIZE ||
-	    (spec->kind != TRANSFORM_RANDOM_RESIZED_CROP && spec->kind != TRANSFORM_CENTER_CROP) ||
-	    (spec->kind == TRANSFORM_RANDOM_RESIZED_CROP && !rng)) {
+	if (!spec_valid(spec, rng)) {
 		snprintf(p->error, sizeof(p->error), "Bad transform");
 		return -EINVAL;
 	}
 	p->error[0] = '\0';
+	pixels = (size_t)spec->image_size * spec->image_size;
+	if (spec->dtype != DTYPE_UINT8) {
+		/* float outputs: resample into our buffer, then normalise into `out` */
+		if (pixels * 3 > p->rgb_cap) {
+			uint8_t *n = realloc(p->rgb, pixels * 3);
+
+			if (!n) {
+				snprintf(p->error, sizeof(p->error), "Out of memory");
+				return -ENOMEM;
+			}
+			p->rgb = n;
+			p->rgb_cap = pixels * 3;
+		}
+		rgb = p->rgb;
+		build_lut(p, spec);
+	}
 
 	r = decoder_open(p->dec, jpeg, len, &width, &height);
 	if (r < 0) {
@@ -222,11 +360,19 @@ int pipeline_run(struct pipeline *p, const uint8_t *jpeg, size_t len, const stru
 		goto finish;
 	}
 	/* The crop comes from the header alone, so only what it covers gets decoded. */
-	if (spec->kind == TRANSFORM_RANDOM_RESIZED_CROP)
+	rrc = spec->kind == TRANSFORM_RANDOM_RESIZED_CROP;
+	if (rrc) {
 		random_resized_crop_box(width, height, rng, &box);
-	else
+		vertical_first = resize_vertical_first((uint32_t)box.w, (uint32_t)box.h, spec->image_size,
+						       spec->image_size);
+	} else {
 		center_crop_box(width, height, spec->image_size, &box);
-	r = crop_and_resize(p, &box, spec->kind == TRANSFORM_RANDOM_RESIZED_CROP, spec->image_size, out);
+		center_resize(width, height, spec->image_size, &new_w, &new_h);
+		vertical_first = resize_vertical_first(width, height, (uint32_t)new_w, (uint32_t)new_h);
+	}
+	r = crop_and_resize(p, &box, rrc, vertical_first, spec->image_size, rgb);
+	if (r >= 0 && spec->dtype != DTYPE_UINT8)
+		to_planes(p, rgb, pixels, spec->dtype, out);
 
 finish:
 	decoder_finish(p->dec);

@@ -26,10 +26,29 @@ enum transform_kind {
 	TRANSFORM_CENTER_CROP = 1,
 };
 
+/* Output element type. UINT8 is HWC RGB; the float types are CHW planes,
+ * normalised as torchvision's ToTensor() + Normalize(mean, std):
+ * (pixel / 255 - mean[c]) / std[c]. */
+enum sample_dtype {
+	DTYPE_UINT8 = 0,
+	DTYPE_FLOAT32 = 1,
+	DTYPE_FLOAT16 = 2,
+};
+
 struct transform_spec {
 	enum transform_kind kind;
 	uint32_t image_size; /* output is image_size x image_size x 3 */
+	enum sample_dtype dtype;
+	float mean[3], std[3]; /* float dtypes only */
 };
+
+/* Bytes one output image takes. */
+static inline size_t transform_output_bytes(const struct transform_spec *s)
+{
+	size_t elem = s->dtype == DTYPE_FLOAT32 ? 4 : s->dtype == DTYPE_FLOAT16 ? 2 : 1;
+
+	return (size_t)s->image_size * s->image_size * 3 * elem;
+}
 
 /* Bounds on what one file may cost; hostile headers fail early. */
 struct decode_limits {
@@ -51,10 +70,12 @@ void pipeline_free(struct pipeline *p);
 /*
  * Decode `jpeg` (len bytes), crop/resize/flip as `spec` says with draws from
  * `rng` (a stream keyed by seed, epoch, index), and write
- * spec->image_size^2 * 3 bytes of HWC RGB to `out`. Grayscale, YCbCr and
+ * transform_output_bytes(spec) bytes to `out`: HWC RGB for DTYPE_UINT8,
+ * normalised CHW planes for the float types. Grayscale, YCbCr and
  * CMYK/YCCK files all come out RGB.
- * -EBADMSG: not a decodable JPEG (corrupt, truncated, empty, other format);
- * -E2BIG: over limits->max_pixels; -ENOMEM. `out` is unspecified on error.
+ * -EBADMSG: not a decodable JPEG (corrupt, truncated, empty, other format,
+ * more than limits->max_scans scans); -E2BIG: over limits->max_pixels;
+ * -EINVAL: bad arguments or spec; -ENOMEM. `out` is unspecified on error.
  */
 int pipeline_run(struct pipeline *p, const uint8_t *jpeg, size_t len, const struct transform_spec *spec,
 		 struct rng *rng, uint8_t *out);

@@ -123,21 +123,12 @@ static void set_err(char *errbuf, size_t errlen, const char *fmt, ...)
 	va_end(ap);
 }
 
-/*
- * Collect every directory under `rel` (itself included), depth first; the
- * caller sorts the list as full path strings, which is os.walk's sorted order.
- */
-static int walk_dirs(int rootfd, const char *rel, unsigned depth, struct strvec *dirs)
+/* Open directory `rel` under `rootfd` for reading its entries. */
+static int open_dir(int rootfd, const char *rel, DIR **out)
 {
-	struct dirent *e;
-	DIR *d = NULL;
 	int fd, r;
+	DIR *d;
 
-	if (depth > DATASET_MAX_DEPTH)
-		return -ELOOP;
-	r = strvec_push(dirs, rel);
-	if (r < 0)
-		return r;
 	fd = openat(rootfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
@@ -147,13 +138,40 @@ static int walk_dirs(int rootfd, const char *rel, unsigned depth, struct strvec 
 		close(fd);
 		return r;
 	}
+	*out = d;
+	return 0;
+}
+
+/* Is entry `name` of `d` a directory (following links, as os.walk does)? */
+static bool entry_is_dir(DIR *d, const char *name)
+{
+	struct stat st;
+
+	return fstatat(dirfd(d), name, &st, 0) == 0 && S_ISDIR(st.st_mode);
+}
+
+/*
+ * Collect every directory under `rel` (itself included), depth first; the
+ * caller sorts the list as full path strings, which is os.walk's sorted order.
+ */
+static int walk_dirs(int rootfd, const char *rel, unsigned depth, struct strvec *dirs)
+{
+	struct dirent *e;
+	DIR *d = NULL;
+	int r;
+
+	if (depth > DATASET_MAX_DEPTH)
+		return -ELOOP;
+	r = strvec_push(dirs, rel);
+	if (r < 0)
+		return r;
+	r = open_dir(rootfd, rel, &d);
+	if (r < 0)
+		return r;
 	while ((e = readdir(d))) {
 		char child[PATH_MAX];
-		struct stat st;
 
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-			continue;
-		if (fstatat(fd, e->d_name, &st, 0) < 0 || !S_ISDIR(st.st_mode))
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 || !entry_is_dir(d, e->d_name))
 			continue;
 		if ((size_t)snprintf(child, sizeof(child), "%s/%s", rel, e->d_name) >= sizeof(child)) {
 			r = -ENAMETOOLONG;
@@ -174,24 +192,14 @@ static int list_files(int rootfd, const char *rel, struct strvec *files)
 {
 	struct dirent *e;
 	DIR *d;
-	int fd, r = 0;
+	int r;
 
-	fd = openat(rootfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	d = fdopendir(fd);
-	if (!d) {
-		r = -errno;
-		close(fd);
+	r = open_dir(rootfd, rel, &d);
+	if (r < 0)
 		return r;
-	}
 	while ((e = readdir(d))) {
-		struct stat st;
-
-		if (!is_jpeg_name(e->d_name))
-			continue;
 		/* os.walk lists every non-directory, dangling links included. */
-		if (fstatat(fd, e->d_name, &st, 0) == 0 && S_ISDIR(st.st_mode))
+		if (!is_jpeg_name(e->d_name) || entry_is_dir(d, e->d_name))
 			continue;
 		r = strvec_push(files, e->d_name);
 		if (r < 0)
@@ -209,23 +217,13 @@ static int scan_image_folder(int rootfd, const char *path, struct builder *b, ui
 	struct strvec classes = {0}, dirs = {0}, files = {0};
 	struct dirent *e;
 	DIR *d = NULL;
-	int fd, r;
+	int r;
 
-	fd = openat(rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	d = fdopendir(fd);
-	if (!d) {
-		r = -errno;
-		close(fd);
+	r = open_dir(rootfd, ".", &d);
+	if (r < 0)
 		return r;
-	}
 	while ((e = readdir(d))) {
-		struct stat st;
-
-		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-			continue;
-		if (fstatat(fd, e->d_name, &st, 0) < 0 || !S_ISDIR(st.st_mode))
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 || !entry_is_dir(d, e->d_name))
 			continue;
 		r = strvec_push(&classes, e->d_name);
 		if (r < 0)

@@ -183,7 +183,8 @@ int decoder_open(struct decoder *d, const uint8_t *jpeg, size_t len, uint32_t *w
 	case JCS_GRAYSCALE:
 	case JCS_YCbCr:
 	case JCS_RGB:
-		c->out_color_space = JCS_EXT_RGBX;
+		/* RGBA, not RGBX: libjpeg-turbo leaves X unwritten, and the vertical pass reads every byte */
+		c->out_color_space = JCS_EXT_RGBA;
 		d->cmyk = false;
 		break;
 	case JCS_CMYK:
@@ -255,6 +256,7 @@ static void cmyk_to_rgbx(uint8_t *buf, size_t stride, uint32_t width, uint32_t r
 			p[0] = (uint8_t)(nk - muldiv255(255u - p[0], nk));
 			p[1] = (uint8_t)(nk - muldiv255(255u - p[1], nk));
 			p[2] = (uint8_t)(nk - muldiv255(255u - p[2], nk));
+			p[3] = 255;
 		}
 	}
 }

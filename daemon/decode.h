@@ -2,7 +2,7 @@
 /*
  * JPEG decoding with libjpeg(-turbo): the header first, then only a region
  * of the image, optionally downscaled in the DCT domain by 2, 4 or 8, as
- * 4-byte RGBX pixels (X undefined). Grayscale, YCbCr, RGB, CMYK and YCCK
+ * 4-byte RGBX pixels (X = 255). Grayscale, YCbCr, RGB, CMYK and YCCK
  * files all come out RGB; CMYK the way Pillow converts it.
  *
  * One `struct decoder` per thread: it owns the libjpeg decompressor and the

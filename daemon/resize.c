@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Pillow's ImagingResample with the BILINEAR filter, for 8-bit RGB: a
- * horizontal pass into a scratch image of the source rows the output needs,
- * then a vertical pass into the destination, both with the same 22-bit
- * fixed-point coefficients and the same rounding as Pillow (so the result is
- * bit-exact with Image.resize(size, Image.BILINEAR, box)).
+ * Pillow's ImagingResample with the BILINEAR filter, for 8-bit RGB: two
+ * separable passes through an 8-bit scratch image (horizontal first, unless
+ * Pillow >= 13 would go vertical first), with Pillow's 22-bit fixed-point
+ * coefficients and rounding, so the result is bit-exact with
+ * Image.resize(size, Image.BILINEAR, box) (checked against Pillow 13.0).
  *
  * Speed comes from padding every output's taps to one count per axis (zero
  * weights, shifted inwards at the image edge), so the inner loops have fixed
@@ -26,8 +26,12 @@
 /* Bytes of output a vertical-pass block computes at once; a multiple of every vector width. */
 #define VBLOCK 32
 
-/* Multiversioning gives the kernels AVX2 (8-lane pmulld) where the CPU has it and the build targets plain x86-64. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+/*
+ * Multiversioning (an ifunc picks at load time) gives the kernels AVX2 where
+ * the CPU has it while the build targets plain x86-64: SSE2 has no 32-bit
+ * vector multiply. -DRESIZE_NO_CLONES builds the plain version only.
+ */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__GLIBC__) && !defined(RESIZE_NO_CLONES)
 #define KERNEL_CLONES __attribute__((target_clones("default", "avx2")))
 #else
 #define KERNEL_CLONES
@@ -248,16 +252,20 @@ static int axis_setup(struct axis *a, uint32_t in_size, double x, double w, uint
 	return 0;
 }
 
-static inline uint8_t clip8(int32_t v)
+/*
+ * The 8-bit result of a fixed-point sum. No clamping: the triangle's weights
+ * are non-negative and their 22-bit roundings sum to at most 2^22 + taps / 2,
+ * so a sum of 8-bit values plus the rounding bias stays in [0, 256 << 22).
+ */
+static inline uint8_t descale(int32_t acc)
 {
-	v >>= PRECISION_BITS;
-	return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+	return (uint8_t)(acc >> PRECISION_BITS);
 }
 
 /*
  * Horizontal pass over 4-byte pixels, four taps (16 bytes, one vector of
- * bytes) a step: gcc vectorises these fixed-length loops into widening loads,
- * multiplies and adds. Source pixel `base` is at src.
+ * bytes) a step: gcc vectorises these fixed-length loops into widening
+ * loads, multiplies and adds. Source pixel `base` is at src.
  */
 static inline __attribute__((always_inline)) void hpass4_blocks(const uint8_t *restrict src, size_t src_stride,
 							       uint32_t rows, uint8_t *restrict dst,
@@ -275,20 +283,18 @@ static inline __attribute__((always_inline)) void hpass4_blocks(const uint8_t *r
 			const uint8_t *restrict p = s + (size_t)(a->start[i] - base) * 4;
 			const int32_t *restrict k = a->coef4 + (size_t)i * blocks * 16;
 			int32_t acc[16] = { ROUND_BIAS, ROUND_BIAS, ROUND_BIAS };
-
-			for (uint32_t b = 0; b < blocks; b++)
-				for (unsigned c = 0; c < 16; c++)
-					acc[c] += p[b * 16 + c] * k[b * 16 + c];
 			int32_t v[4];
 
-			/* Spelled out lane by lane, so that it stays in one vector register. */
+			/* pointers, not p[b * 16 + c]: unsigned index wraparound would block vectorising */
+			for (uint32_t b = 0; b < blocks; b++, p += 16, k += 16)
+				for (unsigned c = 0; c < 16; c++)
+					acc[c] += p[c] * k[c];
+			/* lane by lane, so that it stays in one vector register */
 			for (unsigned c = 0; c < 4; c++)
-				v[c] = (acc[c] + acc[c + 4] + acc[c + 8] + acc[c + 12]) >> PRECISION_BITS;
-			for (unsigned c = 0; c < 4; c++)
-				v[c] = v[c] < 0 ? 0 : v[c] > 255 ? 255 : v[c];
-			d[o * 3 + 0] = (uint8_t)v[0];
-			d[o * 3 + 1] = (uint8_t)v[1];
-			d[o * 3 + 2] = (uint8_t)v[2];
+				v[c] = acc[c] + acc[c + 4] + acc[c + 8] + acc[c + 12];
+			d[o * 3 + 0] = descale(v[0]);
+			d[o * 3 + 1] = descale(v[1]);
+			d[o * 3 + 2] = descale(v[2]);
 		}
 	}
 }
@@ -313,7 +319,7 @@ static void hpass4_any(const uint8_t *restrict src, size_t src_stride, uint32_t 
 				for (unsigned c = 0; c < 3; c++)
 					acc[c] += p[t * 4 + c] * k[t];
 			for (unsigned c = 0; c < 3; c++)
-				d[o * 3 + c] = clip8(acc[c]);
+				d[o * 3 + c] = descale(acc[c]);
 		}
 	}
 }
@@ -339,8 +345,10 @@ static void hpass4(const uint8_t *restrict src, size_t src_stride, uint32_t rows
 	}
 }
 
-/* 3-byte pixels: a 4-byte load could run past the caller's buffer, so one channel at a time. Source pixel
- * `base` is at src. */
+/*
+ * 3-byte pixels (resize_rgb): a 4-byte load could run past the caller's
+ * buffer, so one channel at a time. Source pixel `base` is at src.
+ */
 KERNEL_CLONES
 static void hpass3(const uint8_t *restrict src, size_t src_stride, uint32_t rows, uint8_t *restrict dst,
 		   size_t dst_stride, const struct axis *a, uint32_t base, bool flip)
@@ -362,9 +370,9 @@ static void hpass3(const uint8_t *restrict src, size_t src_stride, uint32_t rows
 				g += p[t * 3 + 1] * k[t];
 				b += p[t * 3 + 2] * k[t];
 			}
-			d[o * 3 + 0] = clip8(r);
-			d[o * 3 + 1] = clip8(g);
-			d[o * 3 + 2] = clip8(b);
+			d[o * 3 + 0] = descale(r);
+			d[o * 3 + 1] = descale(g);
+			d[o * 3 + 2] = descale(b);
 		}
 	}
 }
@@ -396,18 +404,15 @@ static void vpass(const uint8_t *restrict src, size_t src_stride, uint32_t row_b
 			}
 			uint8_t *restrict out = d + x; /* not d[x + j]: its wraparound would block vectorising */
 
-			for (unsigned j = 0; j < VBLOCK; j++) {
-				int32_t v = acc[j] >> PRECISION_BITS;
-
-				out[j] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
-			}
+			for (unsigned j = 0; j < VBLOCK; j++)
+				out[j] = descale(acc[j]);
 		}
 		for (; x < row_bytes; x++) {
 			int32_t acc = ROUND_BIAS;
 
 			for (uint32_t t = 0; t < taps; t++)
 				acc += s[t * src_stride + x] * k[t];
-			d[x] = clip8(acc);
+			d[x] = descale(acc);
 		}
 	}
 }
@@ -421,9 +426,14 @@ static void hpass(const uint8_t *src, unsigned bpp, size_t src_stride, uint32_t 
 		hpass3(src, src_stride, rows, dst, dst_stride, a, base, flip);
 }
 
+bool resize_vertical_first(uint32_t src_w, uint32_t src_h, uint32_t dst_w, uint32_t dst_h)
+{
+	return src_h > dst_h && (int64_t)src_h - dst_h > ((int64_t)src_w - dst_w) * 2;
+}
+
 static int resize_px(struct resizer *r, const uint8_t *src, unsigned bpp, uint32_t src_w, uint32_t src_h,
 		     size_t src_stride, double x, double y, double w, double h, uint8_t *dst, uint32_t dst_w,
-		     uint32_t dst_h, size_t dst_stride, bool flip)
+		     uint32_t dst_h, size_t dst_stride, bool flip, bool vertical_first)
 {
 	bool need_h, need_v, v_first;
 	int ret;
@@ -446,15 +456,12 @@ static int resize_px(struct resizer *r, const uint8_t *src, unsigned bpp, uint32
 
 	/*
 	 * Like Pillow, skip a pass that would only copy (4-byte pixels always
-	 * need the horizontal one, to repack), and do the vertical pass first
-	 * when the height shrinks by much more than the width (Pillow >= 13).
-	 * An identity pass is exact, so the order only matters when both pass
-	 * resample.
+	 * need the horizontal one, to repack). An identity pass is exact, so the
+	 * order only matters when both passes resample.
 	 */
 	need_h = !r->h.identity || flip || bpp != 3;
 	need_v = !r->v.identity;
-	v_first = need_v && !r->h.identity && src_h > dst_h &&
-		  (int64_t)src_h - dst_h > ((int64_t)src_w - dst_w) * 2;
+	v_first = need_v && !r->h.identity && vertical_first;
 
 	if (!need_v && !need_h) {
 		src += (size_t)r->h.in0 * 3;
@@ -498,12 +505,14 @@ int resize_rgb(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t s
 	       double x, double y, double w, double h, uint8_t *dst, uint32_t dst_w, uint32_t dst_h,
 	       size_t dst_stride, bool flip)
 {
-	return resize_px(r, src, 3, src_w, src_h, src_stride, x, y, w, h, dst, dst_w, dst_h, dst_stride, flip);
+	return resize_px(r, src, 3, src_w, src_h, src_stride, x, y, w, h, dst, dst_w, dst_h, dst_stride, flip,
+			 resize_vertical_first(src_w, src_h, dst_w, dst_h));
 }
 
 int resize_rgbx(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t src_h, size_t src_stride,
 		double x, double y, double w, double h, uint8_t *dst, uint32_t dst_w, uint32_t dst_h,
-		size_t dst_stride, bool flip)
+		size_t dst_stride, bool flip, bool vertical_first)
 {
-	return resize_px(r, src, 4, src_w, src_h, src_stride, x, y, w, h, dst, dst_w, dst_h, dst_stride, flip);
+	return resize_px(r, src, 4, src_w, src_h, src_stride, x, y, w, h, dst, dst_w, dst_h, dst_stride, flip,
+			 vertical_first);
 }

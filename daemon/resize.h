@@ -26,10 +26,23 @@ int resize_rgb(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t s
 	       double x, double y, double w, double h, uint8_t *dst, uint32_t dst_w, uint32_t dst_h,
 	       size_t dst_stride, bool flip);
 
-/* As resize_rgb, from 4-byte pixels (RGBX, X ignored) such as the decoder writes; the output is still RGB. */
+/*
+ * Pillow (>= 13) resamples vertically first when the height shrinks by more
+ * than twice as many pixels as the width: (src_h - dst_h) > 2 (src_w - dst_w).
+ * The order changes results by at most 1 (the 8-bit intermediate).
+ * resize_rgb() applies this rule to its own source and output sizes.
+ */
+bool resize_vertical_first(uint32_t src_w, uint32_t src_h, uint32_t dst_w, uint32_t dst_h);
+
+/*
+ * As resize_rgb, from 4-byte pixels (RGBX, X ignored) such as the decoder
+ * writes, the output still RGB, with the order of the passes given: pass
+ * resize_vertical_first() of the resize being emulated, which may be of a
+ * larger image than the part at hand.
+ */
 int resize_rgbx(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t src_h, size_t src_stride,
 		double x, double y, double w, double h, uint8_t *dst, uint32_t dst_w, uint32_t dst_h,
-		size_t dst_stride, bool flip);
+		size_t dst_stride, bool flip, bool vertical_first);
 
 /*
  * The source pixels [*first, *end) along one axis of in_size pixels that

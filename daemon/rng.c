@@ -39,15 +39,18 @@ static void philox_block(const uint32_t key_in[2], const uint32_t ctr_in[4], uin
 
 void rng_init(struct rng *r, uint64_t seed, uint64_t epoch, uint64_t index, enum rng_purpose purpose)
 {
-	/* The key mixes seed and purpose; the counter carries epoch and index,
-	 * so streams of different samples never overlap. */
-	uint64_t key = splitmix64(seed ^ splitmix64((uint64_t)purpose));
+	/* The counter carries index and epoch, so streams of different samples
+	 * never overlap. */
+	/* The epoch's high word joins the purpose (a small number) in the key,
+	 * so every (index, epoch) pair below 2^64 x 2^56 has a counter block
+	 * of its own. */
+	uint64_t key = splitmix64(seed ^ splitmix64((uint64_t)purpose | (epoch >> 32) << 8));
 
 	r->key[0] = (uint32_t)key;
 	r->key[1] = (uint32_t)(key >> 32);
 	r->ctr[0] = 0; /* block number within the stream */
 	r->ctr[1] = (uint32_t)index;
-	r->ctr[2] = (uint32_t)(index >> 32) ^ (uint32_t)(epoch >> 32) * 0x85EBCA6Bu;
+	r->ctr[2] = (uint32_t)(index >> 32);
 	r->ctr[3] = (uint32_t)epoch;
 	r->used = 4;
 }

@@ -111,7 +111,15 @@ int conn_send(struct conn *c, const Stoker__Message *msg, int fd)
 	}
 	r = frame_out_push(&c->out, msg, fd);
 	if (r < 0) {
-		conn_close(c, r == -ENOBUFS ? "not reading its replies" : "out of memory queueing a reply");
+		/* Waiting to flush a peer that does not read would hold its fd
+		 * and memory for ever: drop it now, unsent replies and all. */
+		log_info("client %llu (pid %d): disconnected: %s", (unsigned long long)c->id, (int)c->pid,
+			 r == -ENOBUFS ? "not reading its replies" : "out of memory queueing a reply");
+		if (!c->closing) {
+			c->closing = true;
+			session_detach(c);
+		}
+		conn_finish_close(c);
 		return r;
 	}
 	r = frame_out_flush(&c->out, c->fd);

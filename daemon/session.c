@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -12,6 +13,10 @@
 #include "session.h"
 #include "workers.h"
 
+/* torchvision's ImageNet normalisation, the default for float output. */
+static const float imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
+static const float imagenet_std[3] = {0.229f, 0.224f, 0.225f};
+
 /* Data sets larger than this are refused (the plan holds 8 bytes a sample). */
 #define SESSION_MAX_SAMPLES (1ull << 32)
 
@@ -19,7 +24,8 @@ struct attach_request {
 	uv_work_t work;
 	struct daemon *d;
 	struct conn *conn; /* NULL if the client left during the scan */
-	Stoker__Attach params;
+	Stoker__Attach params; /* its arrays point into this request */
+	float mean[3], std[3];
 	char path[PATH_MAX];
 	struct dataset *result;
 	int err;
@@ -242,6 +248,11 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	s->spec.kind = a->transform == STOKER__TRANSFORM__CENTER_CROP ? TRANSFORM_CENTER_CROP
 								       : TRANSFORM_RANDOM_RESIZED_CROP;
 	s->spec.image_size = a->image_size;
+	s->spec.dtype = (enum sample_dtype)a->dtype;
+	for (int ch = 0; ch < 3; ch++) {
+		s->spec.mean[ch] = a->n_mean == 3 ? a->mean[ch] : imagenet_mean[ch];
+		s->spec.std[ch] = a->n_std == 3 ? a->std[ch] : imagenet_std[ch];
+	}
 	if (plan_validate(&s->plan) < 0) {
 		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT,
 				"data set %s has %llu samples: with world_size %u, batch_size %u and drop_last, rank %u "
@@ -252,7 +263,7 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 
 	/* Slot layout: images, then labels and indices, each 64-byte aligned;
 	 * slots page aligned. */
-	image_bytes = (uint64_t)a->batch_size * a->image_size * a->image_size * 3;
+	image_bytes = (uint64_t)a->batch_size * transform_output_bytes(&s->spec);
 	s->labels_offset = align_up(image_bytes, 64);
 	s->indices_offset = s->labels_offset + (size_t)a->batch_size * sizeof(int64_t);
 	slot_bytes = align_up(s->indices_offset + (size_t)a->batch_size * sizeof(int64_t),
@@ -303,6 +314,8 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	at.labels_offset = s->labels_offset;
 	at.indices_offset = s->indices_offset;
 	at.epoch = a->epoch;
+	at.has_dtype = true;
+	at.dtype = a->dtype;
 	msg.body_case = STOKER__MESSAGE__BODY_ATTACHED;
 	msg.attached = &at;
 
@@ -385,6 +398,26 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "unknown transform %d", (int)a->transform);
 		return;
 	}
+	if (a->dtype != STOKER__DTYPE__UINT8 && a->dtype != STOKER__DTYPE__FLOAT32 && a->dtype != STOKER__DTYPE__FLOAT16) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "unknown dtype %d", (int)a->dtype);
+		return;
+	}
+	if ((a->n_mean != 0 && a->n_mean != 3) || (a->n_std != 0 && a->n_std != 3)) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "mean and std take 3 values each (one per channel)");
+		return;
+	}
+	for (size_t ch = 0; ch < a->n_std; ch++) {
+		if (!(a->std[ch] > 0.0f) || !isfinite(a->std[ch]) || (ch < a->n_mean && !isfinite(a->mean[ch]))) {
+			conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "std must be positive and finite");
+			return;
+		}
+	}
+	for (size_t ch = 0; ch < a->n_mean; ch++) {
+		if (!isfinite(a->mean[ch])) {
+			conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "mean must be finite");
+			return;
+		}
+	}
 	if (a->batch_size == 0 || a->batch_size > d->cfg.max_batch_size) {
 		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "batch_size %u is not in 1..%u (max_batch_size)",
 				a->batch_size, d->cfg.max_batch_size);
@@ -425,7 +458,12 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 	req->d = d;
 	req->conn = c;
 	req->params = *a;
+	req->params.base.n_unknown_fields = 0;
 	req->params.base.unknown_fields = NULL;
+	memcpy(req->mean, a->mean, a->n_mean * sizeof(float));
+	memcpy(req->std, a->std, a->n_std * sizeof(float));
+	req->params.mean = req->mean;
+	req->params.std = req->std;
 	req->params.dataset = strdup(real);
 	snprintf(req->path, sizeof(req->path), "%s", real);
 	if (!req->params.dataset) {

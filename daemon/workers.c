@@ -134,7 +134,7 @@ static int produce_one(struct worker *w, struct batch_job *job, uint64_t index, 
 static void produce_sample(struct worker *w, struct batch_job *job, uint32_t pos)
 {
 	struct pool *p = w->pool;
-	size_t image_bytes = (size_t)job->spec.image_size * job->spec.image_size * 3;
+	size_t image_bytes = transform_output_bytes(&job->spec);
 	uint8_t *dst = job->images + (size_t)pos * image_bytes;
 	uint64_t index = job->order[pos], n = job->ds->count;
 

@@ -22,6 +22,8 @@ sys.path.insert(0, os.path.join(REPO, "client", "python"))
 
 import stoker  # noqa: E402
 
+sys.stdout.reconfigure(line_buffering=True)  # interleave sensibly with stokerd's stderr
+
 
 def wait_for_socket(proc, path, attempts=400):
     for _ in range(attempts):

@@ -60,6 +60,11 @@ const char *stoker_last_error(const struct stoker *s);
  *   shuffle, drop_last   true|false|1|0              (true, false)
  *   epoch       first epoch to produce               (0)
  *   prefetch    batches kept ready ahead; 0 = daemon default (0)
+ *   dtype       uint8 | float32 | float16                  (uint8)
+ *               uint8 images are HWC RGB; float images are CHW and
+ *               normalised: (pixel / 255 - mean[c]) / std[c]
+ *   mean, std   three comma-separated floats, float output only
+ *               (0.485,0.456,0.406 and 0.229,0.224,0.225: ImageNet's)
  * -EINVAL for an unknown key or a value that does not parse. */
 int stoker_opts_new(struct stoker_opts **out);
 void stoker_opts_free(struct stoker_opts *o);
@@ -91,9 +96,17 @@ int stoker_next(struct stoker *s, int timeout_ms, struct stoker_batch **out);
  * memory must not be read afterwards. */
 void stoker_release(struct stoker_batch *b);
 
-/* Batch contents: images uint8 [count, height, width, channels] (HWC RGB),
- * labels and indices int64 [count]. Pointers into read-only shared memory. */
-const uint8_t *stoker_batch_images(const struct stoker_batch *b);
+enum stoker_dtype {
+	STOKER_DTYPE_UINT8 = 0,   /* [count, height, width, channels] */
+	STOKER_DTYPE_FLOAT32 = 1, /* [count, channels, height, width] */
+	STOKER_DTYPE_FLOAT16 = 2, /* [count, channels, height, width], IEEE half */
+};
+
+/* Batch contents: images (element type and layout as stoker_batch_dtype()
+ * says), labels and indices int64 [count]. Pointers into read-only shared
+ * memory. */
+const void *stoker_batch_images(const struct stoker_batch *b);
+enum stoker_dtype stoker_batch_dtype(const struct stoker_batch *b);
 const int64_t *stoker_batch_labels(const struct stoker_batch *b);
 const int64_t *stoker_batch_indices(const struct stoker_batch *b);
 uint32_t stoker_batch_count(const struct stoker_batch *b);

@@ -112,14 +112,16 @@ class Daemon:
 
 @pytest.fixture
 def daemon(build_dir, tmp_path, request):
-    """daemon(workers=2, prefetch=None, config=None) starts a real stokerd and
+    """daemon(workers=2, prefetch=None, config=None, extra=()) starts a real stokerd and
     waits until it accepts; teardown stops it and requires exit status 0."""
     started = []
     request.node._stokerds = started
 
     def start(workers=2, prefetch=None, config=None, extra=()):
         n = len(started)
-        args = [str(STOKERD), "--socket", str(tmp_path / f"s{n}.sock"), "--workers", str(workers)]
+        args = [str(STOKERD), "--socket", str(tmp_path / f"s{n}.sock")]
+        if workers is not None:
+            args += ["--workers", str(workers)]
         if prefetch is not None:
             args += ["--prefetch", str(prefetch)]
         if config is not None:

@@ -3,7 +3,6 @@
 import errno
 import json
 import os
-import re
 import signal
 import socket as pysocket
 import struct
@@ -152,3 +151,126 @@ def test_hostile_peer_is_dropped(daemon, dataset, payload):
     st = d.stats()
     if "protocol_errors" in st:
         assert st["protocol_errors"] >= 1
+
+
+def test_replacement_rule(daemon, make_dataset):
+    """An unreadable sample is replaced by the next index, in data-set order, that decodes."""
+    root, bad = make_dataset(classes=4, per_class=15, corrupt=4, seed=9)
+    want = expected_samples(root)
+    bad_idx = {i for i, (p, _) in enumerate(want) if p in set(bad)}
+    d = daemon(workers=1)
+    with stoker.Loader(root, socket=d.socket, batch_size=8, image_size=32, shuffle=False) as ld:
+        r = read_epoch(ld)
+    expect = []
+    for pos in range(len(want)):
+        j = pos
+        while j in bad_idx:
+            j = (j + 1) % len(want)
+        expect.append(j)
+    assert r["indices"] == expect
+    assert r["labels"] == [want[j][1] for j in expect]
+    assert r["replaced"] == len(bad_idx)
+
+
+def test_all_samples_unreadable(daemon, make_dataset):
+    """Nothing decodes: batches still come, black with label -1."""
+    root, bad = make_dataset(classes=1, per_class=0, corrupt=6, seed=2)
+    d = daemon()
+    with stoker.Loader(root, socket=d.socket, batch_size=4, image_size=32) as ld:
+        n = 0
+        for b in ld:
+            images, labels = b
+            assert (labels == -1).all(), labels
+            assert not images.any(), "not black"
+            assert b.replaced == len(labels)
+            n += len(labels)
+    assert n == 6
+    assert d.stats()["decode_errors"] >= 6
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_shutdown_with_client_attached(daemon, dataset, sig):
+    d = daemon()
+    ld = stoker.Loader(dataset, socket=d.socket, batch_size=4, image_size=32, timeout=60)
+    it = iter(ld)
+    next(it)
+    d.proc.send_signal(sig)
+    d.proc.wait(timeout=30)
+    assert d.proc.returncode == 0, d.stderr()
+    # Batches already announced may still be read; then the loss must show
+    # as an error, never as a normal end of epoch.
+    with pytest.raises(stoker.StokerError) as ei:
+        for _ in range(len(ld) + 1):
+            next(it)
+    assert ei.value.errno in (errno.ECONNRESET, errno.EPIPE), ei.value
+    ld.close()
+
+
+def test_config_file(daemon, dataset, tmp_path):
+    conf = tmp_path / "stoker.conf"
+    conf.write_text("[stokerd]\nworkers = 1\nmax_batch_size = 16\nmax_ring_bytes = 1M\n")
+    d = daemon(workers=None, config=conf)
+    assert d.stats()["workers"] == 1
+    with pytest.raises(stoker.StokerError) as ei:
+        stoker.Loader(dataset, socket=d.socket, batch_size=32, image_size=32)
+    assert ei.value.errno == errno.EINVAL, ei.value
+    with pytest.raises(stoker.StokerError) as ei:  # 5 slots x 16 x 224^2 x 3 > 1 MiB
+        stoker.Loader(dataset, socket=d.socket, batch_size=16, image_size=224)
+    assert ei.value.errno == errno.ENOMEM, ei.value
+    with stoker.Loader(dataset, socket=d.socket, batch_size=16, image_size=32) as ld:
+        assert sorted(read_epoch(ld)["indices"]) == list(range(64))
+
+
+def test_bad_config_file(build_dir, tmp_path):
+    conf = tmp_path / "bad.conf"
+    conf.write_text("[stokerd]\nworkers = 1\nno_such_key = 3\n")
+    r = subprocess.run([str(STOKERD), "--config", str(conf), "--socket", str(tmp_path / "s")],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0
+    assert "3" in r.stderr or "no_such_key" in r.stderr, r.stderr  # names the line or key
+
+
+HELLO = struct.pack("<I", 4) + b"\x0a\x02\x08\x01"       # Message{hello{protocol_version: 1}}
+STATS_REQ = struct.pack("<I", 2) + b"\x4a\x00"            # Message{stats_request{}}
+
+
+def test_hello_with_fd_is_dropped(daemon, dataset):
+    d = daemon()
+    s = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_STREAM)
+    s.connect(d.socket)
+    s.sendall(HELLO)  # a well-formed hello is answered
+    s.settimeout(30)
+    assert s.recv(4096)
+    s.close()
+    s = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_STREAM)
+    s.connect(d.socket)
+    with open(os.devnull) as f:
+        s.sendmsg([HELLO], [(pysocket.SOL_SOCKET, pysocket.SCM_RIGHTS, struct.pack("i", f.fileno()))])
+    assert _drain(s)
+    s.close()
+    with stoker.Loader(dataset, socket=d.socket, **SMALL) as ld:
+        assert len(read_epoch(ld)["indices"]) == 64
+
+
+def test_client_that_never_reads_is_dropped(daemon, dataset):
+    """Flooding stats requests without reading replies ends in a disconnect:
+    the daemon must close the socket (our send fails), not linger on it."""
+    d = daemon()
+    s = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_STREAM)
+    s.setsockopt(pysocket.SOL_SOCKET, pysocket.SO_RCVBUF, 4096)
+    s.connect(d.socket)
+    s.settimeout(10)
+    outcome = "daemon kept reading"
+    try:
+        s.sendall(HELLO)
+        for _ in range(400):
+            s.sendall(STATS_REQ * 500)
+    except (BrokenPipeError, ConnectionResetError):
+        outcome = "dropped"
+    except TimeoutError:
+        outcome = "daemon stopped reading but kept the connection open"
+    finally:
+        s.close()
+    assert outcome == "dropped", outcome
+    with stoker.Loader(dataset, socket=d.socket, **SMALL) as ld:
+        assert len(read_epoch(ld)["indices"]) == 64

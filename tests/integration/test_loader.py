@@ -212,3 +212,37 @@ def test_no_daemon(build_dir, tmp_path):
         stoker.Loader(tmp_path / "d", socket=tmp_path / "none.sock")
     assert ei.value.errno in (errno.ENOENT, errno.ECONNREFUSED)
     assert "none.sock" in str(ei.value)
+
+
+def test_batch_larger_than_data_set_and_world_larger(daemon, dataset):
+    n = len(expected_samples(dataset))
+    d = daemon()
+    # drop_last with fewer samples than a batch: the daemon refuses (an
+    # epoch without batches is a mistake), naming the cause.
+    with pytest.raises(stoker.StokerError) as ei:
+        stoker.Loader(dataset, socket=d.socket, batch_size=100, image_size=16, drop_last=True)
+    assert ei.value.errno == errno.EINVAL and "batch_size" in str(ei.value)
+    with stoker.Loader(dataset, socket=d.socket, batch_size=100, image_size=16) as ld:
+        assert [len(b) for b in ld] == [n]
+    W = n + 36
+    padded = list(range(n)) + list(range(W - n))
+    for rank in (0, W - 1):
+        with stoker.Loader(dataset, socket=d.socket, batch_size=4, image_size=16, shuffle=False,
+                           rank=rank, world_size=W) as ld:
+            assert ld.samples_per_epoch == 1
+            assert read_epoch(ld)["indices"] == [padded[rank]]
+
+
+def test_iterator_continues_and_stale_iterator_stops(daemon, dataset):
+    d = daemon()
+    with stoker.Loader(dataset, socket=d.socket, seed=1, **SMALL) as ld:
+        it = iter(ld)
+        first = next(it).index
+        rest = [b.index for b in it]  # iter(it) continues, does not restart
+        assert [first] + rest == list(range(len(ld)))
+        old = iter(ld)
+        next(old)
+        new = iter(ld)  # a new pass restarts the epoch; the old iterator ends
+        assert next(new).index == 0
+        assert list(old) == []
+        assert [b.index for b in new] == list(range(1, len(ld)))

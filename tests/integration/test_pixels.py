@@ -47,14 +47,22 @@ def reference_center_crop(path, size=224):
     return np.asarray(im.crop((left, top, left + size, top + size)))
 
 
-@pytest.mark.parametrize("sides,mean_tol,p99_tol", [
-    # Window < 2x output: no DCT-domain downscale, only decoder/rounding noise.
-    ((256, 480), 1.0, 6),
-    # Larger sources may be decoded at 1/2, 1/4 scale before the resize.
-    ((300, 800), 2.0, 12),
+# Tolerances. stoker decodes with libjpeg-turbo (as Pillow does) and resizes
+# with Pillow's BILINEAR triangle filter, on the same source window, so when
+# the whole image is decoded only fixed-point rounding differs: measured
+# max |diff| 1, mean < 0.03. When the centre window is >= 2x the output, the
+# daemon decodes at 1/2..1/8 scale in the DCT domain first: a sharper filter
+# than the triangle, so high-frequency textures (grass, gravel) differ more;
+# measured worst image mean 2.9 (a texture at 2.01x), p99 13, data-set mean
+# 0.5-0.7.
+@pytest.mark.parametrize("sides,img_mean_tol,p99_tol,max_tol,set_mean_tol", [
+    ((256, 480), 0.5, 2, 2, 0.1),     # centre window < 2x output: full decode
+    ((460, 1000), 3.0, 16, 255, 1.0),  # >= 2x: DCT-domain downscale
 ], ids=["full-decode", "dct-scaled"])
-def test_center_crop_matches_pil(daemon, make_dataset, sides, mean_tol, p99_tol):
-    root, _ = make_dataset(classes=4, per_class=8, min_side=sides[0], max_side=sides[1], seed=21)
+def test_center_crop_matches_pil(daemon, make_dataset, sides, img_mean_tol, p99_tol, max_tol,
+                                 set_mean_tol):
+    # 9 classes: one per source photo, grayscale ones and textures included.
+    root, _ = make_dataset(classes=9, per_class=4, min_side=sides[0], max_side=sides[1], seed=21)
     want = expected_samples(root)
     d = daemon()
     with stoker.Loader(root, socket=d.socket, transform="center_crop", image_size=224, batch_size=8,
@@ -63,15 +71,16 @@ def test_center_crop_matches_pil(daemon, make_dataset, sides, mean_tol, p99_tol)
     got = np.concatenate(r["images"])
     assert got.shape == (len(want), 224, 224, 3)
     assert r["indices"] == list(range(len(want)))
-    worst = []
+    stats = []
     for i, (path, _) in enumerate(want):
         ref = reference_center_crop(path)
         diff = np.abs(got[i].astype(np.int16) - ref.astype(np.int16))
-        mean, p99 = float(diff.mean()), float(np.percentile(diff, 99))
-        worst.append((mean, p99, path))
+        stats.append((float(diff.mean()), float(np.percentile(diff, 99)), int(diff.max()), path))
         if Image.open(path).mode == "L":
             assert (got[i][..., 0] == got[i][..., 1]).all() and (got[i][..., 1] == got[i][..., 2]).all(), \
                 f"grayscale {path} not gray"
-    bad = [w for w in worst if w[0] >= mean_tol or w[1] > p99_tol]
-    assert not bad, "differs from PIL reference (mean, p99, file): " + "; ".join(
-        f"{m:.2f} {p:.0f} {f}" for m, p, f in sorted(bad, reverse=True)[:5])
+    bad = [s for s in stats if s[0] >= img_mean_tol or s[1] > p99_tol or s[2] > max_tol]
+    assert not bad, "differs from PIL reference (mean, p99, max, file): " + "; ".join(
+        f"{m:.2f} {p:.0f} {x} {f}" for m, p, x, f in sorted(bad, reverse=True)[:5])
+    set_mean = float(np.mean([s[0] for s in stats]))
+    assert set_mean < set_mean_tol, f"mean |diff| over the data set {set_mean:.3f}"

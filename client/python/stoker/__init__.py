@@ -78,6 +78,7 @@ def _declare(lib):
         "stoker_batch_epoch": (ctypes.c_uint64, [P]),
         "stoker_batch_index": (ctypes.c_uint64, [P]),
         "stoker_batch_replaced": (ctypes.c_uint32, [P]),
+        "stoker_batch_dtype": (ctypes.c_int, [P]),
         "stoker_stats_json": (ctypes.c_int, [P, ctypes.POINTER(P)]),
     }
     for name, (res, args) in sigs.items():
@@ -162,7 +163,8 @@ def _view(addr, shape, dtype):
 
 
 class Batch:
-    """One batch: .images uint8 [B,H,W,C] and .labels int64 [B] (unpack as
+    """One batch: .images (uint8 [B,H,W,C], or float [B,C,H,W] with a float
+    dtype) and .labels int64 [B] (unpack as
     `images, labels = batch`), .indices int64 [B] (the samples actually
     delivered), .epoch, .index (batch number), .replaced (unreadable samples
     that were replaced). Valid until the loader takes the next batch."""
@@ -189,6 +191,10 @@ class Batch:
                 f"shape={tuple(self.images.shape)} replaced={self.replaced}>")
 
 
+# enum stoker_dtype -> numpy; uint8 is HWC, the float types CHW.
+_DTYPES = {0: np.uint8, 1: np.float32, 2: np.float16}
+
+
 def _opt_text(v):
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -208,11 +214,12 @@ class Loader:
 
     def __init__(self, dataset, socket=None, batch_size=256, image_size=224, seed=0, rank=0,
                  world_size=1, transform="random_resized_crop", shuffle=True, drop_last=False,
-                 epoch=0, prefetch=0, timeout=None):
+                 epoch=0, prefetch=0, timeout=None, dtype="uint8", mean=None, std=None):
         self._h = None
         self._batch = None
         self._fresh = True  # nothing taken since attach / set_epoch
         self._done = False  # the current pass met end of epoch
+        self._pass = 0      # bumped by each __iter__; older iterators stop
         self.timeout = timeout
         self.dataset = os.fspath(dataset)
         lib = load_library()
@@ -220,7 +227,13 @@ class Loader:
             "batch_size": batch_size, "image_size": image_size, "seed": seed, "rank": rank,
             "world_size": world_size, "transform": transform, "shuffle": shuffle,
             "drop_last": drop_last, "epoch": epoch, "prefetch": prefetch,
+            "dtype": np.dtype(dtype).name if not isinstance(dtype, str) else dtype,
         }
+        # Float output: CHW, (x/255 - mean)/std, as ToTensor()+Normalize().
+        if mean is not None:
+            opts["mean"] = ",".join(repr(float(v)) for v in mean)
+        if std is not None:
+            opts["std"] = ",".join(repr(float(v)) for v in std)
         h = _connect(socket)
         self._h = h
         o = ctypes.c_void_p()
@@ -281,15 +294,17 @@ class Loader:
         self._done = False
 
     def __iter__(self):
+        """One pass over the current epoch (restarted unless nothing was taken yet)."""
         if not self._fresh:
             self.set_epoch(self.epoch)
-        return self
+        self._pass += 1
+        return _Pass(self, self._pass)
 
-    def __next__(self):
+    def _next(self):
         h = self._handle()
         self._release()
         if self._done:
-            raise StopIteration
+            return None
         self._fresh = False
         out = ctypes.c_void_p()
         if self.timeout is None:
@@ -301,15 +316,17 @@ class Loader:
             rc = _lib.stoker_next(h, max(0, int(self.timeout * 1000)), ctypes.byref(out))
         if rc == -_errno.ENODATA:
             self._done = True
-            raise StopIteration
+            return None
         if rc < 0:
             raise _error(rc, h, "next batch")
         self._batch = b = out.value
         n = int(_lib.stoker_batch_count(b))
-        shape = (n, int(_lib.stoker_batch_height(b)), int(_lib.stoker_batch_width(b)),
-                 int(_lib.stoker_batch_channels(b)))
+        h, w, c = (int(_lib.stoker_batch_height(b)), int(_lib.stoker_batch_width(b)),
+                   int(_lib.stoker_batch_channels(b)))
+        dtype = _DTYPES[int(_lib.stoker_batch_dtype(b))]
+        shape = (n, h, w, c) if dtype == np.uint8 else (n, c, h, w)
         return Batch(
-            images=_view(_lib.stoker_batch_images(b), shape, np.uint8),
+            images=_view(_lib.stoker_batch_images(b), shape, dtype),
             labels=_view(_lib.stoker_batch_labels(b), (n,), np.int64),
             indices=_view(_lib.stoker_batch_indices(b), (n,), np.int64),
             epoch=int(_lib.stoker_batch_epoch(b)),
@@ -353,6 +370,29 @@ class Loader:
     def __repr__(self):
         state = "closed" if not self._h else f"epoch={self.epoch} batches={len(self)}"
         return f"<stoker.Loader {self.dataset!r} {state}>"
+
+
+class _Pass:
+    """Iterator for one pass of a Loader; stops if a newer pass begins."""
+
+    __slots__ = ("_loader", "_pass")
+
+    def __init__(self, loader, n):
+        self._loader = loader
+        self._pass = n
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        ld = self._loader
+        if ld is None or ld._pass != self._pass:
+            raise StopIteration
+        b = ld._next()
+        if b is None:
+            self._loader = None
+            raise StopIteration
+        return b
 
 
 def stats(socket=None):
