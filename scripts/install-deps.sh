@@ -11,7 +11,7 @@ DEB_PACKAGES=(
 	libsystemd-dev systemd
 	libinih-dev
 	libcmocka-dev
-	python3 python3-pip python3-venv
+	python3 python3-pip python3-numpy python3-pytest python3-pil
 )
 PY_PACKAGES=(numpy pytest pillow)
 
@@ -30,7 +30,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
 	apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# Python tools: use the python3 on PATH (pyenv or system).
+# Python tools for the python3 on PATH: Debian's packages serve the system
+# interpreter; another one (pyenv, a venv) gets them from PyPI.
 PY=${PYTHON:-python3}
 need_py=()
 for m in "${PY_PACKAGES[@]}"; do
