@@ -6,6 +6,7 @@
  * stoker_next() takes them. The library never logs.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
@@ -65,8 +66,15 @@ struct stoker {
 	enum stoker_dtype dtype;
 	uint64_t dataset_samples, samples_per_epoch, batches_per_epoch;
 
+	/* The plan, for checkpoints. */
+	uint64_t seed;
+	uint32_t rank, world_size;
+	bool shuffle, drop_last;
+
 	uint64_t epoch;
 	uint32_t generation;
+	uint64_t first_batch;      /* where this generation started */
+	uint64_t taken;            /* batches stoker_next() returned in it */
 	bool epoch_done;           /* EndOfEpoch seen for this generation */
 	struct stoker_batch *slots; /* [slot_count] */
 	uint32_t *queue;            /* announced slots, FIFO */
@@ -378,6 +386,52 @@ STOKER_API void stoker_close(struct stoker *s)
 	free(s);
 }
 
+/* ---- checkpoints ---- */
+
+struct checkpoint {
+	uint64_t epoch, batch, seed, samples;
+	uint32_t rank, world_size, batch_size;
+	bool shuffle, drop_last;
+};
+
+#define CHECKPOINT_FORMAT                                                                                   \
+	"stoker-checkpoint-1 epoch=%" SCNu64 " batch=%" SCNu64 " seed=%" SCNu64 " rank=%" SCNu32              \
+	" world_size=%" SCNu32 " batch_size=%" SCNu32 " shuffle=%d drop_last=%d samples=%" SCNu64 "%n"
+
+static int checkpoint_parse(const char *token, struct checkpoint *out)
+{
+	struct checkpoint c;
+	int shuffle, drop_last, end = -1;
+
+	if (!token || strlen(token) >= STOKER_CHECKPOINT_MAX)
+		return -EINVAL;
+	if (sscanf(token, CHECKPOINT_FORMAT, &c.epoch, &c.batch, &c.seed, &c.rank, &c.world_size, &c.batch_size,
+		   &shuffle, &drop_last, &c.samples, &end) != 9 ||
+	    end < 0 || token[end] != '\0' || c.world_size == 0 || c.rank >= c.world_size || c.batch_size == 0 ||
+	    (shuffle != 0 && shuffle != 1) || (drop_last != 0 && drop_last != 1))
+		return -EINVAL;
+	c.shuffle = shuffle;
+	c.drop_last = drop_last;
+	*out = c;
+	return 0;
+}
+
+STOKER_API int stoker_checkpoint(const struct stoker *s, char *buf, size_t size)
+{
+	int n;
+
+	if (!s || !buf || !s->attached)
+		return -EINVAL;
+	n = snprintf(buf, size,
+		     "stoker-checkpoint-1 epoch=%" PRIu64 " batch=%" PRIu64 " seed=%" PRIu64 " rank=%" PRIu32
+		     " world_size=%" PRIu32 " batch_size=%" PRIu32 " shuffle=%d drop_last=%d samples=%" PRIu64,
+		     s->epoch, s->epoch_done ? s->batches_per_epoch : s->first_batch + s->taken, s->seed, s->rank,
+		     s->world_size, s->batch_size, (int)s->shuffle, (int)s->drop_last, s->dataset_samples);
+	if (n < 0 || (size_t)n >= size)
+		return -ENOBUFS;
+	return 0;
+}
+
 /* ---- options ---- */
 
 STOKER_API int stoker_opts_new(struct stoker_opts **out)
@@ -532,6 +586,25 @@ STOKER_API int stoker_opts_set(struct stoker_opts *o, const char *key, const cha
 		}
 		return 0;
 	}
+	if (!strcmp(key, "resume")) {
+		struct checkpoint c;
+
+		r = checkpoint_parse(value, &c);
+		if (r < 0)
+			return r;
+		a->epoch = c.epoch;
+		a->first_batch = c.batch;
+		a->seed = c.seed;
+		a->rank = c.rank;
+		a->world_size = c.world_size;
+		a->batch_size = c.batch_size;
+		a->shuffle = c.shuffle;
+		a->drop_last = c.drop_last;
+		a->expect_samples = c.samples;
+		a->has_epoch = a->has_first_batch = a->has_seed = a->has_rank = a->has_world_size = true;
+		a->has_batch_size = a->has_shuffle = a->has_drop_last = a->has_expect_samples = true;
+		return 0;
+	}
 	if (!strcmp(key, "transform")) {
 		if (!strcmp(value, "random_resized_crop"))
 			a->transform = STOKER__TRANSFORM__RANDOM_RESIZED_CROP;
@@ -636,6 +709,13 @@ STOKER_API int stoker_attach(struct stoker *s, const char *dataset, const struct
 	s->batches_per_epoch = at->batches_per_epoch;
 	s->epoch = at->epoch;
 	s->generation = 0;
+	s->first_batch = a.first_batch;
+	s->taken = 0;
+	s->seed = a.seed;
+	s->rank = a.rank;
+	s->world_size = a.world_size;
+	s->shuffle = a.shuffle;
+	s->drop_last = a.drop_last;
 	s->attached = true;
 	r = 0;
 out:
@@ -672,17 +752,18 @@ STOKER_API uint64_t stoker_epoch(const struct stoker *s)
 
 /* ---- batches ---- */
 
-STOKER_API int stoker_set_epoch(struct stoker *s, uint64_t epoch)
+/* Begin a new generation at `epoch`, batch `first`. */
+static int start_epoch(struct stoker *s, uint64_t epoch, uint64_t first)
 {
 	Stoker__Message m = STOKER__MESSAGE__INIT;
 	Stoker__StartEpoch se = STOKER__START_EPOCH__INIT;
 
-	if (!s || !s->attached)
-		return -EINVAL;
 	if (s->dead)
 		return s->dead;
 	s->generation++;
 	s->epoch = epoch;
+	s->first_batch = first;
+	s->taken = 0;
 	s->epoch_done = false;
 	/* Announced but untaken batches belong to the old epoch. */
 	while (s->queue_len > 0) {
@@ -695,9 +776,37 @@ STOKER_API int stoker_set_epoch(struct stoker *s, uint64_t epoch)
 	}
 	se.epoch = epoch;
 	se.generation = s->generation;
+	se.has_first_batch = true;
+	se.first_batch = first;
 	m.body_case = STOKER__MESSAGE__BODY_START_EPOCH;
 	m.start_epoch = &se;
 	return send_message(s, &m);
+}
+
+STOKER_API int stoker_set_epoch(struct stoker *s, uint64_t epoch)
+{
+	if (!s || !s->attached)
+		return -EINVAL;
+	return start_epoch(s, epoch, 0);
+}
+
+STOKER_API int stoker_restore(struct stoker *s, const char *token)
+{
+	struct checkpoint c;
+
+	if (!s || !s->attached)
+		return -EINVAL;
+	if (checkpoint_parse(token, &c) < 0)
+		return set_error(s, -EINVAL, "not a stoker checkpoint token");
+	if (c.seed != s->seed || c.rank != s->rank || c.world_size != s->world_size || c.batch_size != s->batch_size ||
+	    c.shuffle != s->shuffle || c.drop_last != s->drop_last || c.samples != s->dataset_samples)
+		return set_error(s, -EINVAL,
+				 "the checkpoint's plan (seed %" PRIu64 ", rank %" PRIu32 "/%" PRIu32 ", batch_size %" PRIu32
+				 ", %" PRIu64 " samples) differs from this attachment's",
+				 c.seed, c.rank, c.world_size, c.batch_size, c.samples);
+	if (c.batch > s->batches_per_epoch)
+		return set_error(s, -EINVAL, "the checkpoint's batch %" PRIu64 " is past the epoch's end", c.batch);
+	return start_epoch(s, c.epoch, c.batch);
 }
 
 STOKER_API int stoker_next(struct stoker *s, int timeout_ms, struct stoker_batch **out)
@@ -734,6 +843,7 @@ STOKER_API int stoker_next(struct stoker *s, int timeout_ms, struct stoker_batch
 		s->queue_len--;
 		b->queued = false;
 		b->held = true;
+		s->taken++;
 		*out = b;
 		return 0;
 	}

@@ -216,6 +216,17 @@ static int session_start_epoch(struct session *s, uint64_t epoch, uint32_t gen, 
 	return 0;
 }
 
+/* An epoch may start at any batch up to its end (resume at the end: the
+ * epoch is over). Says why not to the client. */
+static bool first_batch_ok(struct conn *c, const struct session *s, uint64_t first)
+{
+	if (first <= s->batches_per_epoch)
+		return true;
+	conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "first_batch %llu is past the epoch's %llu batches",
+			(unsigned long long)first, (unsigned long long)s->batches_per_epoch);
+	return false;
+}
+
 static void session_create(struct conn *c, struct attach_request *req, struct dataset *ds)
 {
 	struct daemon *d = c->d;
@@ -294,6 +305,14 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 		goto fail;
 	}
 	s->batches_per_epoch = plan_batches_per_epoch(&s->plan);
+	if (a->expect_samples && a->expect_samples != ds->count) {
+		conn_send_error(c, STOKER__ERROR_CODE__FAILED_PRECONDITION,
+				"cannot resume: the checkpoint was taken on %llu samples, %s now has %llu",
+				(unsigned long long)a->expect_samples, ds->root, (unsigned long long)ds->count);
+		goto fail;
+	}
+	if (!first_batch_ok(c, s, a->first_batch))
+		goto fail;
 	fd = ring_reader_fd(s->ring);
 	if (fd < 0) {
 		conn_send_error(c, STOKER__ERROR_CODE__INTERNAL, "cannot reopen the ring read-only: %s",
@@ -328,7 +347,7 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 		 (unsigned long long)c->id, (int)c->pid, ds->root, (unsigned long long)ds->count, a->rank,
 		 a->world_size, a->batch_size, s->spec.kind == TRANSFORM_CENTER_CROP ? "center_crop" : "random_resized_crop",
 		 a->image_size, (unsigned long long)a->seed);
-	r = session_start_epoch(s, a->epoch, 0, 0);
+	r = session_start_epoch(s, a->epoch, 0, a->first_batch);
 	if (r < 0)
 		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "cannot plan epoch: %s", strerror(-r));
 out:
@@ -500,11 +519,8 @@ void session_handle_start_epoch(struct conn *c, const Stoker__StartEpoch *m)
 		conn_send_error(c, STOKER__ERROR_CODE__FAILED_PRECONDITION, "StartEpoch before Attach");
 		return;
 	}
-	if (m->first_batch > s->batches_per_epoch) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "first_batch %llu is past the epoch's %llu batches",
-				(unsigned long long)m->first_batch, (unsigned long long)s->batches_per_epoch);
+	if (!first_batch_ok(c, s, m->first_batch))
 		return;
-	}
 	session_hold(s);
 	r = session_start_epoch(s, m->epoch, m->generation, m->first_batch);
 	if (r < 0 && s->conn)

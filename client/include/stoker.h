@@ -65,6 +65,10 @@ const char *stoker_last_error(const struct stoker *s);
  *               normalised: (pixel / 255 - mean[c]) / std[c]
  *   mean, std   three comma-separated floats, float output only
  *               (0.485,0.456,0.406 and 0.229,0.224,0.225: ImageNet's)
+ *   resume      a token from stoker_checkpoint(): sets epoch, seed, rank,
+ *               world_size, batch_size, shuffle and drop_last as they were,
+ *               and starts at the batch after the last one taken. Set it
+ *               last: later keys override what it set.
  * -EINVAL for an unknown key or a value that does not parse. */
 int stoker_opts_new(struct stoker_opts **out);
 void stoker_opts_free(struct stoker_opts *o);
@@ -86,6 +90,18 @@ uint64_t stoker_epoch(const struct stoker *s);
 /* Restart production at the beginning of `epoch`. Batches of the earlier
  * epoch not yet taken are dropped; batches already taken stay valid. */
 int stoker_set_epoch(struct stoker *s, uint64_t epoch);
+
+/* Exact mid-epoch resume. A checkpoint is a short text token naming the
+ * epoch, the number of batches taken in it, and what the plan depends on
+ * (seed, rank, world size, batch size, shuffle, drop_last, data set size).
+ * Resuming yields exactly the batches of that epoch not yet taken, whatever
+ * the worker count, also after a daemon restart. */
+#define STOKER_CHECKPOINT_MAX 256
+/* Write the token (NUL-terminated) to buf; -ENOBUFS if size is too small. */
+int stoker_checkpoint(const struct stoker *s, char *buf, size_t size);
+/* Continue this attachment from a token taken with the same plan;
+ * -EINVAL (see stoker_last_error()) when the plan differs. */
+int stoker_restore(struct stoker *s, const char *token);
 
 /* Wait up to timeout_ms (-1: forever) for the next batch in order.
  * -ENODATA: the epoch is complete; -ETIMEDOUT; -ECONNRESET: the daemon went

@@ -79,6 +79,8 @@ def _declare(lib):
         "stoker_batch_index": (ctypes.c_uint64, [P]),
         "stoker_batch_replaced": (ctypes.c_uint32, [P]),
         "stoker_batch_dtype": (ctypes.c_int, [P]),
+        "stoker_checkpoint": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.c_size_t]),
+        "stoker_restore": (ctypes.c_int, [P, ctypes.c_char_p]),
         "stoker_stats_json": (ctypes.c_int, [P, ctypes.POINTER(P)]),
     }
     for name, (res, args) in sigs.items():
@@ -290,6 +292,31 @@ class Loader:
         rc = _lib.stoker_set_epoch(h, int(epoch))
         if rc < 0:
             raise _error(rc, h, f"set_epoch({epoch})")
+        self._fresh = True
+        self._done = False
+
+    # -- exact resume, as torchdata's StatefulDataLoader
+    def state_dict(self):
+        """Where this loader stands: the epoch and the batches taken in it,
+        with what the order depends on. Save it with the model checkpoint."""
+        h = self._handle()
+        buf = ctypes.create_string_buffer(256)
+        rc = _lib.stoker_checkpoint(h, buf, len(buf))
+        if rc < 0:
+            raise _error(rc, h, "checkpoint")
+        token = buf.value.decode()
+        fields = dict(kv.split("=", 1) for kv in token.split()[1:])
+        return {"token": token, "epoch": int(fields["epoch"]), "batches_taken": int(fields["batch"])}
+
+    def load_state_dict(self, state):
+        """Continue from `state` (from state_dict(), possibly of another
+        process or before a daemon restart): the next pass yields exactly the
+        batches of that epoch not yet taken."""
+        self._release()
+        h = self._handle()
+        rc = _lib.stoker_restore(h, state["token"].encode())
+        if rc < 0:
+            raise _error(rc, h, "load_state_dict")
         self._fresh = True
         self._done = False
 
