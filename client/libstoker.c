@@ -1004,7 +1004,28 @@ static void stats_json(struct text *t, const Stoker__Stats *st)
 		text_json_string(t, c->dataset);
 		text_printf(t, "}");
 	}
-	text_printf(t, "]}\n");
+	text_printf(t, "], \"ring_bytes\": %llu, \"memory_budget_bytes\": %llu, \"cache\": ",
+		    (unsigned long long)st->ring_bytes, (unsigned long long)st->memory_budget_bytes);
+	if (!st->cache_policy) {
+		text_printf(t, "null}\n");
+		return;
+	}
+	text_printf(t, "{\"policy\": ");
+	text_json_string(t, st->cache_policy);
+	text_printf(t, ", \"budget_bytes\": %llu, \"bytes\": %llu", (unsigned long long)st->cache_budget_bytes,
+		    (unsigned long long)st->cache_bytes);
+	for (size_t i = 0; i < st->n_cache; i++) {
+		const Stoker__CacheTierStats *c = st->cache[i];
+
+		text_printf(t, ", ");
+		text_json_string(t, c->tier);
+		text_printf(t,
+			    ": {\"hits\": %llu, \"misses\": %llu, \"entries\": %llu, \"bytes\": %llu, "
+			    "\"evictions\": %llu, \"rejected\": %llu}",
+			    (unsigned long long)c->hits, (unsigned long long)c->misses, (unsigned long long)c->entries,
+			    (unsigned long long)c->bytes, (unsigned long long)c->evictions, (unsigned long long)c->rejected);
+	}
+	text_printf(t, "}}\n");
 }
 
 static void stats_text(struct text *t, const Stoker__Stats *st)
@@ -1022,6 +1043,22 @@ static void stats_text(struct text *t, const Stoker__Stats *st)
 		    (unsigned long long)st->images_served, (unsigned long long)st->batches_served,
 		    (unsigned long long)st->decode_errors, (unsigned long long)st->protocol_errors, st->workers,
 		    st->worker_busy * 100.0, st->n_clients);
+	text_printf(t, "  memory          %.1f MiB of %.1f MiB budget in rings\n", st->ring_bytes / 1048576.0,
+		    st->memory_budget_bytes / 1048576.0);
+	if (st->cache_policy) {
+		text_printf(t, "  cache (%s)    %.1f of %.1f MiB\n", st->cache_policy, st->cache_bytes / 1048576.0,
+			    st->cache_budget_bytes / 1048576.0);
+		for (size_t i = 0; i < st->n_cache; i++) {
+			const Stoker__CacheTierStats *c = st->cache[i];
+			uint64_t lookups = c->hits + c->misses;
+
+			text_printf(t, "    %-8s      %5.1f%% hits (%llu/%llu), %llu entries, %.1f MiB, %llu evicted\n",
+				    c->tier, lookups ? 100.0 * (double)c->hits / (double)lookups : 0.0,
+				    (unsigned long long)c->hits, (unsigned long long)lookups,
+				    (unsigned long long)c->entries, c->bytes / 1048576.0,
+				    (unsigned long long)c->evictions);
+		}
+	}
 	if (st->n_clients)
 		text_printf(t, "\n  %8s %9s %6s %10s %12s %10s  %s\n", "PID", "RANK", "EPOCH", "BATCHES", "IMAGES",
 			    "WAIT(s)", "DATASET");

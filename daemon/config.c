@@ -81,7 +81,7 @@ static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 
 struct config_key {
 	const char *name;
-	enum { KEY_U32, KEY_U64, KEY_PATH, KEY_LOG_LEVEL } type;
+	enum { KEY_U32, KEY_U64, KEY_PATH, KEY_LOG_LEVEL, KEY_CACHE_BYTES, KEY_CACHE_POLICY } type;
 	size_t offset;
 	uint64_t lo, hi;
 };
@@ -102,6 +102,10 @@ static const struct config_key config_keys[] = {
 	U64(max_file_bytes, 1024, 1ull << 34),
 	U32(max_scans, 1, 100000),
 	U32(replace_attempts, 1, 1024),
+	U64(memory_budget, 0, 1ull << 50),
+	{"cache_bytes", KEY_CACHE_BYTES, offsetof(struct config, cache_bytes), 0, 1ull << 50},
+	{"cache_policy", KEY_CACHE_POLICY, offsetof(struct config, cache_policy), 0, 0},
+	U32(cache_decoded_side, 0, 16384),
 	{"log_level", KEY_LOG_LEVEL, offsetof(struct config, log_level), 0, 0},
 };
 
@@ -136,6 +140,25 @@ int config_set(struct config *c, const char *key, const char *value)
 			return 0;
 		case KEY_LOG_LEVEL:
 			return log_level_from_string(value, &c->log_level);
+		case KEY_CACHE_BYTES:
+			if (strcmp(value, "auto") == 0) {
+				c->cache_bytes_set = false;
+				return 0;
+			}
+			r = parse_size(value, k->hi, &v64);
+			if (r < 0)
+				return -EINVAL;
+			c->cache_bytes = v64;
+			c->cache_bytes_set = true;
+			return 0;
+		case KEY_CACHE_POLICY:
+			if (strcmp(value, "minio") == 0)
+				c->cache_policy = 0;
+			else if (strcmp(value, "lru") == 0)
+				c->cache_policy = 1;
+			else
+				return -EINVAL;
+			return 0;
 		}
 	}
 	return -ENOENT;
@@ -181,27 +204,36 @@ int config_load(struct config *c, const char *path, int *bad_line)
 	return 0;
 }
 
-/* cgroup v2: "max 100000" or "<quota> <period>" in /sys/fs/cgroup/cpu.max. */
-static uint32_t cgroup_cpu_limit(void)
+/* The path of `file` in this process's cgroup v2 directory. */
+static int cgroup_file(const char *file, char *path, size_t size)
 {
-	char path[PATH_MAX], line[256], buf[128];
-	unsigned long long quota, period;
-	FILE *f;
-	uint32_t limit = 0;
+	char line[256];
+	int r = -ENOENT;
+	FILE *f = fopen("/proc/self/cgroup", "re");
 
-	f = fopen("/proc/self/cgroup", "re");
 	if (!f)
-		return 0;
+		return -errno;
 	while (fgets(line, sizeof(line), f)) {
 		if (strncmp(line, "0::", 3) == 0) {
 			line[strcspn(line, "\n")] = '\0';
-			snprintf(path, sizeof(path), "/sys/fs/cgroup%s/cpu.max", line + 3);
+			snprintf(path, size, "/sys/fs/cgroup%s/%s", line + 3, file);
+			r = 0;
 			break;
 		}
-		line[0] = '\0';
 	}
 	fclose(f);
-	if (!line[0])
+	return r;
+}
+
+/* cgroup v2: "max 100000" or "<quota> <period>" in cpu.max. */
+static uint32_t cgroup_cpu_limit(void)
+{
+	char path[PATH_MAX], buf[128];
+	unsigned long long quota, period;
+	uint32_t limit = 0;
+	FILE *f;
+
+	if (cgroup_file("cpu.max", path, sizeof(path)) < 0)
 		return 0;
 	f = fopen(path, "re");
 	if (!f)
@@ -210,6 +242,49 @@ static uint32_t cgroup_cpu_limit(void)
 		limit = (uint32_t)((quota + period - 1) / period);
 	fclose(f);
 	return limit;
+}
+
+/* One number from a file (from the line starting with `prefix`), or 0. */
+static uint64_t read_u64_file(const char *path, const char *prefix)
+{
+	char line[256];
+	uint64_t v = 0;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (prefix && strncmp(line, prefix, strlen(prefix)) != 0)
+			continue;
+		v = strtoull(line + (prefix ? strlen(prefix) : 0), NULL, 10);
+		break;
+	}
+	fclose(f);
+	return v;
+}
+
+uint64_t config_usable_memory(void)
+{
+	char path[PATH_MAX];
+	uint64_t total = read_u64_file("/proc/meminfo", "MemTotal:") * 1024, limit;
+
+	/* memory.max reads "max" (0 here) when there is no limit. */
+	if (cgroup_file("memory.max", path, sizeof(path)) == 0) {
+		limit = read_u64_file(path, NULL);
+		if (limit > 0 && (total == 0 || limit < total))
+			total = limit;
+	}
+	return total ? total : 1ull << 30;
+}
+
+void config_resolve_memory(struct config *c)
+{
+	if (c->memory_budget == 0)
+		c->memory_budget = config_usable_memory() / 2;
+	if (!c->cache_bytes_set)
+		c->cache_bytes = c->memory_budget / 2;
+	if (c->cache_bytes > c->memory_budget)
+		c->cache_bytes = c->memory_budget;
 }
 
 uint32_t config_usable_cpus(void)

@@ -6,6 +6,7 @@
 #ifndef STOKER_CONFIG_H
 #define STOKER_CONFIG_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "log.h"
@@ -24,8 +25,18 @@ struct config {
 	uint64_t max_file_bytes;
 	uint32_t max_scans;
 	uint32_t replace_attempts;
+	uint64_t memory_budget; /* cache + every ring; 0: half the memory */
+	uint64_t cache_bytes;   /* 0: half of memory_budget */
+	bool cache_bytes_set;   /* cache_bytes given explicitly (0 = no cache) */
+	uint32_t cache_policy;  /* enum cache_policy */
+	uint32_t cache_decoded_side; /* 0: no decoded tier */
 	enum log_level log_level;
 };
+
+/* Usable memory: MemTotal, capped by a cgroup v2 memory.max. */
+uint64_t config_usable_memory(void);
+/* Fill memory_budget and cache_bytes left at "auto". */
+void config_resolve_memory(struct config *c);
 
 void config_defaults(struct config *c);
 

@@ -5,6 +5,7 @@
  */
 #include <stdlib.h>
 
+#include "cache.h"
 #include "daemon.h"
 #include "session.h"
 #include "workers.h"
@@ -35,6 +36,7 @@ void control_handle_stats(struct conn *c)
 	Stoker__Message msg = STOKER__MESSAGE__INIT;
 	Stoker__Stats st = STOKER__STATS__INIT;
 	Stoker__ClientStats *cs = NULL, **csp = NULL;
+	Stoker__CacheTierStats tiers[CACHE_TIERS], *tierp[CACHE_TIERS];
 	const struct stats_sample *old = window_oldest(d);
 	uint64_t now = daemon_now_ns(), busy = pool_busy_ns(d->pool);
 	size_t n = 0;
@@ -55,6 +57,33 @@ void control_handle_stats(struct conn *c)
 	st.has_protocol_errors = true;
 	st.protocol_errors = d->protocol_errors;
 	st.daemon_version = (char *)STOKER_VERSION;
+	st.has_ring_bytes = st.has_memory_budget_bytes = true;
+	st.ring_bytes = d->ring_bytes;
+	st.memory_budget_bytes = d->cfg.memory_budget;
+	if (d->cache) {
+		static const char *const names[CACHE_TIERS] = {"encoded", "decoded"};
+
+		st.cache_policy = (char *)(cache_policy(d->cache) == CACHE_LRU ? "lru" : "minio");
+		st.has_cache_budget_bytes = st.has_cache_bytes = true;
+		st.cache_budget_bytes = cache_budget(d->cache);
+		st.cache_bytes = cache_bytes(d->cache);
+		for (int t = 0; t < CACHE_TIERS; t++) {
+			struct cache_tier_stats ts;
+
+			cache_stats(d->cache, (enum cache_tier)t, &ts);
+			stoker__cache_tier_stats__init(&tiers[t]);
+			tiers[t].tier = (char *)names[t];
+			tiers[t].hits = ts.hits;
+			tiers[t].misses = ts.misses;
+			tiers[t].entries = ts.entries;
+			tiers[t].bytes = ts.bytes;
+			tiers[t].evictions = ts.evictions;
+			tiers[t].rejected = ts.rejected;
+			tierp[t] = &tiers[t];
+		}
+		st.n_cache = CACHE_TIERS;
+		st.cache = tierp;
+	}
 
 	for (struct conn *it = d->conns; it; it = it->next)
 		if (it->session)

@@ -52,6 +52,8 @@ struct daemon {
 	uv_loop_t *loop;
 	struct config cfg;
 	struct pool *pool;
+	struct cache *cache; /* NULL when cache_bytes is 0 */
+	uint64_t ring_bytes; /* all rings alive, against cfg.memory_budget */
 	bool pool_full; /* a session waits for queue room */
 	int listen_fd;
 	bool owns_socket_path; /* we bound it, so we unlink it */

@@ -469,7 +469,7 @@ int64_t dataset_read(const struct dataset *ds, uint64_t index, uint8_t **buf, si
 
 	if (index >= ds->count)
 		return -ERANGE;
-	fd = openat(ds->dirfd, ds->names + ds->name_off[index], O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	fd = openat(ds->dirfd, dataset_name(ds, index), O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0)
 		return -errno;
 	if (fstat(fd, &st) < 0) {
@@ -511,4 +511,17 @@ int64_t dataset_read(const struct dataset *ds, uint64_t index, uint8_t **buf, si
 out:
 	close(fd);
 	return r < 0 ? r : (int64_t)len;
+}
+
+int dataset_stat(const struct dataset *ds, uint64_t index, uint64_t *size, int64_t *mtime_ns)
+{
+	struct stat st;
+
+	if (index >= ds->count)
+		return -ERANGE;
+	if (fstatat(ds->dirfd, dataset_name(ds, index), &st, 0) < 0)
+		return -errno;
+	*size = (uint64_t)st.st_size;
+	*mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	return 0;
 }

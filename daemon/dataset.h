@@ -46,6 +46,14 @@ void dataset_unref(struct dataset *ds);
  */
 int64_t dataset_read(const struct dataset *ds, uint64_t index, uint8_t **buf, size_t *cap, uint64_t max_bytes);
 
+/* Size and modification time of sample `index`'s file, for cache keys. */
+int dataset_stat(const struct dataset *ds, uint64_t index, uint64_t *size, int64_t *mtime_ns);
+
+static inline const char *dataset_name(const struct dataset *ds, uint64_t index)
+{
+	return ds->names + ds->name_off[index];
+}
+
 static inline int dataset_is_bad(const struct dataset *ds, uint64_t index)
 {
 	return (atomic_load_explicit(&ds->bad[index / 64], memory_order_relaxed) >> (index % 64)) & 1;

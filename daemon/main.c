@@ -12,6 +12,7 @@
 #include <string.h>
 #include <systemd/sd-daemon.h>
 
+#include "cache.h"
 #include "daemon.h"
 #include "log.h"
 #include "workers.h"
@@ -174,6 +175,14 @@ int main(int argc, char **argv)
 		return 2;
 	log_setup(d.cfg.log_level);
 	signal(SIGPIPE, SIG_IGN);
+	config_resolve_memory(&d.cfg);
+	if (d.cfg.cache_bytes > 0) {
+		r = cache_new(d.cfg.cache_bytes, (enum cache_policy)d.cfg.cache_policy, &d.cache);
+		if (r < 0) {
+			log_error("cannot create the cache: %s", strerror(-r));
+			return 1;
+		}
+	}
 
 	d.loop = uv_default_loop();
 	d.start_ns = daemon_now_ns();
@@ -183,6 +192,7 @@ int main(int argc, char **argv)
 		.limits = {.max_pixels = d.cfg.max_image_pixels, .max_scans = d.cfg.max_scans},
 		.max_file_bytes = d.cfg.max_file_bytes,
 		.replace_attempts = d.cfg.replace_attempts,
+		.cache = d.cache,
 	};
 	r = pool_new(d.loop, &ps, session_job_done, &d, &d.pool);
 	if (r < 0) {
@@ -206,12 +216,15 @@ int main(int argc, char **argv)
 	control_sample(&d);
 	uv_timer_start(&d.stats_timer, on_stats_timer, STATS_PERIOD_MS, STATS_PERIOD_MS);
 
-	log_info("stokerd %s ready: %u workers, prefetch %u", STOKER_VERSION, pool_workers(d.pool), d.cfg.prefetch);
+	log_info("stokerd %s ready: %u workers, prefetch %u, memory budget %llu MiB (cache %llu MiB, %s)", STOKER_VERSION,
+		 pool_workers(d.pool), d.cfg.prefetch, (unsigned long long)(d.cfg.memory_budget >> 20),
+		 (unsigned long long)(d.cfg.cache_bytes >> 20), d.cfg.cache_policy ? "lru" : "minio");
 	sd_notifyf(0, "READY=1\nSTATUS=Serving on %s with %u workers", d.cfg.socket_path, pool_workers(d.pool));
 
 	uv_run(d.loop, UV_RUN_DEFAULT);
 
 	free(d.datasets);
+	cache_free(d.cache);
 	r = uv_loop_close(d.loop);
 	if (r < 0)
 		log_debug("loop closed with handles open: %s", uv_strerror(r));

@@ -80,6 +80,8 @@ static void session_free(struct session *s)
 	if (!s)
 		return;
 	datasets_put(s->d, s->ds);
+	if (s->ring)
+		s->d->ring_bytes -= s->ring->bytes;
 	ring_free(s->ring);
 	free(s->slot_state);
 	free(s->jobs);
@@ -288,6 +290,15 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 				slots, (unsigned long long)slot_bytes, (unsigned long long)d->cfg.max_ring_bytes);
 		goto fail;
 	}
+	/* One budget for the node: the cache's share plus every ring. */
+	if (d->ring_bytes + ring_bytes + d->cfg.cache_bytes > d->cfg.memory_budget) {
+		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
+				"a %llu-byte ring does not fit the node's memory_budget (%llu bytes): the cache takes %llu "
+				"and %u clients' rings %llu; lower batch_size, image_size or prefetch, or wait",
+				(unsigned long long)ring_bytes, (unsigned long long)d->cfg.memory_budget,
+				(unsigned long long)d->cfg.cache_bytes, d->nconns, (unsigned long long)d->ring_bytes);
+		goto fail;
+	}
 	r = ring_create(slots, slot_bytes, &s->ring);
 	if (r < 0) {
 		log_warning("client %llu (pid %d): cannot create a %llu-byte ring: %s", (unsigned long long)c->id,
@@ -296,6 +307,7 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 				(unsigned long long)ring_bytes, strerror(-r));
 		goto fail;
 	}
+	d->ring_bytes += s->ring->bytes;
 	s->slot_state = calloc(slots, sizeof(*s->slot_state));
 	s->jobs = calloc(slots, sizeof(*s->jobs));
 	s->job_orders = calloc((size_t)slots * a->batch_size, sizeof(*s->job_orders));

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cache.h"
 #include "dataset.h"
 #include "log.h"
 #include "workers.h"
@@ -95,10 +96,32 @@ static struct pool_task queue_pop(struct pool *p)
 	}
 }
 
+/* Sample `index`'s file bytes into the worker's buffer: from the node
+ * cache when it has them, else from disk (and offered to the cache). */
+static int64_t sample_bytes(struct worker *w, const struct dataset *ds, uint64_t index)
+{
+	struct cache *cache = w->pool->settings.cache;
+	struct cache_key key;
+	bool keyed = false;
+	int64_t len;
+
+	if (cache && dataset_stat(ds, index, &key.size, &key.mtime_ns) == 0) {
+		key.path_hash = cache_key_hash(ds->root, dataset_name(ds, index));
+		keyed = true;
+		len = cache_get(cache, CACHE_ENCODED, &key, &w->buf, &w->cap, NULL);
+		if (len >= 0)
+			return len;
+	}
+	len = dataset_read(ds, index, &w->buf, &w->cap, w->pool->settings.max_file_bytes);
+	/* Only what was read whole and matches the key it was statted with. */
+	if (len >= 0 && keyed && (uint64_t)len == key.size)
+		cache_put(cache, CACHE_ENCODED, &key, w->buf, (size_t)len, NULL);
+	return len;
+}
+
 /* Try one candidate sample; 0 when its pixels are in place. */
 static int produce_one(struct worker *w, struct batch_job *job, uint64_t index, uint8_t *dst)
 {
-	struct pool *p = w->pool;
 	struct dataset *ds = job->ds;
 	struct rng rng;
 	int64_t len;
@@ -106,12 +129,12 @@ static int produce_one(struct worker *w, struct batch_job *job, uint64_t index, 
 
 	if (dataset_is_bad(ds, index))
 		return -EBADMSG;
-	len = dataset_read(ds, index, &w->buf, &w->cap, p->settings.max_file_bytes);
+	len = sample_bytes(w, ds, index);
 	if (len < 0) {
 		r = (int)len;
 		dataset_mark_bad(ds, index);
 		log_warning("sample %llu (%s/%s): cannot read: %s; replaced", (unsigned long long)index, ds->root,
-			    ds->names + ds->name_off[index], strerror(-r));
+			    dataset_name(ds, index), strerror(-r));
 		return r;
 	}
 	rng_init(&rng, job->seed, job->epoch, index, RNG_AUGMENT);
@@ -121,7 +144,7 @@ static int produce_one(struct worker *w, struct batch_job *job, uint64_t index, 
 		 * epochs skip the decode. */
 		dataset_mark_bad(ds, index);
 		log_warning("sample %llu (%s/%s): cannot decode: %s; replaced", (unsigned long long)index, ds->root,
-			    ds->names + ds->name_off[index], pipeline_error(w->pipeline));
+			    dataset_name(ds, index), pipeline_error(w->pipeline));
 	}
 	return r;
 }

@@ -20,6 +20,7 @@
 #include "augment.h"
 
 struct dataset;
+struct cache;
 
 /* One batch to fill. Fields above `remaining` are written by the loop thread
  * before submission and only read by workers. */
@@ -46,6 +47,7 @@ struct pool_settings {
 	struct decode_limits limits;
 	uint64_t max_file_bytes;
 	uint32_t replace_attempts;
+	struct cache *cache; /* NULL: no cache */
 };
 
 typedef void (*pool_done_fn)(struct batch_job *job, void *userdata);
