@@ -552,6 +552,11 @@ STOKER_API int stoker_opts_set(struct stoker_opts *o, const char *key, const cha
 		a->has_shuffle = a->has_shuffle || r == 0;
 		return r;
 	}
+	if (!strcmp(key, "coordinated")) {
+		r = parse_bool(value, &a->coordinated);
+		a->has_coordinated = a->has_coordinated || r == 0;
+		return r;
+	}
 	if (!strcmp(key, "drop_last")) {
 		r = parse_bool(value, &a->drop_last);
 		a->has_drop_last = a->has_drop_last || r == 0;
@@ -1004,7 +1009,10 @@ static void stats_json(struct text *t, const Stoker__Stats *st)
 		text_json_string(t, c->dataset);
 		text_printf(t, "}");
 	}
-	text_printf(t, "], \"ring_bytes\": %llu, \"memory_budget_bytes\": %llu, \"cache\": ",
+	text_printf(t,
+		    "], \"samples_decoded\": %llu, \"samples_copied\": %llu, \"ring_bytes\": %llu, "
+		    "\"memory_budget_bytes\": %llu, \"cache\": ",
+		    (unsigned long long)st->samples_decoded, (unsigned long long)st->samples_copied,
 		    (unsigned long long)st->ring_bytes, (unsigned long long)st->memory_budget_bytes);
 	if (!st->cache_policy) {
 		text_printf(t, "null}\n");

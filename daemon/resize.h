@@ -3,6 +3,10 @@
  * Separable, fixed-point, antialiased resampling of RGB images, with the
  * same filter as Pillow's BILINEAR (triangle filter whose support widens
  * with the downscale factor), of an arbitrary (fractional) source window.
+ * Results are within 1 of Pillow's (14-bit rather than Pillow's 22-bit
+ * coefficients; Pillow's 8-bit intermediate image kept), and the same on
+ * every CPU: the SIMD kernels (SSE2, AVX2, AVX-512BW, picked at run time)
+ * and the portable one do the same integer arithmetic.
  */
 #ifndef STOKER_RESIZE_H
 #define STOKER_RESIZE_H
@@ -21,6 +25,8 @@ void resizer_free(struct resizer *r);
  * bytes a row) to dst_w x dst_h RGB at `dst` (dst_stride bytes a row),
  * mirrored horizontally if `flip`. The window must lie inside the source.
  * -ENOMEM on allocation failure, -EINVAL on a bad window.
+ * (A convenience: it widens the pixels it reads to 4 bytes first, then does
+ * what resize_rgbx does, with the same result.)
  */
 int resize_rgb(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t src_h, size_t src_stride,
 	       double x, double y, double w, double h, uint8_t *dst, uint32_t dst_w, uint32_t dst_h,
@@ -38,7 +44,8 @@ bool resize_vertical_first(uint32_t src_w, uint32_t src_h, uint32_t dst_w, uint3
  * As resize_rgb, from 4-byte pixels (RGBX, X ignored) such as the decoder
  * writes, the output still RGB, with the order of the passes given: pass
  * resize_vertical_first() of the resize being emulated, which may be of a
- * larger image than the part at hand.
+ * larger image than the part at hand. Reads only the src_w x src_h pixels,
+ * but all 4 bytes of those it reads (X included, so it must be initialised).
  */
 int resize_rgbx(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t src_h, size_t src_stride,
 		double x, double y, double w, double h, uint8_t *dst, uint32_t dst_w, uint32_t dst_h,
@@ -52,5 +59,27 @@ int resize_rgbx(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t 
  * -EINVAL on a bad window.
  */
 int resize_span(uint32_t in_size, double x, double w, uint32_t out_size, uint32_t *first, uint32_t *end);
+
+/* The kernels a resizer uses. */
+enum resize_isa {
+	RESIZE_ISA_AUTO = 0, /* the best this CPU runs */
+	RESIZE_ISA_SCALAR,   /* portable C */
+	RESIZE_ISA_SSE2,     /* x86-64 baseline */
+	RESIZE_ISA_AVX2,
+	RESIZE_ISA_AVX512,   /* AVX-512BW (+VL) */
+};
+
+/*
+ * For tests and benchmarks only: resizers created from now on (by any
+ * thread) use `isa`'s kernels, RESIZE_ISA_AUTO restoring the default. Not
+ * thread safe against a concurrent resizer_new(). -ENOTSUP if this build or
+ * CPU cannot run them. Without it, resizer_new() also honours the
+ * environment variable STOKER_RESIZE_ISA (scalar, sse2, avx2, avx512),
+ * where the CPU can run it.
+ */
+int resize_force_isa(enum resize_isa isa);
+
+/* The kernels `r` uses (never RESIZE_ISA_AUTO). */
+enum resize_isa resizer_isa(const struct resizer *r);
 
 #endif

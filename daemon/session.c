@@ -84,6 +84,8 @@ static void session_free(struct session *s)
 		s->d->ring_bytes -= s->ring->bytes;
 	ring_free(s->ring);
 	free(s->slot_state);
+	free(s->waiting_on);
+	free(s->pins);
 	free(s->jobs);
 	free(s->job_orders);
 	free(s->order);
@@ -92,9 +94,17 @@ static void session_free(struct session *s)
 }
 
 /*
- * Sending can close the connection, which detaches the session; a session
- * held by a handler on the stack is freed when the handler lets go.
+ * A session lives while its client is connected, while workers hold jobs of
+ * it (they write into its ring), while other sessions wait on or copy from
+ * its slots, and while a handler on the stack holds it (sending can close
+ * the connection, which detaches the session).
  */
+static void session_maybe_free(struct session *s)
+{
+	if (!s->conn && s->inflight == 0 && s->refs == 0 && s->hold == 0)
+		session_free(s);
+}
+
 static void session_hold(struct session *s)
 {
 	s->hold++;
@@ -102,8 +112,129 @@ static void session_hold(struct session *s)
 
 static void session_unhold(struct session *s)
 {
-	if (--s->hold == 0 && !s->conn && s->inflight == 0)
-		session_free(s);
+	s->hold--;
+	session_maybe_free(s);
+}
+
+/* Drop a reference to another session's slot (a wait or a copy). */
+static void source_put(struct session *src, uint32_t slot, bool pinned)
+{
+	if (pinned && --src->pins[slot] == 0 && src->slot_state[slot] == SLOT_DRAINING)
+		src->slot_state[slot] = SLOT_FREE;
+	src->refs--;
+	session_maybe_free(src);
+}
+
+/* Coordinated sessions whose batches are interchangeable with s's. */
+static bool same_group(const struct session *a, const struct session *b)
+{
+	const struct plan_spec *p = &a->plan, *q = &b->plan;
+	const struct transform_spec *x = &a->spec, *y = &b->spec;
+
+	return a->coordinated && b->coordinated && a->ds == b->ds && p->seed == q->seed && p->rank == q->rank &&
+	       p->world_size == q->world_size && p->batch_size == q->batch_size && p->shuffle == q->shuffle &&
+	       p->drop_last == q->drop_last && x->kind == y->kind && x->image_size == y->image_size &&
+	       x->dtype == y->dtype && !memcmp(x->mean, y->mean, sizeof(x->mean)) &&
+	       !memcmp(x->std, y->std, sizeof(x->std)) && a->epoch == b->epoch;
+}
+
+/* Does o's `slot` hold, or is it filling, batch b of o's current epoch? */
+static bool slot_has_batch(const struct session *o, uint32_t slot, uint64_t b)
+{
+	const struct batch_job *job = &o->jobs[slot];
+	enum slot_state st = o->slot_state[slot];
+
+	if (job->batch_index != b || job->generation != o->generation)
+		return false;
+	if (st == SLOT_FILLING)
+		return !atomic_load_explicit(&job->cancelled, memory_order_relaxed);
+	return st == SLOT_READY || st == SLOT_CLIENT;
+}
+
+/* Another live member of s's group that has batch b, or is making it. */
+static bool group_source(struct session *s, uint64_t b, struct slot_source *out)
+{
+	for (struct conn *c = s->d->conns; c; c = c->next) {
+		struct session *o = c->session;
+
+		if (!o || o == s || !same_group(o, s))
+			continue;
+		for (uint32_t k = 0; k < o->ring->slot_count; k++) {
+			if (slot_has_batch(o, k, b)) {
+				out->session = o;
+				out->slot = k;
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
+/* Point `slot`'s job at batch b of the current epoch. */
+static void job_prepare(struct session *s, uint32_t slot, uint64_t b)
+{
+	struct batch_job *job = &s->jobs[slot];
+	uint8_t *base = ring_slot(s->ring, slot);
+
+	job->ds = s->ds;
+	job->spec = s->spec;
+	job->seed = s->plan.seed;
+	job->epoch = s->epoch;
+	job->batch_index = b;
+	job->count = plan_batch_count(&s->plan, b);
+	job->slot = slot;
+	job->generation = s->generation;
+	job->order = s->job_orders + (size_t)slot * s->plan.batch_size;
+	memcpy((uint64_t *)job->order, s->order + b * s->plan.batch_size, job->count * sizeof(uint64_t));
+	job->images = base;
+	job->labels = (int64_t *)(base + s->labels_offset);
+	job->indices = (int64_t *)(base + s->indices_offset);
+	job->owner = s;
+	job->copy_from = NULL;
+	job->source_owner = NULL;
+	atomic_store_explicit(&job->replaced, 0, memory_order_relaxed);
+	atomic_store_explicit(&job->cancelled, false, memory_order_relaxed);
+}
+
+/* Queue the prepared job of `slot`; copying from `src` if given. */
+static bool job_submit(struct session *s, uint32_t slot, const struct slot_source *src)
+{
+	struct batch_job *job = &s->jobs[slot];
+
+	if (src) {
+		job->copy_from = ring_slot(src->session->ring, src->slot);
+		job->source_owner = src->session;
+		job->source_slot = src->slot;
+		atomic_store_explicit(&job->replaced,
+				      atomic_load_explicit(&src->session->jobs[src->slot].replaced, memory_order_relaxed),
+				      memory_order_relaxed);
+	}
+	if (pool_submit(s->d->pool, job) < 0) {
+		s->d->pool_full = true;
+		return false;
+	}
+	if (src) {
+		src->session->pins[src->slot]++;
+		src->session->refs++;
+	}
+	s->slot_state[slot] = SLOT_FILLING;
+	s->inflight++;
+	return true;
+}
+
+/* A WAITING slot: copy once the source is filled, decode ourselves if the
+ * source went away (cancelled, or its slot moved on). */
+static void resolve_waiting(struct session *s, uint32_t slot)
+{
+	struct slot_source src = s->waiting_on[slot];
+	uint64_t b = s->jobs[slot].batch_index;
+	bool valid = slot_has_batch(src.session, src.slot, b) && same_group(src.session, s);
+
+	if (valid && src.session->slot_state[src.slot] == SLOT_FILLING)
+		return;
+	if (!job_submit(s, slot, valid ? &src : NULL))
+		return;
+	source_put(src.session, src.slot, false);
 }
 
 static void session_schedule(struct session *s)
@@ -112,38 +243,58 @@ static void session_schedule(struct session *s)
 
 	if (!s->conn || d->stopping)
 		return;
-	for (uint32_t slot = 0; slot < s->ring->slot_count && s->next_schedule < s->batches_per_epoch; slot++) {
-		struct batch_job *job = &s->jobs[slot];
-		uint8_t *base;
+	for (uint32_t slot = 0; slot < s->ring->slot_count && !d->pool_full; slot++) {
+		struct slot_source src;
 		uint64_t b = s->next_schedule;
 
-		if (s->slot_state[slot] != SLOT_FREE)
+		if (s->slot_state[slot] == SLOT_WAITING) {
+			resolve_waiting(s, slot);
 			continue;
-		base = ring_slot(s->ring, slot);
-		job->ds = s->ds;
-		job->spec = s->spec;
-		job->seed = s->plan.seed;
-		job->epoch = s->epoch;
-		job->batch_index = b;
-		job->count = plan_batch_count(&s->plan, b);
-		job->slot = slot;
-		job->generation = s->generation;
-		job->order = s->job_orders + (size_t)slot * s->plan.batch_size;
-		memcpy((uint64_t *)job->order, s->order + b * s->plan.batch_size, job->count * sizeof(uint64_t));
-		job->images = base;
-		job->labels = (int64_t *)(base + s->labels_offset);
-		job->indices = (int64_t *)(base + s->indices_offset);
-		job->owner = s;
-		atomic_store_explicit(&job->replaced, 0, memory_order_relaxed);
-		atomic_store_explicit(&job->cancelled, false, memory_order_relaxed);
-		if (pool_submit(d->pool, job) < 0) {
-			d->pool_full = true;
+		}
+		if (s->slot_state[slot] != SLOT_FREE || b >= s->batches_per_epoch)
+			continue;
+		job_prepare(s, slot, b);
+		if (s->coordinated && group_source(s, b, &src)) {
+			if (src.session->slot_state[src.slot] == SLOT_FILLING) {
+				/* Made once: wait for the other member's job. */
+				s->slot_state[slot] = SLOT_WAITING;
+				s->waiting_on[slot] = src;
+				src.session->refs++;
+				s->next_schedule++;
+				continue;
+			}
+			if (!job_submit(s, slot, &src))
+				return;
+		} else if (!job_submit(s, slot, NULL)) {
 			return;
 		}
-		s->slot_state[slot] = SLOT_FILLING;
-		s->inflight++;
 		s->next_schedule++;
 	}
+}
+
+/* After a coordinated member's job, the others may copy or stop waiting. */
+static void group_schedule(struct session *s)
+{
+	for (struct conn *c = s->d->conns; c; c = c->next)
+		if (c->session && c->session != s && same_group(c->session, s))
+			session_schedule(c->session);
+}
+
+/* Forget s's WAITING slots (epoch change or detach). */
+static void drop_waiting(struct session *s)
+{
+	for (uint32_t slot = 0; slot < s->ring->slot_count; slot++) {
+		if (s->slot_state[slot] != SLOT_WAITING)
+			continue;
+		s->slot_state[slot] = SLOT_FREE;
+		source_put(s->waiting_on[slot].session, s->waiting_on[slot].slot, false);
+	}
+}
+
+/* A slot the client no longer sees: free, or draining while copies read it. */
+static void slot_retire(struct session *s, uint32_t slot)
+{
+	s->slot_state[slot] = s->pins[slot] ? SLOT_DRAINING : SLOT_FREE;
 }
 
 /* Announce filled batches in order, then the end of the epoch. */
@@ -203,11 +354,12 @@ static int session_start_epoch(struct session *s, uint64_t epoch, uint32_t gen, 
 		return r;
 	free(s->order);
 	s->order = order;
+	drop_waiting(s);
 	for (uint32_t slot = 0; slot < s->ring->slot_count; slot++) {
 		if (s->slot_state[slot] == SLOT_FILLING)
 			atomic_store_explicit(&s->jobs[slot].cancelled, true, memory_order_relaxed);
 		else if (s->slot_state[slot] == SLOT_READY)
-			s->slot_state[slot] = SLOT_FREE;
+			slot_retire(s, slot);
 	}
 	s->epoch = epoch;
 	s->generation = gen;
@@ -262,6 +414,7 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 								       : TRANSFORM_RANDOM_RESIZED_CROP;
 	s->spec.image_size = a->image_size;
 	s->spec.dtype = (enum sample_dtype)a->dtype;
+	s->coordinated = a->coordinated;
 	for (int ch = 0; ch < 3; ch++) {
 		s->spec.mean[ch] = a->n_mean == 3 ? a->mean[ch] : imagenet_mean[ch];
 		s->spec.std[ch] = a->n_std == 3 ? a->std[ch] : imagenet_std[ch];
@@ -309,10 +462,12 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	}
 	d->ring_bytes += s->ring->bytes;
 	s->slot_state = calloc(slots, sizeof(*s->slot_state));
+	s->waiting_on = calloc(slots, sizeof(*s->waiting_on));
+	s->pins = calloc(slots, sizeof(*s->pins));
 	s->jobs = calloc(slots, sizeof(*s->jobs));
 	s->job_orders = calloc((size_t)slots * a->batch_size, sizeof(*s->job_orders));
 	s->dataset_name = strdup(ds->root);
-	if (!s->slot_state || !s->jobs || !s->job_orders || !s->dataset_name) {
+	if (!s->slot_state || !s->waiting_on || !s->pins || !s->jobs || !s->job_orders || !s->dataset_name) {
 		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
 		goto fail;
 	}
@@ -554,7 +709,7 @@ void session_handle_release(struct conn *c, const Stoker__Release *m)
 		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "slot %u is not held by this client", m->slot);
 		return;
 	}
-	s->slot_state[m->slot] = SLOT_FREE;
+	slot_retire(s, m->slot);
 	if (m->wait_ns > s->wait_ns)
 		s->wait_ns = m->wait_ns;
 	session_schedule(s);
@@ -572,13 +727,14 @@ void session_detach(struct conn *c)
 		return;
 	c->session = NULL;
 	s->conn = NULL;
+	session_hold(s);
+	drop_waiting(s);
 	for (uint32_t slot = 0; slot < s->ring->slot_count; slot++)
 		if (s->slot_state[slot] == SLOT_FILLING)
 			atomic_store_explicit(&s->jobs[slot].cancelled, true, memory_order_relaxed);
-	/* Jobs still in the pool write into the ring: it lives until they
-	 * return (session_job_done). */
-	if (s->inflight == 0 && s->hold == 0)
-		session_free(s);
+	/* Jobs still in the pool write into the ring, and copies may read it:
+	 * it lives until they are done (session_maybe_free). */
+	session_unhold(s);
 }
 
 void sessions_schedule_all(struct daemon *d)
@@ -597,6 +753,12 @@ void session_job_done(struct batch_job *job, void *userdata)
 
 	session_hold(s);
 	s->inflight--;
+	if (job->source_owner) {
+		struct session *src = job->source_owner;
+
+		job->source_owner = NULL;
+		source_put(src, job->source_slot, true);
+	}
 	if (s->conn) {
 		current = job->generation == s->generation &&
 			  !atomic_load_explicit(&job->cancelled, memory_order_relaxed);
@@ -604,6 +766,10 @@ void session_job_done(struct batch_job *job, void *userdata)
 		session_deliver(s);
 		session_schedule(s);
 	}
+	/* Members waiting on this job copy it now, or make it themselves if it
+	 * was cancelled. */
+	if (s->coordinated)
+		group_schedule(s);
 	session_unhold(s);
 	if (d->pool_full)
 		sessions_schedule_all(d);

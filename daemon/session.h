@@ -9,6 +9,12 @@
  * session to a new generation: READY slots of the old one are freed, FILLING
  * ones are cancelled and freed when their job returns; CLIENT ones stay
  * until released.
+ *
+ * Coordinated sessions (identical data set, plan and transform) share
+ * production: a batch that a member has ready, or is filling, is copied into
+ * the others' slots by the workers instead of being decoded again. A member
+ * that falls behind (the batch is gone from every ring) decodes it itself,
+ * so a slow member never holds the others back.
  */
 #ifndef STOKER_SESSION_H
 #define STOKER_SESSION_H
@@ -22,8 +28,16 @@
 enum slot_state {
 	SLOT_FREE,
 	SLOT_FILLING,
+	SLOT_WAITING,  /* coordinated: for another member's job of the same batch */
 	SLOT_READY,
 	SLOT_CLIENT,
+	SLOT_DRAINING, /* released, but copies out of it are still running */
+};
+
+/* Where a WAITING slot's batch will come from. */
+struct slot_source {
+	struct session *session;
+	uint32_t slot;
 };
 
 struct session {
@@ -36,6 +50,10 @@ struct session {
 	size_t labels_offset, indices_offset;
 
 	enum slot_state *slot_state;
+	struct slot_source *waiting_on; /* [slot_count], WAITING slots */
+	uint32_t *pins;                 /* [slot_count] copies reading the slot */
+	uint32_t refs; /* other sessions' WAITING slots and copies using this one */
+	bool coordinated;
 	struct batch_job *jobs;  /* one per slot, reused */
 	uint64_t *job_orders;    /* [slot_count][batch_size] */
 

@@ -33,6 +33,8 @@ struct worker {
 	/* Read by the loop for stats; each on its own line to avoid sharing. */
 	_Alignas(CACHELINE) _Atomic uint64_t busy_ns;
 	_Atomic uint64_t decode_errors;
+	_Atomic uint64_t samples_decoded;
+	_Atomic uint64_t samples_copied;
 };
 
 struct pool {
@@ -160,6 +162,19 @@ static void produce_sample(struct worker *w, struct batch_job *job, uint32_t pos
 	size_t image_bytes = transform_output_bytes(&job->spec);
 	uint8_t *dst = job->images + (size_t)pos * image_bytes;
 	uint64_t index = job->order[pos], n = job->ds->count;
+
+	if (job->copy_from) {
+		/* Same layout as ours: labels and indices at the same offsets. */
+		size_t labels_off = (size_t)((uint8_t *)job->labels - job->images);
+		size_t indices_off = (size_t)((uint8_t *)job->indices - job->images);
+
+		memcpy(dst, job->copy_from + (size_t)pos * image_bytes, image_bytes);
+		memcpy(&job->labels[pos], job->copy_from + labels_off + pos * sizeof(int64_t), sizeof(int64_t));
+		memcpy(&job->indices[pos], job->copy_from + indices_off + pos * sizeof(int64_t), sizeof(int64_t));
+		atomic_fetch_add_explicit(&w->samples_copied, 1, memory_order_relaxed);
+		return;
+	}
+	atomic_fetch_add_explicit(&w->samples_decoded, 1, memory_order_relaxed);
 
 	for (uint32_t attempt = 0; attempt < p->settings.replace_attempts; attempt++) {
 		uint64_t candidate = (index + attempt) % n;
@@ -369,5 +384,23 @@ uint64_t pool_decode_errors(const struct pool *p)
 
 	for (uint32_t i = 0; i < p->nworkers; i++)
 		sum += atomic_load_explicit(&p->workers[i].decode_errors, memory_order_relaxed);
+	return sum;
+}
+
+uint64_t pool_samples_decoded(const struct pool *p)
+{
+	uint64_t sum = 0;
+
+	for (uint32_t i = 0; i < p->nworkers; i++)
+		sum += atomic_load_explicit(&p->workers[i].samples_decoded, memory_order_relaxed);
+	return sum;
+}
+
+uint64_t pool_samples_copied(const struct pool *p)
+{
+	uint64_t sum = 0;
+
+	for (uint32_t i = 0; i < p->nworkers; i++)
+		sum += atomic_load_explicit(&p->workers[i].samples_copied, memory_order_relaxed);
 	return sum;
 }

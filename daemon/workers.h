@@ -34,6 +34,11 @@ struct batch_job {
 	int64_t *labels;       /* [count] in the slot */
 	int64_t *indices;      /* [count] in the slot: the index delivered */
 	void *owner;           /* the session, for the completion callback */
+	/* A copy job: the batch already exists in another slot of the same
+	 * layout (coordinated sessions); workers copy instead of decoding. */
+	const uint8_t *copy_from;
+	void *source_owner;
+	uint32_t source_slot;
 
 	atomic_uint remaining;  /* samples not yet done */
 	atomic_uint replaced;   /* samples replaced by a stand-in */
@@ -67,5 +72,8 @@ uint32_t pool_workers(const struct pool *p);
 /* Sum over workers of time spent producing samples. */
 uint64_t pool_busy_ns(const struct pool *p);
 uint64_t pool_decode_errors(const struct pool *p);
+/* Samples decoded, and samples copied from another ring. */
+uint64_t pool_samples_decoded(const struct pool *p);
+uint64_t pool_samples_copied(const struct pool *p);
 
 #endif

@@ -65,6 +65,9 @@ const char *stoker_last_error(const struct stoker *s);
  *               normalised: (pixel / 255 - mean[c]) / std[c]
  *   mean, std   three comma-separated floats, float output only
  *               (0.485,0.456,0.406 and 0.229,0.224,0.225: ImageNet's)
+ *   coordinated true|false: jobs attached with the same data set, plan and
+ *               transform and this set receive the very same batches, each
+ *               decoded once                                     (false)
  *   resume      a token from stoker_checkpoint(): sets epoch, seed, rank,
  *               world_size, batch_size, shuffle and drop_last as they were,
  *               and starts at the batch after the last one taken. Set it

@@ -216,7 +216,8 @@ class Loader:
 
     def __init__(self, dataset, socket=None, batch_size=256, image_size=224, seed=0, rank=0,
                  world_size=1, transform="random_resized_crop", shuffle=True, drop_last=False,
-                 epoch=0, prefetch=0, timeout=None, dtype="uint8", mean=None, std=None):
+                 epoch=0, prefetch=0, timeout=None, dtype="uint8", mean=None, std=None,
+                 coordinated=False):
         self._h = None
         self._batch = None
         self._fresh = True  # nothing taken since attach / set_epoch
@@ -228,7 +229,7 @@ class Loader:
         opts = {
             "batch_size": batch_size, "image_size": image_size, "seed": seed, "rank": rank,
             "world_size": world_size, "transform": transform, "shuffle": shuffle,
-            "drop_last": drop_last, "epoch": epoch, "prefetch": prefetch,
+            "drop_last": drop_last, "epoch": epoch, "prefetch": prefetch, "coordinated": coordinated,
             "dtype": np.dtype(dtype).name if not isinstance(dtype, str) else dtype,
         }
         # Float output: CHW, (x/255 - mean)/std, as ToTensor()+Normalize().
