@@ -77,9 +77,10 @@ def read_epoch(loader, keep_images=False):
     return r
 
 
-def spawn_client(socket, dataset, mode="epoch", **opts):
+def spawn_client(socket, dataset, mode="epoch", batches=0, **opts):
     """Start client_proc.py in its own process (its own Loader)."""
-    arg = json.dumps({"socket": str(socket), "dataset": str(dataset), "mode": mode, "opts": opts})
+    arg = json.dumps({"socket": str(socket), "dataset": str(dataset), "mode": mode, "batches": batches,
+                      "opts": opts})
     return subprocess.Popen([sys.executable, str(CLIENT_PROC), arg], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=child_env(), text=True)
 
