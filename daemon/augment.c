@@ -17,6 +17,8 @@ struct pipeline {
 	struct resizer *rs;
 	uint8_t *rgb; /* the 8-bit image, for float outputs */
 	size_t rgb_cap;
+	uint8_t *image; /* a whole decoded image (pipeline_decode_image) */
+	size_t image_cap;
 	/* normalised value of each 8-bit level, per channel, for lut_key */
 	struct {
 		enum sample_dtype dtype;
@@ -58,6 +60,7 @@ void pipeline_free(struct pipeline *p)
 	decoder_free(p->dec);
 	resizer_free(p->rs);
 	free(p->rgb);
+	free(p->image);
 	free(p);
 }
 
@@ -186,17 +189,22 @@ static int axis_span(uint32_t full, double pos, double len, uint32_t size, bool 
  * `vertical_first` say which PIL resize this stands for: clip, of the crop
  * alone (RandomResizedCrop); else of the whole image (Resize + CenterCrop).
  */
-static int crop_and_resize(struct pipeline *p, const struct crop_box *box, bool clip, bool vertical_first,
-			   uint32_t size, uint8_t *out)
+static int crop_and_resize(struct pipeline *p, const struct pipeline_image *img, const struct crop_box *box, bool clip,
+			   bool vertical_first, uint32_t size, uint8_t *out)
 {
-	unsigned denom = pick_denom(box, size);
+	unsigned denom = img ? img->denom : pick_denom(box, size);
 	struct decoded_region reg;
 	uint32_t sw, sh, x0, y0, x1, y1;
 	double bx, by, bw, bh;
 	int r;
 
 	/* At 1/denom, source pixel x covers scaled [x / denom, (x + 1) / denom). */
-	decoder_scaled_size(p->dec, denom, &sw, &sh);
+	if (img) {
+		sw = img->width;
+		sh = img->height;
+	} else {
+		decoder_scaled_size(p->dec, denom, &sw, &sh);
+	}
 	bx = box->x / denom;
 	by = box->y / denom;
 	bw = fmin(box->w / denom, sw - bx);
@@ -210,10 +218,18 @@ static int crop_and_resize(struct pipeline *p, const struct crop_box *box, bool 
 		return r;
 	}
 
-	r = decoder_read(p->dec, denom, x0, y0, x1, y1, &reg);
-	if (r < 0) {
-		snprintf(p->error, sizeof(p->error), "%s", decoder_error(p->dec));
-		return r;
+	if (img) {
+		/* The same region, already decoded: the filter sees what it would. */
+		reg.pixels = img->pixels + (size_t)y0 * img->stride + (size_t)x0 * 4;
+		reg.stride = img->stride;
+		reg.width = x1 - x0;
+		reg.height = y1 - y0;
+	} else {
+		r = decoder_read(p->dec, denom, x0, y0, x1, y1, &reg);
+		if (r < 0) {
+			snprintf(p->error, sizeof(p->error), "%s", decoder_error(p->dec));
+			return r;
+		}
 	}
 
 	bx -= x0;
@@ -318,47 +334,49 @@ static bool spec_valid(const struct transform_spec *spec, const struct rng *rng)
 	return true;
 }
 
-int pipeline_run(struct pipeline *p, const uint8_t *jpeg, size_t len, const struct transform_spec *spec,
-		 struct rng *rng, uint8_t *out)
+/* Ready `p` for an output of `spec`: the 8-bit target (out itself, or a
+ * buffer for float outputs to normalise from). */
+static int output_begin(struct pipeline *p, const struct transform_spec *spec, const struct rng *rng, uint8_t *out,
+			uint8_t **rgb)
 {
-	struct crop_box box;
-	uint32_t width, height;
-	uint64_t new_w, new_h;
-	bool rrc, vertical_first;
-	int r;
-
-	uint8_t *rgb = out;
 	size_t pixels;
 
-	if (!p || !spec || !out || (!jpeg && len))
-		return -EINVAL;
 	if (!spec_valid(spec, rng)) {
 		snprintf(p->error, sizeof(p->error), "Bad transform");
 		return -EINVAL;
 	}
 	p->error[0] = '\0';
+	*rgb = out;
+	if (spec->dtype == DTYPE_UINT8)
+		return 0;
+	/* float outputs: resample into our buffer, then normalise into `out` */
 	pixels = (size_t)spec->image_size * spec->image_size;
-	if (spec->dtype != DTYPE_UINT8) {
-		/* float outputs: resample into our buffer, then normalise into `out` */
-		if (pixels * 3 > p->rgb_cap) {
-			uint8_t *n = realloc(p->rgb, pixels * 3);
+	if (pixels * 3 > p->rgb_cap) {
+		uint8_t *n = realloc(p->rgb, pixels * 3);
 
-			if (!n) {
-				snprintf(p->error, sizeof(p->error), "Out of memory");
-				return -ENOMEM;
-			}
-			p->rgb = n;
-			p->rgb_cap = pixels * 3;
+		if (!n) {
+			snprintf(p->error, sizeof(p->error), "Out of memory");
+			return -ENOMEM;
 		}
-		rgb = p->rgb;
-		build_lut(p, spec);
+		p->rgb = n;
+		p->rgb_cap = pixels * 3;
 	}
+	*rgb = p->rgb;
+	build_lut(p, spec);
+	return 0;
+}
 
-	r = decoder_open(p->dec, jpeg, len, &width, &height);
-	if (r < 0) {
-		snprintf(p->error, sizeof(p->error), "%s", decoder_error(p->dec));
-		goto finish;
-	}
+/* Draw the crop of a width x height image and produce the output, from the
+ * open JPEG or from `img`. */
+static int transform(struct pipeline *p, const struct pipeline_image *img, uint32_t width, uint32_t height,
+		     const struct transform_spec *spec, struct rng *rng, uint8_t *rgb, uint8_t *out)
+{
+	size_t pixels = (size_t)spec->image_size * spec->image_size;
+	struct crop_box box;
+	uint64_t new_w, new_h;
+	bool rrc, vertical_first;
+	int r;
+
 	/* The crop comes from the header alone, so only what it covers gets decoded. */
 	rrc = spec->kind == TRANSFORM_RANDOM_RESIZED_CROP;
 	if (rrc) {
@@ -370,11 +388,103 @@ int pipeline_run(struct pipeline *p, const uint8_t *jpeg, size_t len, const stru
 		center_resize(width, height, spec->image_size, &new_w, &new_h);
 		vertical_first = resize_vertical_first(width, height, (uint32_t)new_w, (uint32_t)new_h);
 	}
-	r = crop_and_resize(p, &box, rrc, vertical_first, spec->image_size, rgb);
+	r = crop_and_resize(p, img, &box, rrc, vertical_first, spec->image_size, rgb);
 	if (r >= 0 && spec->dtype != DTYPE_UINT8)
 		to_planes(p, rgb, pixels, spec->dtype, out);
+	return r;
+}
 
+int pipeline_run(struct pipeline *p, const uint8_t *jpeg, size_t len, const struct transform_spec *spec,
+		 struct rng *rng, uint8_t *out)
+{
+	uint32_t width, height;
+	uint8_t *rgb;
+	int r;
+
+	if (!p || !spec || !out || (!jpeg && len))
+		return -EINVAL;
+	r = output_begin(p, spec, rng, out, &rgb);
+	if (r < 0)
+		return r;
+	r = decoder_open(p->dec, jpeg, len, &width, &height);
+	if (r < 0)
+		snprintf(p->error, sizeof(p->error), "%s", decoder_error(p->dec));
+	else
+		r = transform(p, NULL, width, height, spec, rng, rgb, out);
+	decoder_finish(p->dec);
+	return r;
+}
+
+int pipeline_decode_image(struct pipeline *p, const uint8_t *jpeg, size_t len, uint32_t min_side,
+			  struct pipeline_image *out)
+{
+	struct decoded_region reg;
+	uint32_t width, height, sw, sh;
+	unsigned denom = 1;
+	size_t row, bytes;
+	int r;
+
+	if (!p || !out || (!jpeg && len))
+		return -EINVAL;
+	p->error[0] = '\0';
+	r = decoder_open(p->dec, jpeg, len, &width, &height);
+	if (r < 0) {
+		snprintf(p->error, sizeof(p->error), "%s", decoder_error(p->dec));
+		goto finish;
+	}
+	for (unsigned d = 8; min_side > 0 && d > 1; d /= 2) {
+		decoder_scaled_size(p->dec, d, &sw, &sh);
+		if (sw >= min_side && sh >= min_side) {
+			denom = d;
+			break;
+		}
+	}
+	decoder_scaled_size(p->dec, denom, &sw, &sh);
+	r = decoder_read(p->dec, denom, 0, 0, sw, sh, &reg);
+	if (r < 0) {
+		snprintf(p->error, sizeof(p->error), "%s", decoder_error(p->dec));
+		goto finish;
+	}
+	/* Our own copy: the decoder's buffer is reused by its next image. */
+	row = (size_t)reg.width * 4;
+	bytes = row * reg.height;
+	if (bytes > p->image_cap) {
+		uint8_t *n = realloc(p->image, bytes);
+
+		if (!n) {
+			snprintf(p->error, sizeof(p->error), "Out of memory");
+			r = -ENOMEM;
+			goto finish;
+		}
+		p->image = n;
+		p->image_cap = bytes;
+	}
+	for (uint32_t y = 0; y < reg.height; y++)
+		memcpy(p->image + y * row, reg.pixels + y * reg.stride, row);
+	*out = (struct pipeline_image){
+		.pixels = p->image,
+		.stride = row,
+		.width = reg.width,
+		.height = reg.height,
+		.full_width = width,
+		.full_height = height,
+		.denom = denom,
+	};
 finish:
 	decoder_finish(p->dec);
 	return r;
+}
+
+int pipeline_run_image(struct pipeline *p, const struct pipeline_image *img, const struct transform_spec *spec,
+		       struct rng *rng, uint8_t *out)
+{
+	uint8_t *rgb;
+	int r;
+
+	if (!p || !img || !img->pixels || !spec || !out || img->denom == 0 || img->width == 0 || img->height == 0)
+		return -EINVAL;
+	r = output_begin(p, spec, rng, out, &rgb);
+	if (r < 0)
+		return r;
+	return transform(p, img, img->full_width, img->full_height, spec, rng, rgb, out);
 }

@@ -80,6 +80,32 @@ void pipeline_free(struct pipeline *p);
 int pipeline_run(struct pipeline *p, const uint8_t *jpeg, size_t len, const struct transform_spec *spec,
 		 struct rng *rng, uint8_t *out);
 
+/*
+ * The decoded cache tier's path. A decoded image: RGBX pixels of the whole
+ * JPEG decoded at 1/denom (a DCT reduction), and the JPEG's full size, from
+ * which crops are drawn, so draws match pipeline_run's.
+ */
+struct pipeline_image {
+	const uint8_t *pixels; /* RGBX, `stride` bytes a row */
+	size_t stride;
+	uint32_t width, height;           /* of the pixels */
+	uint32_t full_width, full_height; /* of the JPEG */
+	uint32_t denom;                   /* 1, 2, 4 or 8 */
+};
+
+/* Decode all of `jpeg` at the largest DCT reduction that keeps its shorter
+ * side at least `min_side` (0: full size). The pixels live in the pipeline
+ * until its next decode. Errors as pipeline_run(). */
+int pipeline_decode_image(struct pipeline *p, const uint8_t *jpeg, size_t len, uint32_t min_side,
+			  struct pipeline_image *out);
+
+/* pipeline_run() from a decoded image instead of a file. The same image
+ * always gives the same output, whether it came from the cache or was just
+ * decoded; crops that pipeline_run() would take from a DCT-reduced decode
+ * may differ from it slightly. */
+int pipeline_run_image(struct pipeline *p, const struct pipeline_image *img, const struct transform_spec *spec,
+		       struct rng *rng, uint8_t *out);
+
 /* The last error's human-readable reason (libjpeg's message, or ours). */
 const char *pipeline_error(const struct pipeline *p);
 

@@ -46,6 +46,7 @@ struct cache_key {
 struct cache_image {
 	uint32_t width, height;           /* of the stored pixels */
 	uint32_t full_width, full_height; /* of the JPEG */
+	uint32_t denom;                   /* DCT reduction it was decoded at */
 };
 
 struct cache_tier_stats {

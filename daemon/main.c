@@ -193,6 +193,7 @@ int main(int argc, char **argv)
 		.max_file_bytes = d.cfg.max_file_bytes,
 		.replace_attempts = d.cfg.replace_attempts,
 		.cache = d.cache,
+		.decoded_side = d.cfg.cache_decoded_side,
 	};
 	r = pool_new(d.loop, &ps, session_job_done, &d, &d.pool);
 	if (r < 0) {

@@ -30,6 +30,8 @@ struct worker {
 	struct pipeline *pipeline;
 	uint8_t *buf;
 	size_t cap;
+	uint8_t *pixels; /* a decoded image from the cache */
+	size_t pixels_cap;
 	/* Read by the loop for stats; each on its own line to avoid sharing. */
 	_Alignas(CACHELINE) _Atomic uint64_t busy_ns;
 	_Atomic uint64_t decode_errors;
@@ -98,18 +100,24 @@ static struct pool_task queue_pop(struct pool *p)
 	}
 }
 
+static bool sample_key(const struct pool *p, const struct dataset *ds, uint64_t index, struct cache_key *key)
+{
+	if (!p->settings.cache || dataset_stat(ds, index, &key->size, &key->mtime_ns) < 0)
+		return false;
+	key->path_hash = cache_key_hash(ds->root, dataset_name(ds, index));
+	return true;
+}
+
 /* Sample `index`'s file bytes into the worker's buffer: from the node
  * cache when it has them, else from disk (and offered to the cache). */
 static int64_t sample_bytes(struct worker *w, const struct dataset *ds, uint64_t index)
 {
 	struct cache *cache = w->pool->settings.cache;
 	struct cache_key key;
-	bool keyed = false;
+	bool keyed = sample_key(w->pool, ds, index, &key);
 	int64_t len;
 
-	if (cache && dataset_stat(ds, index, &key.size, &key.mtime_ns) == 0) {
-		key.path_hash = cache_key_hash(ds->root, dataset_name(ds, index));
-		keyed = true;
+	if (keyed) {
 		len = cache_get(cache, CACHE_ENCODED, &key, &w->buf, &w->cap, NULL);
 		if (len >= 0)
 			return len;
@@ -121,32 +129,76 @@ static int64_t sample_bytes(struct worker *w, const struct dataset *ds, uint64_t
 	return len;
 }
 
+/* The decoded tier: sample `index` as a decoded image, from the cache or
+ * decoded now (and offered to the cache). */
+static int sample_image(struct worker *w, const struct dataset *ds, uint64_t index, struct pipeline_image *img,
+			bool *read_failed)
+{
+	struct pool *p = w->pool;
+	struct cache_image ci;
+	struct cache_key key;
+	bool keyed = sample_key(p, ds, index, &key);
+	int64_t len;
+	int r;
+
+	if (keyed && cache_get(p->settings.cache, CACHE_DECODED, &key, &w->pixels, &w->pixels_cap, &ci) >= 0) {
+		*img = (struct pipeline_image){
+			.pixels = w->pixels,
+			.stride = (size_t)ci.width * 4,
+			.width = ci.width,
+			.height = ci.height,
+			.full_width = ci.full_width,
+			.full_height = ci.full_height,
+			.denom = ci.denom,
+		};
+		return 0;
+	}
+	len = dataset_read(ds, index, &w->buf, &w->cap, p->settings.max_file_bytes);
+	if (len < 0) {
+		*read_failed = true;
+		return (int)len;
+	}
+	r = pipeline_decode_image(w->pipeline, w->buf, (size_t)len, p->settings.decoded_side, img);
+	if (r < 0)
+		return r;
+	if (keyed && (uint64_t)len == key.size) {
+		ci = (struct cache_image){.width = img->width, .height = img->height, .full_width = img->full_width,
+					  .full_height = img->full_height, .denom = img->denom};
+		cache_put(p->settings.cache, CACHE_DECODED, &key, img->pixels, img->stride * img->height, &ci);
+	}
+	return 0;
+}
+
 /* Try one candidate sample; 0 when its pixels are in place. */
 static int produce_one(struct worker *w, struct batch_job *job, uint64_t index, uint8_t *dst)
 {
 	struct dataset *ds = job->ds;
+	bool read_failed = false;
 	struct rng rng;
 	int64_t len;
 	int r;
 
 	if (dataset_is_bad(ds, index))
 		return -EBADMSG;
-	len = sample_bytes(w, ds, index);
-	if (len < 0) {
-		r = (int)len;
-		dataset_mark_bad(ds, index);
-		log_warning("sample %llu (%s/%s): cannot read: %s; replaced", (unsigned long long)index, ds->root,
-			    dataset_name(ds, index), strerror(-r));
-		return r;
-	}
 	rng_init(&rng, job->seed, job->epoch, index, RNG_AUGMENT);
-	r = pipeline_run(w->pipeline, w->buf, (size_t)len, &job->spec, &rng, dst);
+	if (w->pool->settings.decoded_side) {
+		struct pipeline_image img;
+
+		r = sample_image(w, ds, index, &img, &read_failed);
+		if (r == 0)
+			r = pipeline_run_image(w->pipeline, &img, &job->spec, &rng, dst);
+	} else {
+		len = sample_bytes(w, ds, index);
+		read_failed = len < 0;
+		r = len < 0 ? (int)len : pipeline_run(w->pipeline, w->buf, (size_t)len, &job->spec, &rng, dst);
+	}
 	if (r < 0) {
 		/* Marking it bad means each bad file is logged once, and later
-		 * epochs skip the decode. */
+		 * epochs skip it. */
 		dataset_mark_bad(ds, index);
-		log_warning("sample %llu (%s/%s): cannot decode: %s; replaced", (unsigned long long)index, ds->root,
-			    dataset_name(ds, index), pipeline_error(w->pipeline));
+		log_warning("sample %llu (%s/%s): cannot %s: %s; replaced", (unsigned long long)index, ds->root,
+			    dataset_name(ds, index), read_failed ? "read" : "decode",
+			    read_failed ? strerror(-r) : pipeline_error(w->pipeline));
 	}
 	return r;
 }
@@ -342,6 +394,7 @@ void pool_free(struct pool *p)
 			pthread_join(w->thread, NULL);
 		pipeline_free(w->pipeline);
 		free(w->buf);
+		free(w->pixels);
 	}
 	/* Hand over what finished while draining. */
 	pool_on_async(&p->async);

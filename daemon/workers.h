@@ -53,6 +53,10 @@ struct pool_settings {
 	uint64_t max_file_bytes;
 	uint32_t replace_attempts;
 	struct cache *cache; /* NULL: no cache */
+	/* > 0: every sample goes through the decoded tier: the whole image is
+	 * decoded at the largest DCT reduction keeping its shorter side at
+	 * least this, cached when the budget allows, and cropped from there. */
+	uint32_t decoded_side;
 };
 
 typedef void (*pool_done_fn)(struct batch_job *job, void *userdata);

@@ -3,13 +3,14 @@ and its memory budget. Real daemons, real client processes, real kills."""
 
 import json
 import os
+import select
 import signal
 
 import pytest
 
 import stoker
 from conftest import Daemon
-from stoker_testutil import STOKERD, digest, finish_client, read_epoch, read_line, spawn_client
+from stoker_testutil import STOKERD, finish_client, read_epoch, spawn_client
 
 OPTS = dict(batch_size=4, image_size=48, seed=11, epoch=3)
 
@@ -19,14 +20,27 @@ def reference_epoch(d, dataset, **opts):
         return read_epoch(loader)
 
 
+def read_lines(proc, n, attempts=600, step=0.1):
+    """n lines of proc's stdout, read from the fd itself (a bounded wait)."""
+    fd, data = proc.stdout.fileno(), b""
+    for _ in range(attempts):
+        if data.count(b"\n") >= n:
+            return data.decode().splitlines()[:n]
+        if select.select([fd], [], [], step)[0]:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            data += chunk
+    raise AssertionError(f"client printed {data!r} (rc={proc.poll()})")
+
+
 def kill_after_checkpoints(d, dataset, batches, **opts):
     """A client process takes `batches` batches, checkpointing after each,
     and is then killed with SIGKILL. Returns what it took and its last state."""
     proc = spawn_client(d.socket, dataset, mode="checkpoint", batches=batches, **opts)
-    taken = []
-    for _ in range(batches):
-        taken.append(json.loads(read_line(proc)))
-    assert read_line(proc).startswith("READY")
+    lines = read_lines(proc, batches + 1)
+    assert lines[-1].startswith("READY")
+    taken = [json.loads(line) for line in lines[:-1]]
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     return taken
@@ -178,3 +192,19 @@ def test_lru_policy_evicts_minio_does_not(daemon, make_dataset):
             assert st["encoded"]["evictions"] == 0 and st["encoded"]["rejected"] > 0
         else:
             assert st["encoded"]["evictions"] > 0
+
+
+def test_decoded_tier_same_pixels_hit_or_miss(daemon, dataset):
+    extra = ["--set", "cache_bytes=128M", "--set", "cache_decoded_side=128"]
+    d = daemon(workers=2, extra=extra)
+    with stoker.Loader(dataset, socket=d.socket, **OPTS) as loader:
+        cold = read_epoch(loader)             # every sample decoded and cached
+        loader.set_epoch(OPTS["epoch"])
+        warm = read_epoch(loader)             # every sample from the decoded tier
+    st = d.stats()["cache"]["decoded"]
+    assert st["misses"] >= len(cold["indices"]) and st["hits"] >= len(warm["indices"])
+    assert warm["hashes"] == cold["hashes"]
+    # With no cache at all, the decoded path gives the same bytes: pixels
+    # never depend on what happened to be cached.
+    d2 = daemon(workers=1, extra=["--set", "cache_bytes=0", "--set", "cache_decoded_side=128"])
+    assert reference_epoch(d2, dataset, **OPTS)["hashes"] == cold["hashes"]
