@@ -7,7 +7,7 @@ PREFIX       ?= /usr/local
 DESTDIR      ?=
 CC           ?= cc
 PYTHON       ?= python3
-B            := build
+B            ?= build
 
 PKGS_DAEMON  := libuv libturbojpeg libjpeg libprotobuf-c libsystemd inih
 PKGS_CLIENT  := libprotobuf-c

@@ -646,8 +646,11 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 	req->params = *a;
 	req->params.base.n_unknown_fields = 0;
 	req->params.base.unknown_fields = NULL;
-	memcpy(req->mean, a->mean, a->n_mean * sizeof(float));
-	memcpy(req->std, a->std, a->n_std * sizeof(float));
+	/* n_mean and n_std are 0 or 3 (checked above). */
+	if (a->n_mean)
+		memcpy(req->mean, a->mean, sizeof(req->mean));
+	if (a->n_std)
+		memcpy(req->std, a->std, sizeof(req->std));
 	req->params.mean = req->mean;
 	req->params.std = req->std;
 	req->params.dataset = strdup(real);
