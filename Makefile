@@ -5,9 +5,26 @@ VERSION      := 0.1.0
 SOVERSION    := 0
 PREFIX       ?= /usr/local
 DESTDIR      ?=
+# Install locations (`make install PREFIX=/usr DESTDIR=pkg/` for a package).
+BINDIR       ?= $(PREFIX)/bin
+SBINDIR      ?= $(PREFIX)/sbin
+LIBDIR       ?= $(PREFIX)/lib
+INCLUDEDIR   ?= $(PREFIX)/include
+MANDIR       ?= $(PREFIX)/share/man
+DOCDIR       ?= $(PREFIX)/share/doc/stoker
+SYSCONFDIR   ?= /etc
+UNITDIR      ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR  ?= $(PREFIX)/lib/sysusers.d
+# The package's defaults layer; the daemon reads it (stoker.conf(5)).
+VENDORCONFDIR ?= $(LIBDIR)/stoker
 CC           ?= cc
 PYTHON       ?= python3
 B            ?= build
+# Where `import stoker` finds the package: Debian's path for /usr, else the
+# interpreter's version directory under PREFIX.
+PYVER        := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+PYTHONDIR    ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREFIX)/lib/python$(PYVER)/dist-packages)
+MANPAGES     := man/stokerd.8 man/stokerctl.1 man/stoker.conf.5 man/libstoker.3
 
 PKGS_DAEMON  := libuv libturbojpeg libjpeg libprotobuf-c libsystemd inih
 PKGS_CLIENT  := libprotobuf-c
@@ -19,7 +36,7 @@ LIBS_CMOCKA  := $(shell pkg-config --libs cmocka)
 OPT          ?= -O2
 WARN         := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
 CFLAGS_ALL   := -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -fPIC -fvisibility=hidden -pthread \
-                -DSTOKER_VERSION='"$(VERSION)"' -I$(B)/proto -Iproto -Iclient/include $(PKG_CFLAGS) $(CFLAGS)
+                -DSTOKER_VERSION='"$(VERSION)"' -I$(B)/proto -I$(B) -Iproto -Iclient/include $(PKG_CFLAGS) $(CFLAGS)
 LDFLAGS_ALL  := $(LDFLAGS)
 ifneq ($(SANITIZE),)
 CFLAGS_ALL   += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -45,8 +62,20 @@ Q := @
 say = @printf '  %-8s %s\n' $(1) $(2)
 endif
 
-.PHONY: all clean check check-unit check-integration demo bench install uninstall
+.PHONY: all clean check check-unit check-integration check-sanitize demo bench install uninstall FORCE
 all: $(B)/stokerd $(B)/stokerctl $(LIB_SO) $(B)/libstoker.so $(B)/libstoker.a $(B)/stoker.pc $(UNIT_BINS)
+
+# The configuration layers' paths follow PREFIX and SYSCONFDIR; the header
+# is rewritten only when they change, so `make install PREFIX=/usr` rebuilds
+# what depends on it and nothing else.
+$(B)/paths.h: FORCE
+	@mkdir -p $(B)
+	@printf '#define STOKER_VENDOR_CONFIG "%s"\n#define STOKER_ADMIN_CONFIG_DIR "%s"\n' \
+	    '$(VENDORCONFDIR)/stoker.conf' '$(SYSCONFDIR)/stoker' > $@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv -f $@.tmp $@
+FORCE:
+
+$(B)/daemon/config.o $(B)/daemon/main.o: $(B)/paths.h
 
 $(B)/proto/stoker.pb-c.c $(B)/proto/stoker.pb-c.h: proto/stoker.proto
 	@mkdir -p $(B)/proto
@@ -84,9 +113,10 @@ $(B)/libstoker.a: $(CLIENT_OBJS) $(PROTO_OBJS)
 	rm -f $@ && ar rcs $@ $(B)/libstoker-all.o
 
 $(B)/stokerctl: $(B)/client/stokerctl.o $(LIB_SO)
-	$(CC) $(LDFLAGS_ALL) -o $@ $< -L$(B) -l:libstoker.so.$(SOVERSION) -Wl,-rpath,'$$ORIGIN'
+	$(CC) $(LDFLAGS_ALL) -o $@ $< -L$(B) -l:libstoker.so.$(SOVERSION) -Wl,-rpath,'$$ORIGIN:$$ORIGIN/../lib'
 
-$(B)/stoker.pc: client/stoker.pc.in
+# paths.h changes with PREFIX: so does the .pc file's prefix.
+$(B)/stoker.pc: client/stoker.pc.in $(B)/paths.h
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
 
 $(B)/tests/%: tests/unit/%.c $(B)/libstokerd.a
@@ -94,10 +124,22 @@ $(B)/tests/%: tests/unit/%.c $(B)/libstokerd.a
 	$(call say,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) -Idaemon -Wno-missing-prototypes -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LIBS_CMOCKA) $(LDFLAGS_ALL)
 
-# Sequential even under -j: unit tests first, then the daemon tests.
+# Sequential even under -j: unit tests first, then the daemon tests, then
+# all of it again under AddressSanitizer + UBSan (a separate build tree;
+# Python loads the instrumented libstoker with the runtimes preloaded).
 check: all
 	$(MAKE) --no-print-directory check-unit
 	$(MAKE) --no-print-directory check-integration
+ifeq ($(SANITIZE),)
+	$(MAKE) --no-print-directory check-sanitize
+endif
+
+SANITIZE_RT := $(shell $(CC) -print-file-name=libasan.so) $(shell $(CC) -print-file-name=libubsan.so)
+check-sanitize:
+	$(MAKE) --no-print-directory B=build-sanitize SANITIZE=address,undefined all
+	$(MAKE) --no-print-directory B=build-sanitize SANITIZE=address,undefined check-unit
+	ASAN_OPTIONS=detect_leaks=0 LD_PRELOAD="$(SANITIZE_RT)" \
+	    $(MAKE) --no-print-directory B=build-sanitize SANITIZE=address,undefined check-integration
 
 check-unit: $(UNIT_BINS)
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
@@ -128,22 +170,41 @@ $(B)/bench/profile_pipeline: bench/profile_pipeline.c $(B)/libstokerd.a
 	$(CC) $(CFLAGS_ALL) -Idaemon -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 
 install: all
-	install -Dm755 $(B)/stokerd $(DESTDIR)$(PREFIX)/sbin/stokerd
-	install -Dm755 $(B)/stokerctl $(DESTDIR)$(PREFIX)/bin/stokerctl
-	install -Dm755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/libstoker.so.$(SOVERSION)
-	ln -sf libstoker.so.$(SOVERSION) $(DESTDIR)$(PREFIX)/lib/libstoker.so
-	install -Dm644 $(B)/libstoker.a $(DESTDIR)$(PREFIX)/lib/libstoker.a
-	install -Dm644 client/include/stoker.h $(DESTDIR)$(PREFIX)/include/stoker.h
-	install -Dm644 $(B)/stoker.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/stoker.pc
-	install -Dm644 config/stoker.conf $(DESTDIR)$(PREFIX)/lib/stoker/stoker.conf
+	install -Dm755 $(B)/stokerd $(DESTDIR)$(SBINDIR)/stokerd
+	install -Dm755 $(B)/stokerctl $(DESTDIR)$(BINDIR)/stokerctl
+	install -Dm755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libstoker.so.$(SOVERSION)
+	ln -sf libstoker.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libstoker.so
+	install -Dm644 $(B)/libstoker.a $(DESTDIR)$(LIBDIR)/libstoker.a
+	install -Dm644 client/include/stoker.h $(DESTDIR)$(INCLUDEDIR)/stoker.h
+	install -Dm644 $(B)/stoker.pc $(DESTDIR)$(LIBDIR)/pkgconfig/stoker.pc
+	install -Dm644 config/stoker.conf $(DESTDIR)$(VENDORCONFDIR)/stoker.conf
+	install -dm755 $(DESTDIR)$(SYSCONFDIR)/stoker/stoker.conf.d
+	set -e; for f in client/python/stoker/*.py; do install -Dm644 $$f $(DESTDIR)$(PYTHONDIR)/stoker/$${f##*/}; done
+	sed 's|/usr/local/sbin/|$(SBINDIR)/|g' deploy/stoker.service > $(B)/stoker.service
+	install -Dm644 $(B)/stoker.service $(DESTDIR)$(UNITDIR)/stoker.service
+	install -Dm644 deploy/stoker.socket $(DESTDIR)$(UNITDIR)/stoker.socket
+	install -Dm644 deploy/stoker.sysusers $(DESTDIR)$(SYSUSERSDIR)/stoker.conf
+	set -e; for m in $(MANPAGES); do install -Dm644 $$m $(DESTDIR)$(MANDIR)/man$${m##*.}/$${m#man/}; done
+	install -Dm644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	install -Dm644 docs/deploy.md $(DESTDIR)$(DOCDIR)/deploy.md
+	install -Dm644 deploy/kubernetes/stoker-daemonset.yaml $(DESTDIR)$(DOCDIR)/kubernetes/stoker-daemonset.yaml
+	install -Dm644 deploy/kubernetes/trainer-pod.yaml $(DESTDIR)$(DOCDIR)/kubernetes/trainer-pod.yaml
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ]; then ldconfig; \
+	  echo "stoker: installed; as root: systemd-sysusers && systemctl daemon-reload && systemctl enable --now stoker.socket"; fi
 
+# Removes what install put there; the admin's /etc/stoker stays.
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/sbin/stokerd $(DESTDIR)$(PREFIX)/bin/stokerctl \
-	      $(DESTDIR)$(PREFIX)/lib/libstoker.so.$(SOVERSION) $(DESTDIR)$(PREFIX)/lib/libstoker.so \
-	      $(DESTDIR)$(PREFIX)/lib/libstoker.a $(DESTDIR)$(PREFIX)/include/stoker.h \
-	      $(DESTDIR)$(PREFIX)/lib/pkgconfig/stoker.pc $(DESTDIR)$(PREFIX)/lib/stoker/stoker.conf
+	rm -f $(DESTDIR)$(SBINDIR)/stokerd $(DESTDIR)$(BINDIR)/stokerctl \
+	      $(DESTDIR)$(LIBDIR)/libstoker.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libstoker.so \
+	      $(DESTDIR)$(LIBDIR)/libstoker.a $(DESTDIR)$(INCLUDEDIR)/stoker.h \
+	      $(DESTDIR)$(LIBDIR)/pkgconfig/stoker.pc $(DESTDIR)$(VENDORCONFDIR)/stoker.conf \
+	      $(DESTDIR)$(UNITDIR)/stoker.service $(DESTDIR)$(UNITDIR)/stoker.socket \
+	      $(DESTDIR)$(SYSUSERSDIR)/stoker.conf $(addprefix $(DESTDIR)$(MANDIR)/,$(foreach m,$(MANPAGES),man$(subst .,,$(suffix $(m)))/$(notdir $(m))))
+	rm -rf $(DESTDIR)$(PYTHONDIR)/stoker $(DESTDIR)$(DOCDIR)
+	rmdir $(DESTDIR)$(VENDORCONFDIR) $(DESTDIR)$(SYSCONFDIR)/stoker/stoker.conf.d \
+	      $(DESTDIR)$(SYSCONFDIR)/stoker 2>/dev/null || true
 
 clean:
-	rm -rf $(B)
+	rm -rf $(B) build-sanitize
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)

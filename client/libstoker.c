@@ -83,6 +83,10 @@ struct stoker {
 
 	Stoker__Message *reply; /* the reply a request waits for */
 	Stoker__Message__BodyCase want;
+
+	bool shutdown;           /* the daemon said it is stopping */
+	bool write_failed;       /* the daemon stopped reading: read what is left */
+	char shutdown_reason[256];
 };
 
 static uint64_t now_ns(void)
@@ -107,6 +111,11 @@ static int set_error(struct stoker *s, int err, const char *fmt, ...)
 static int fail_connection(struct stoker *s, int err, const char *what)
 {
 	if (!s->dead) {
+		/* After Shutdown, the end of the connection is that shutdown. */
+		if (s->shutdown && (err == -ECONNRESET || err == -EPIPE)) {
+			err = -ESHUTDOWN;
+			what = s->shutdown_reason;
+		}
 		s->dead = err;
 		if (what)
 			set_error(s, err, "%s", what);
@@ -125,6 +134,7 @@ static int error_from_code(Stoker__ErrorCode code)
 	case STOKER__ERROR_CODE__PROTOCOL_ERROR: return -EPROTO;
 	case STOKER__ERROR_CODE__SHUTTING_DOWN: return -ESHUTDOWN;
 	case STOKER__ERROR_CODE__FAILED_PRECONDITION: return -EALREADY;
+	case STOKER__ERROR_CODE__RESTART_REQUIRED: return -EOPNOTSUPP;
 	default: return -EIO;
 	}
 }
@@ -159,8 +169,14 @@ static int send_message(struct stoker *s, const Stoker__Message *m)
 		if (poll(&p, 1, -1) < 0 && errno != EINTR)
 			return fail_connection(s, -errno, "poll failed");
 	}
-	if (r < 0)
-		return fail_connection(s, -ECONNRESET, "the daemon closed the connection");
+	if (r < 0) {
+		/* The daemon hung up, but what it sent before may still be
+		 * waiting (batches, a Shutdown saying why): the next read
+		 * takes it, and ends the connection at its end. */
+		s->write_failed = true;
+		return s->shutdown ? set_error(s, -ESHUTDOWN, "%s", s->shutdown_reason)
+				   : set_error(s, -ECONNRESET, "the daemon closed the connection");
+	}
 	return 0;
 }
 
@@ -220,6 +236,12 @@ static int handle_message(struct stoker *s, Stoker__Message *m)
 	case STOKER__MESSAGE__BODY_END_OF_EPOCH:
 		if (m->end_of_epoch->generation == s->generation)
 			s->epoch_done = true;
+		break;
+	case STOKER__MESSAGE__BODY_SHUTDOWN:
+		/* Batches already announced stay readable; the error comes
+		 * when the daemon hangs up. */
+		s->shutdown = true;
+		snprintf(s->shutdown_reason, sizeof(s->shutdown_reason), "%s", m->shutdown->reason);
 		break;
 	case STOKER__MESSAGE__BODY_ERROR:
 		r = error_from_code(m->error->code);
@@ -283,6 +305,12 @@ static int request(struct stoker *s, const Stoker__Message *req, Stoker__Message
 	int r;
 
 	r = send_message(s, req);
+	if (r < 0 && s->write_failed) {
+		/* Find out why: a Shutdown or an Error may be waiting. */
+		while (pump(s, 0) == 0)
+			;
+		return s->dead ? s->dead : r;
+	}
 	if (r < 0)
 		return r;
 	s->want = want;
@@ -1003,14 +1031,23 @@ static void stats_json(struct text *t, const Stoker__Stats *st)
 
 		text_printf(t,
 			    "%s{\"pid\": %u, \"rank\": %u, \"world_size\": %u, \"epoch\": %llu, \"batches\": %llu, "
-			    "\"images\": %llu, \"wait_seconds\": %.6f, \"dataset\": ",
+			    "\"images\": %llu, \"wait_seconds\": %.6f, \"id\": %llu, \"uid\": %u, "
+			    "\"images_per_second\": %.3f, \"stall\": %.4f, \"ring_bytes\": %llu, \"dataset\": ",
 			    i ? ", " : "", c->pid, c->rank, c->world_size, (unsigned long long)c->epoch,
-			    (unsigned long long)c->batches, (unsigned long long)c->images, c->wait_seconds);
+			    (unsigned long long)c->batches, (unsigned long long)c->images, c->wait_seconds,
+			    (unsigned long long)c->id, c->uid, c->images_per_second, c->stall,
+			    (unsigned long long)c->ring_bytes);
 		text_json_string(t, c->dataset);
 		text_printf(t, "}");
 	}
+	text_printf(t, "], \"state\": ");
+	text_json_string(t, st->state ? st->state : "serving");
 	text_printf(t,
-		    "], \"samples_decoded\": %llu, \"samples_copied\": %llu, \"ring_bytes\": %llu, "
+		    ", \"rss_bytes\": %llu, \"connections\": %u, \"worker_threads\": %u, "
+		    "\"worker_busy_seconds\": %.3f",
+		    (unsigned long long)st->rss_bytes, st->connections, st->worker_threads, st->worker_busy_seconds);
+	text_printf(t,
+		    ", \"samples_decoded\": %llu, \"samples_copied\": %llu, \"ring_bytes\": %llu, "
 		    "\"memory_budget_bytes\": %llu, \"cache\": ",
 		    (unsigned long long)st->samples_decoded, (unsigned long long)st->samples_copied,
 		    (unsigned long long)st->ring_bytes, (unsigned long long)st->memory_budget_bytes);
@@ -1039,7 +1076,7 @@ static void stats_json(struct text *t, const Stoker__Stats *st)
 static void stats_text(struct text *t, const Stoker__Stats *st)
 {
 	text_printf(t,
-		    "stokerd %s, up %.0f s\n"
+		    "stokerd %s, up %.0f s, %s\n"
 		    "  images/s        %.1f\n"
 		    "  images served   %llu\n"
 		    "  batches served  %llu\n"
@@ -1047,7 +1084,8 @@ static void stats_text(struct text *t, const Stoker__Stats *st)
 		    "  protocol errors %llu\n"
 		    "  workers         %u (%.0f%% busy)\n"
 		    "  clients         %zu\n",
-		    st->daemon_version ? st->daemon_version : "?", st->uptime_seconds, st->images_per_second,
+		    st->daemon_version ? st->daemon_version : "?", st->uptime_seconds, st->state ? st->state : "serving",
+		    st->images_per_second,
 		    (unsigned long long)st->images_served, (unsigned long long)st->batches_served,
 		    (unsigned long long)st->decode_errors, (unsigned long long)st->protocol_errors, st->workers,
 		    st->worker_busy * 100.0, st->n_clients);
@@ -1068,14 +1106,15 @@ static void stats_text(struct text *t, const Stoker__Stats *st)
 		}
 	}
 	if (st->n_clients)
-		text_printf(t, "\n  %8s %9s %6s %10s %12s %10s  %s\n", "PID", "RANK", "EPOCH", "BATCHES", "IMAGES",
-			    "WAIT(s)", "DATASET");
+		text_printf(t, "\n  %8s %9s %6s %10s %12s %9s %6s %10s  %s\n", "PID", "RANK", "EPOCH", "BATCHES",
+			    "IMAGES", "IMAGES/S", "STALL", "WAIT(s)", "DATASET");
 	for (size_t i = 0; i < st->n_clients; i++) {
 		const Stoker__ClientStats *c = st->clients[i];
 
-		text_printf(t, "  %8u %4u/%-4u %6llu %10llu %12llu %10.3f  %s\n", c->pid, c->rank, c->world_size,
-			    (unsigned long long)c->epoch, (unsigned long long)c->batches,
-			    (unsigned long long)c->images, c->wait_seconds, c->dataset ? c->dataset : "");
+		text_printf(t, "  %8u %4u/%-4u %6llu %10llu %12llu %9.1f %5.1f%% %10.3f  %s\n", c->pid, c->rank,
+			    c->world_size, (unsigned long long)c->epoch, (unsigned long long)c->batches,
+			    (unsigned long long)c->images, c->images_per_second, c->stall * 100.0, c->wait_seconds,
+			    c->dataset ? c->dataset : "");
 	}
 }
 
@@ -1114,4 +1153,359 @@ STOKER_API int stoker_stats_json(struct stoker *s, char **json_out)
 STOKER_API int stoker_stats_text(struct stoker *s, char **text_out)
 {
 	return stats_fetch(s, false, text_out);
+}
+
+/* ---- statistics for programs ---- */
+
+struct stoker_stats {
+	Stoker__Message *msg;
+};
+
+STOKER_API int stoker_stats_get(struct stoker *s, struct stoker_stats **out)
+{
+	Stoker__Message m = STOKER__MESSAGE__INIT, *reply = NULL;
+	Stoker__StatsRequest req = STOKER__STATS_REQUEST__INIT;
+	struct stoker_stats *st;
+	int r;
+
+	if (!s || !out)
+		return -EINVAL;
+	st = calloc(1, sizeof(*st));
+	if (!st)
+		return -ENOMEM;
+	m.body_case = STOKER__MESSAGE__BODY_STATS_REQUEST;
+	m.stats_request = &req;
+	r = request(s, &m, STOKER__MESSAGE__BODY_STATS, HANDSHAKE_TIMEOUT_MS, &reply);
+	if (r < 0) {
+		free(st);
+		return r;
+	}
+	st->msg = reply;
+	*out = st;
+	return 0;
+}
+
+STOKER_API void stoker_stats_free(struct stoker_stats *st)
+{
+	if (!st)
+		return;
+	stoker__message__free_unpacked(st->msg, NULL);
+	free(st);
+}
+
+/* Fields are found by name in the protocol's descriptors, so every number
+ * the daemon reports is reachable, new ones included. */
+static const ProtobufCFieldDescriptor *field_of(const ProtobufCMessage *m, const char *name)
+{
+	const ProtobufCFieldDescriptor *f;
+
+	if (!m || !name)
+		return NULL;
+	f = protobuf_c_message_descriptor_get_field_by_name(m->descriptor, name);
+	if (!f || f->label == PROTOBUF_C_LABEL_REPEATED)
+		return f;
+	/* An optional scalar the daemon did not set. */
+	if (f->label == PROTOBUF_C_LABEL_OPTIONAL && f->quantifier_offset &&
+	    !*(const protobuf_c_boolean *)((const char *)m + f->quantifier_offset))
+		return NULL;
+	return f;
+}
+
+static int message_number(const ProtobufCMessage *m, const char *name, double *out)
+{
+	const ProtobufCFieldDescriptor *f = field_of(m, name);
+	const char *p;
+
+	if (!f || f->label == PROTOBUF_C_LABEL_REPEATED)
+		return -ENOENT;
+	p = (const char *)m + f->offset;
+	switch (f->type) {
+	case PROTOBUF_C_TYPE_UINT32: case PROTOBUF_C_TYPE_FIXED32: *out = *(const uint32_t *)p; return 0;
+	case PROTOBUF_C_TYPE_INT32: case PROTOBUF_C_TYPE_SINT32: case PROTOBUF_C_TYPE_SFIXED32:
+	case PROTOBUF_C_TYPE_ENUM: *out = *(const int32_t *)p; return 0;
+	case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64: *out = (double)*(const uint64_t *)p; return 0;
+	case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64:
+		*out = (double)*(const int64_t *)p;
+		return 0;
+	case PROTOBUF_C_TYPE_DOUBLE: *out = *(const double *)p; return 0;
+	case PROTOBUF_C_TYPE_FLOAT: *out = *(const float *)p; return 0;
+	case PROTOBUF_C_TYPE_BOOL: *out = *(const protobuf_c_boolean *)p ? 1.0 : 0.0; return 0;
+	default: return -ENOENT;
+	}
+}
+
+static const char *message_string(const ProtobufCMessage *m, const char *name)
+{
+	const ProtobufCFieldDescriptor *f = field_of(m, name);
+
+	if (!f || f->label == PROTOBUF_C_LABEL_REPEATED || f->type != PROTOBUF_C_TYPE_STRING)
+		return NULL;
+	return *(char *const *)((const char *)m + f->offset);
+}
+
+/* Record i of a repeated message field, or NULL. */
+static const ProtobufCMessage *message_item(const ProtobufCMessage *m, const char *list, size_t i)
+{
+	const ProtobufCFieldDescriptor *f = field_of(m, list);
+
+	if (!f || f->label != PROTOBUF_C_LABEL_REPEATED || f->type != PROTOBUF_C_TYPE_MESSAGE ||
+	    i >= *(const size_t *)((const char *)m + f->quantifier_offset))
+		return NULL;
+	return (*(ProtobufCMessage *const *const *)((const char *)m + f->offset))[i];
+}
+
+static const ProtobufCMessage *stats_message(const struct stoker_stats *st)
+{
+	return st && st->msg && st->msg->stats ? &st->msg->stats->base : NULL;
+}
+
+STOKER_API int stoker_stats_number(const struct stoker_stats *st, const char *name, double *out)
+{
+	double v;
+	int r;
+
+	if (!out)
+		return -EINVAL;
+	r = message_number(stats_message(st), name, &v);
+	if (r == 0)
+		*out = v;
+	return r;
+}
+
+STOKER_API const char *stoker_stats_string(const struct stoker_stats *st, const char *name)
+{
+	return message_string(stats_message(st), name);
+}
+
+STOKER_API size_t stoker_stats_count(const struct stoker_stats *st, const char *list)
+{
+	const ProtobufCMessage *m = stats_message(st);
+	const ProtobufCFieldDescriptor *f = field_of(m, list);
+
+	if (!f || f->label != PROTOBUF_C_LABEL_REPEATED || f->type != PROTOBUF_C_TYPE_MESSAGE)
+		return 0;
+	return *(const size_t *)((const char *)m + f->quantifier_offset);
+}
+
+STOKER_API int stoker_stats_item_number(const struct stoker_stats *st, const char *list, size_t i, const char *name,
+					double *out)
+{
+	double v;
+	int r;
+
+	if (!out)
+		return -EINVAL;
+	r = message_number(message_item(stats_message(st), list, i), name, &v);
+	if (r == 0)
+		*out = v;
+	return r;
+}
+
+STOKER_API const char *stoker_stats_item_string(const struct stoker_stats *st, const char *list, size_t i,
+						const char *name)
+{
+	return message_string(message_item(stats_message(st), list, i), name);
+}
+
+/* ---- control ---- */
+
+static int text_done(struct text *t, char **out)
+{
+	if (t->failed || !t->buf) {
+		free(t->buf);
+		return -ENOMEM;
+	}
+	*out = t->buf;
+	return 0;
+}
+
+static void config_json(struct text *t, const Stoker__ConfigReply *c)
+{
+	text_printf(t, "{\"files\": [");
+	for (size_t i = 0; i < c->n_files; i++) {
+		text_printf(t, "%s", i ? ", " : "");
+		text_json_string(t, c->files[i]);
+	}
+	text_printf(t, "], \"settings\": {");
+	for (size_t i = 0; i < c->n_entries; i++) {
+		const Stoker__ConfigEntry *e = c->entries[i];
+
+		text_printf(t, "%s", i ? ", " : "");
+		text_json_string(t, e->key);
+		text_printf(t, ": {\"value\": ");
+		text_json_string(t, e->value);
+		text_printf(t, ", \"origin\": ");
+		text_json_string(t, e->origin);
+		text_printf(t, ", \"live\": %s, \"effective\": ", e->live ? "true" : "false");
+		if (e->effective)
+			text_json_string(t, e->effective);
+		else
+			text_printf(t, "null");
+		text_printf(t, ", \"pending\": ");
+		if (e->pending)
+			text_json_string(t, e->pending);
+		else
+			text_printf(t, "null");
+		text_printf(t, "}");
+	}
+	text_printf(t, "}}\n");
+}
+
+/* Valid INI: the merged configuration, each key's origin in a comment. */
+static void config_text(struct text *t, const Stoker__ConfigReply *c)
+{
+	text_printf(t, "# stokerd's configuration as it stands; files read, in order:\n");
+	for (size_t i = 0; i < c->n_files; i++)
+		text_printf(t, "#   %s\n", c->files[i]);
+	if (!c->n_files)
+		text_printf(t, "#   (none: built-in defaults and flags only)\n");
+	text_printf(t, "[stokerd]\n");
+	for (size_t i = 0; i < c->n_entries; i++) {
+		const Stoker__ConfigEntry *e = c->entries[i];
+		int n = 0;
+
+		text_printf(t, "%s = %s%n", e->key, e->value, &n);
+		text_printf(t, "%*s # %s", n < 40 ? 40 - n : 1, "", e->origin);
+		if (e->effective)
+			text_printf(t, "; in effect: %s", e->effective);
+		if (!e->live)
+			text_printf(t, "; restart to change");
+		if (e->pending)
+			text_printf(t, "; reloaded value %s waits for a restart", e->pending);
+		text_printf(t, "\n");
+	}
+}
+
+static int config_fetch(struct stoker *s, bool json, char **out)
+{
+	Stoker__Message m = STOKER__MESSAGE__INIT, *reply = NULL;
+	Stoker__ConfigGet req = STOKER__CONFIG_GET__INIT;
+	struct text t = {0};
+	int r;
+
+	if (!s || !out)
+		return -EINVAL;
+	m.body_case = STOKER__MESSAGE__BODY_CONFIG_GET;
+	m.config_get = &req;
+	r = request(s, &m, STOKER__MESSAGE__BODY_CONFIG_REPLY, HANDSHAKE_TIMEOUT_MS, &reply);
+	if (r < 0)
+		return r;
+	if (json)
+		config_json(&t, reply->config_reply);
+	else
+		config_text(&t, reply->config_reply);
+	stoker__message__free_unpacked(reply, NULL);
+	return text_done(&t, out);
+}
+
+STOKER_API int stoker_config_json(struct stoker *s, char **json_out)
+{
+	return config_fetch(s, true, json_out);
+}
+
+STOKER_API int stoker_config_text(struct stoker *s, char **text_out)
+{
+	return config_fetch(s, false, text_out);
+}
+
+static bool control_text_ok(const char *v)
+{
+	return v && strlen(v) <= STOKER__CONTROL_LIMITS__CONTROL_MAX_TEXT;
+}
+
+STOKER_API int stoker_config_set(struct stoker *s, const char *key, const char *value)
+{
+	Stoker__Message m = STOKER__MESSAGE__INIT, *reply = NULL;
+	Stoker__ConfigSet req = STOKER__CONFIG_SET__INIT;
+	int r;
+
+	if (!s || !control_text_ok(key) || !control_text_ok(value))
+		return -EINVAL;
+	req.key = (char *)key;
+	req.value = (char *)value;
+	m.body_case = STOKER__MESSAGE__BODY_CONFIG_SET;
+	m.config_set = &req;
+	r = request(s, &m, STOKER__MESSAGE__BODY_CONFIG_SET_REPLY, HANDSHAKE_TIMEOUT_MS, &reply);
+	if (r < 0)
+		return r;
+	stoker__message__free_unpacked(reply, NULL);
+	return 0;
+}
+
+static void word_list(struct text *t, const char *title, char **words, size_t n)
+{
+	if (!n)
+		return;
+	text_printf(t, "%s:", title);
+	for (size_t i = 0; i < n; i++)
+		text_printf(t, " %s", words[i]);
+	text_printf(t, "\n");
+}
+
+STOKER_API int stoker_reload(struct stoker *s, char **report_out)
+{
+	Stoker__Message m = STOKER__MESSAGE__INIT, *reply = NULL;
+	Stoker__Reload req = STOKER__RELOAD__INIT;
+	const Stoker__ReloadReply *rr;
+	struct text t = {0};
+	int r;
+
+	if (!s || !report_out)
+		return -EINVAL;
+	m.body_case = STOKER__MESSAGE__BODY_RELOAD;
+	m.reload = &req;
+	r = request(s, &m, STOKER__MESSAGE__BODY_RELOAD_REPLY, HANDSHAKE_TIMEOUT_MS, &reply);
+	if (r < 0)
+		return r;
+	rr = reply->reload_reply;
+	word_list(&t, "files", rr->files, rr->n_files);
+	word_list(&t, "applied", rr->applied, rr->n_applied);
+	word_list(&t, "restart required", rr->restart_required, rr->n_restart_required);
+	if (!rr->n_applied && !rr->n_restart_required)
+		text_printf(&t, "nothing changed\n");
+	stoker__message__free_unpacked(reply, NULL);
+	return text_done(&t, report_out);
+}
+
+STOKER_API int stoker_drain(struct stoker *s, uint32_t timeout_seconds, uint32_t *clients_out)
+{
+	Stoker__Message m = STOKER__MESSAGE__INIT, *reply = NULL;
+	Stoker__Drain req = STOKER__DRAIN__INIT;
+	int r;
+
+	if (!s)
+		return -EINVAL;
+	req.has_timeout_seconds = true;
+	req.timeout_seconds = timeout_seconds;
+	m.body_case = STOKER__MESSAGE__BODY_DRAIN;
+	m.drain = &req;
+	r = request(s, &m, STOKER__MESSAGE__BODY_DRAIN_REPLY, HANDSHAKE_TIMEOUT_MS, &reply);
+	if (r < 0)
+		return r;
+	if (clients_out)
+		*clients_out = reply->drain_reply->clients;
+	stoker__message__free_unpacked(reply, NULL);
+	return 0;
+}
+
+STOKER_API int stoker_metrics(struct stoker *s, char **text_out)
+{
+	Stoker__Message m = STOKER__MESSAGE__INIT, *reply = NULL;
+	Stoker__MetricsRequest req = STOKER__METRICS_REQUEST__INIT;
+	char *text;
+	int r;
+
+	if (!s || !text_out)
+		return -EINVAL;
+	m.body_case = STOKER__MESSAGE__BODY_METRICS_REQUEST;
+	m.metrics_request = &req;
+	r = request(s, &m, STOKER__MESSAGE__BODY_METRICS, HANDSHAKE_TIMEOUT_MS, &reply);
+	if (r < 0)
+		return r;
+	text = strdup(reply->metrics->text);
+	stoker__message__free_unpacked(reply, NULL);
+	if (!text)
+		return -ENOMEM;
+	*text_out = text;
+	return 0;
 }

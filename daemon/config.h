@@ -1,18 +1,35 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Daemon settings: built-in defaults, then the INI file, then command-line
- * flags. Every key is documented in config/stoker.conf.
+ * Daemon settings. Layers, each overriding the one before:
+ *   built-in defaults
+ *   <root>PREFIX/lib/stoker/stoker.conf       (the package's; /usr/lib/...
+ *                                              for a PREFIX=/usr build)
+ *   <root>/etc/stoker/stoker.conf             (the administrator's)
+ *   <root>/etc/stoker/stoker.conf.d/ *.conf   (drop-ins, in strcmp order)
+ *   command-line flags
+ *   runtime changes (stokerctl set; lost at restart)
+ * An explicit --config FILE replaces the three file layers. Every key is
+ * documented in config/stoker.conf; each value remembers its origin.
  */
 #ifndef STOKER_CONFIG_H
 #define STOKER_CONFIG_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "log.h"
 
+#define CONFIG_MAX_KEYS 48
+#define CONFIG_ORIGIN_MAX 256
+#define CONFIG_VALUE_MAX 512 /* longest value text (a path) */
+#define CONFIG_NAME_MAX 64   /* user and group names */
+
 struct config {
 	char socket_path[108]; /* sun_path's size */
+	uint32_t socket_mode;  /* when stokerd binds the socket itself */
+	char socket_group[CONFIG_NAME_MAX]; /* "": the daemon's group */
+	char admin_group[CONFIG_NAME_MAX];  /* "": root and the daemon's user only */
 	uint32_t workers;      /* 0: the usable cores */
 	uint32_t prefetch;     /* default batches ready ahead of a client */
 	uint32_t max_prefetch;
@@ -30,7 +47,24 @@ struct config {
 	bool cache_bytes_set;   /* cache_bytes given explicitly (0 = no cache) */
 	uint32_t cache_policy;  /* enum cache_policy */
 	uint32_t cache_decoded_side; /* 0: no decoded tier */
+	uint32_t stop_timeout_ms;    /* in-flight work gets this long at stop */
+	char metrics_textfile[CONFIG_VALUE_MAX]; /* "": none */
+	uint32_t metrics_interval_ms;
+	char metrics_listen[64]; /* "": none; else a loopback host:port */
 	enum log_level log_level;
+};
+
+/* Where each key's value came from: "default", a file path, "command
+ * line", or "runtime (stokerctl set)". Indexed like the key table. */
+struct config_origins {
+	char key[CONFIG_MAX_KEYS][CONFIG_ORIGIN_MAX];
+};
+
+/* The files a layered load read, in order (more is an error). */
+#define CONFIG_MAX_FILES 64
+struct config_files {
+	size_t n;
+	char path[CONFIG_MAX_FILES][CONFIG_ORIGIN_MAX];
 };
 
 /* Usable memory: MemTotal, capped by a cgroup v2 memory.max. */
@@ -39,13 +73,42 @@ uint64_t config_usable_memory(void);
 void config_resolve_memory(struct config *c);
 
 void config_defaults(struct config *c);
+/* Every origin "default". */
+void config_origins_init(struct config_origins *o);
 
 /* Apply one key; -EINVAL for a bad value, -ENOENT for an unknown key. */
 int config_set(struct config *c, const char *key, const char *value);
+/* The same, recording `origin` for the key in o (o may be NULL). */
+int config_set_from(struct config *c, struct config_origins *o, const char *key, const char *value,
+		    const char *origin);
 
 /* Read an INI file ([stokerd] section). -errno if unreadable; a bad line
  * fails the load with its line number in *bad_line. */
 int config_load(struct config *c, const char *path, int *bad_line);
+
+/*
+ * The file layers under `root` ("" or NULL: /), or only `file` if given.
+ * Missing layered files are skipped; an unreadable one, a missing `file` or
+ * a bad line fails with a message in err ("PATH:LINE: ..."). o and files
+ * may be NULL.
+ */
+int config_load_layers(struct config *c, struct config_origins *o, struct config_files *files, const char *root,
+		       const char *file, char *err, size_t errsize);
+
+/* Checks across keys and against the system (group names, addresses):
+ * -EINVAL with a message in err. */
+int config_validate(const struct config *c, char *err, size_t errsize);
+
+/* The key table: names, whether a change applies while running, and the
+ * value of key i as text that config_set accepts. */
+size_t config_key_count(void);
+const char *config_key_name(size_t i);
+int config_key_index(const char *name); /* -ENOENT */
+bool config_key_live(size_t i);
+void config_format(const struct config *c, size_t i, char *buf, size_t size);
+
+/* A group's id by name; -ENOENT if there is no such group. */
+int config_group_id(const char *name, uint32_t *gid);
 
 /* Usable CPUs: the affinity mask, capped by a cgroup v2 cpu.max quota. */
 uint32_t config_usable_cpus(void);

@@ -1,33 +1,126 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Control: statistics for stokerctl and monitoring. Rates come from samples
+ * Control: statistics for stokerctl and monitoring, and the control
+ * requests (configuration, reload, drain, metrics). Rates come from samples
  * the stats timer takes every second over the last few seconds.
  */
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
 
 #include "cache.h"
 #include "daemon.h"
+#include "ring.h"
 #include "session.h"
 #include "workers.h"
 
 void control_sample(struct daemon *d)
 {
+	uint64_t now = daemon_now_ns();
+
+	if (!d->pool)
+		return;
 	d->window[d->window_next % STATS_WINDOW] = (struct stats_sample){
-		.t_ns = daemon_now_ns(),
+		.t_ns = now,
 		.images = d->images_served,
 		.busy_ns = pool_busy_ns(d->pool),
 	};
 	d->window_next++;
+	for (struct conn *c = d->conns; c; c = c->next) {
+		if (!c->session)
+			continue;
+		c->window[c->window_next % STATS_WINDOW] = (struct client_sample){
+			.t_ns = now,
+			.images = c->session->images,
+			.wait_ns = c->session->wait_ns,
+		};
+		c->window_next++;
+	}
 }
 
-/* The oldest sample still in the window. */
+/* The oldest sample still in a window of `next` samples taken. */
+static unsigned window_oldest_index(unsigned next)
+{
+	return next < STATS_WINDOW ? 0 : next % STATS_WINDOW;
+}
+
 static const struct stats_sample *window_oldest(const struct daemon *d)
 {
-	if (d->window_next == 0)
-		return NULL;
-	if (d->window_next < STATS_WINDOW)
-		return &d->window[0];
-	return &d->window[d->window_next % STATS_WINDOW];
+	return d->window_next ? &d->window[window_oldest_index(d->window_next)] : NULL;
+}
+
+void control_rates(const struct daemon *d, double *images_per_second, double *worker_busy)
+{
+	const struct stats_sample *old = window_oldest(d);
+	uint64_t now = daemon_now_ns();
+	uint32_t workers = d->pool ? pool_workers(d->pool) : 0;
+
+	*images_per_second = *worker_busy = 0.0;
+	if (!old || now <= old->t_ns || !d->pool)
+		return;
+	double dt = (double)(now - old->t_ns) / 1e9;
+	*images_per_second = (double)(d->images_served - old->images) / dt;
+	*worker_busy = (double)(pool_busy_ns(d->pool) - old->busy_ns) / 1e9 / dt / (workers ? workers : 1);
+	if (*worker_busy > 1.0)
+		*worker_busy = 1.0;
+}
+
+/* A client's images/s and stall (share of time in next()) lately. */
+static void client_rates(const struct conn *c, double *ips, double *stall)
+{
+	const struct client_sample *old;
+	const struct session *s = c->session;
+	uint64_t now = daemon_now_ns();
+	double dt;
+
+	*ips = *stall = 0.0;
+	if (!c->window_next)
+		return;
+	old = &c->window[window_oldest_index(c->window_next)];
+	if (now <= old->t_ns)
+		return;
+	dt = (double)(now - old->t_ns) / 1e9;
+	*ips = (double)(s->images - old->images) / dt;
+	*stall = (double)(s->wait_ns - old->wait_ns) / 1e9 / dt;
+	if (*stall > 1.0)
+		*stall = 1.0;
+}
+
+uint32_t control_attached(const struct daemon *d)
+{
+	uint32_t n = 0;
+
+	for (const struct conn *c = d->conns; c; c = c->next)
+		if ((c->session || c->attaching) && !c->closing)
+			n++;
+	return n;
+}
+
+uint32_t control_inflight(const struct daemon *d)
+{
+	uint32_t n = 0;
+
+	for (const struct conn *c = d->conns; c; c = c->next)
+		if (c->session)
+			n += c->session->inflight;
+	return n;
+}
+
+uint64_t control_rss_bytes(void)
+{
+	unsigned long long size, resident;
+	FILE *f = fopen("/proc/self/statm", "re");
+	int n;
+
+	if (!f)
+		return 0;
+	n = fscanf(f, "%llu %llu", &size, &resident);
+	fclose(f);
+	return n == 2 ? resident * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
 }
 
 void control_handle_stats(struct conn *c)
@@ -37,21 +130,20 @@ void control_handle_stats(struct conn *c)
 	Stoker__Stats st = STOKER__STATS__INIT;
 	Stoker__ClientStats *cs = NULL, **csp = NULL;
 	Stoker__CacheTierStats tiers[CACHE_TIERS], *tierp[CACHE_TIERS];
-	const struct stats_sample *old = window_oldest(d);
-	uint64_t now = daemon_now_ns(), busy = pool_busy_ns(d->pool);
+	uint64_t now = daemon_now_ns();
 	size_t n = 0;
 
 	st.images_served = d->images_served;
 	st.batches_served = d->batches_served;
 	st.decode_errors = pool_decode_errors(d->pool);
 	st.workers = pool_workers(d->pool);
-	if (old && now > old->t_ns) {
-		double dt = (double)(now - old->t_ns) / 1e9;
-		st.images_per_second = (double)(d->images_served - old->images) / dt;
-		st.worker_busy = (double)(busy - old->busy_ns) / 1e9 / dt / (st.workers ? st.workers : 1);
-		if (st.worker_busy > 1.0)
-			st.worker_busy = 1.0;
-	}
+	control_rates(d, &st.images_per_second, &st.worker_busy);
+	st.state = (char *)service_state(d);
+	st.has_rss_bytes = st.has_connections = st.has_worker_threads = st.has_worker_busy_seconds = true;
+	st.rss_bytes = control_rss_bytes();
+	st.connections = d->nconns;
+	st.worker_threads = pool_threads(d->pool);
+	st.worker_busy_seconds = (double)pool_busy_ns(d->pool) / 1e9;
 	st.has_uptime_seconds = true;
 	st.uptime_seconds = (double)(now - d->start_ns) / 1e9;
 	st.has_protocol_errors = true;
@@ -116,6 +208,12 @@ void control_handle_stats(struct conn *c)
 			cs[n].dataset = s->dataset_name;
 			cs[n].has_epoch = true;
 			cs[n].epoch = s->epoch;
+			cs[n].has_id = cs[n].has_uid = cs[n].has_ring_bytes = true;
+			cs[n].id = it->id;
+			cs[n].uid = (uint32_t)it->uid;
+			cs[n].ring_bytes = s->ring->bytes;
+			cs[n].has_images_per_second = cs[n].has_stall = true;
+			client_rates(it, &cs[n].images_per_second, &cs[n].stall);
 			csp[n] = &cs[n];
 			n++;
 		}
@@ -127,4 +225,180 @@ void control_handle_stats(struct conn *c)
 	conn_send(c, &msg, -1);
 	free(cs);
 	free(csp);
+}
+
+/* ---- control requests ---- */
+
+/* Requests that change the daemon: root, its own user, or admin_group. */
+static bool require_admin(struct conn *c, const char *what)
+{
+	if (conn_is_admin(c))
+		return true;
+	log_warning("client %llu (pid %d, uid %d): %s denied: needs root or group %s", (unsigned long long)c->id,
+		    (int)c->pid, (int)c->uid, what, c->d->cfg.admin_group[0] ? c->d->cfg.admin_group : "(admin_group unset)");
+	conn_send_error(c, STOKER__ERROR_CODE__PERMISSION_DENIED, "%s needs root%s%s (you are uid %d)", what,
+			c->d->cfg.admin_group[0] ? " or group " : "", c->d->cfg.admin_group, (int)c->uid);
+	return false;
+}
+
+/* Key i as it stands, into e (texts in bufs, which must outlive e). */
+static void config_entry(const struct daemon *d, size_t i, Stoker__ConfigEntry *e, char *value, char *effective,
+			 size_t size)
+{
+	stoker__config_entry__init(e);
+	config_format(&d->conf.raw, i, value, size);
+	e->key = (char *)config_key_name(i);
+	e->value = value;
+	e->origin = (char *)d->conf.origins.key[i];
+	e->live = config_key_live(i);
+	if (service_effective(d, i, effective, size))
+		e->effective = effective;
+	e->pending = d->conf.pending[i];
+}
+
+void control_handle_config_get(struct conn *c)
+{
+	struct daemon *d = c->d;
+	size_t n = config_key_count();
+	Stoker__Message msg = STOKER__MESSAGE__INIT;
+	Stoker__ConfigReply rep = STOKER__CONFIG_REPLY__INIT;
+	Stoker__ConfigEntry *entries = calloc(n, sizeof(*entries));
+	Stoker__ConfigEntry **ptrs = calloc(n, sizeof(*ptrs));
+	char *texts = calloc(n, 2 * CONFIG_VALUE_MAX);
+	char *files[CONFIG_MAX_FILES];
+
+	if (!entries || !ptrs || !texts) {
+		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		config_entry(d, i, &entries[i], texts + 2 * i * CONFIG_VALUE_MAX,
+			     texts + (2 * i + 1) * CONFIG_VALUE_MAX, CONFIG_VALUE_MAX);
+		ptrs[i] = &entries[i];
+	}
+	for (size_t i = 0; i < d->conf.files.n; i++)
+		files[i] = d->conf.files.path[i];
+	rep.n_entries = n;
+	rep.entries = ptrs;
+	rep.n_files = d->conf.files.n;
+	rep.files = files;
+	msg.body_case = STOKER__MESSAGE__BODY_CONFIG_REPLY;
+	msg.config_reply = &rep;
+	conn_send(c, &msg, -1);
+out:
+	free(entries);
+	free(ptrs);
+	free(texts);
+}
+
+void control_handle_config_set(struct conn *c, const Stoker__ConfigSet *m)
+{
+	struct daemon *d = c->d;
+	Stoker__Message msg = STOKER__MESSAGE__INIT;
+	Stoker__ConfigSetReply rep = STOKER__CONFIG_SET_REPLY__INIT;
+	Stoker__ConfigEntry entry;
+	char err[512], value[CONFIG_VALUE_MAX], effective[CONFIG_VALUE_MAX];
+	int r, i;
+
+	if (!require_admin(c, "changing the configuration"))
+		return;
+	if (strlen(m->key) > STOKER__CONTROL_LIMITS__CONTROL_MAX_TEXT ||
+	    strlen(m->value) > STOKER__CONTROL_LIMITS__CONTROL_MAX_TEXT) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "key or value longer than %d bytes",
+				STOKER__CONTROL_LIMITS__CONTROL_MAX_TEXT);
+		return;
+	}
+	r = service_set(d, m->key, m->value, err, sizeof(err));
+	if (r < 0) {
+		log_notice("client %llu (pid %d, uid %d): set %s=%s refused: %s", (unsigned long long)c->id, (int)c->pid,
+			   (int)c->uid, m->key, m->value, err);
+		conn_send_error(c,
+				r == -ENOENT	  ? STOKER__ERROR_CODE__NOT_FOUND
+				: r == -EINVAL	  ? STOKER__ERROR_CODE__INVALID_ARGUMENT
+				: r == -EOPNOTSUPP ? STOKER__ERROR_CODE__RESTART_REQUIRED
+						   : STOKER__ERROR_CODE__INTERNAL,
+				"%s", err);
+		return;
+	}
+	i = config_key_index(m->key);
+	config_entry(d, (size_t)i, &entry, value, effective, sizeof(value));
+	log_notice("client %llu (pid %d, uid %d): set %s = %s", (unsigned long long)c->id, (int)c->pid, (int)c->uid,
+		   m->key, value);
+	rep.entry = &entry;
+	msg.body_case = STOKER__MESSAGE__BODY_CONFIG_SET_REPLY;
+	msg.config_set_reply = &rep;
+	conn_send(c, &msg, -1);
+}
+
+/* "a b c" -> the words, pointing into `list` (modified). */
+static size_t split_words(char *list, char **words, size_t max)
+{
+	size_t n = 0;
+
+	for (char *tok = strtok(list, " "); tok && n < max; tok = strtok(NULL, " "))
+		words[n++] = tok;
+	return n;
+}
+
+void control_handle_reload(struct conn *c)
+{
+	struct daemon *d = c->d;
+	struct service_report sr;
+
+	memset(&sr, 0, sizeof(sr));
+	Stoker__Message msg = STOKER__MESSAGE__INIT;
+	Stoker__ReloadReply rep = STOKER__RELOAD_REPLY__INIT;
+	char err[512], *applied[CONFIG_MAX_KEYS], *restart[CONFIG_MAX_KEYS], *files[CONFIG_MAX_FILES];
+
+	if (!require_admin(c, "reloading the configuration"))
+		return;
+	log_notice("client %llu (pid %d, uid %d): reload", (unsigned long long)c->id, (int)c->pid, (int)c->uid);
+	if (service_reload(d, &sr, err, sizeof(err)) < 0) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "%s", err);
+		return;
+	}
+	rep.n_applied = split_words(sr.applied, applied, CONFIG_MAX_KEYS);
+	rep.applied = applied;
+	rep.n_restart_required = split_words(sr.restart, restart, CONFIG_MAX_KEYS);
+	rep.restart_required = restart;
+	for (size_t i = 0; i < d->conf.files.n; i++)
+		files[i] = d->conf.files.path[i];
+	rep.n_files = d->conf.files.n;
+	rep.files = files;
+	msg.body_case = STOKER__MESSAGE__BODY_RELOAD_REPLY;
+	msg.reload_reply = &rep;
+	conn_send(c, &msg, -1);
+}
+
+void control_handle_drain(struct conn *c, const Stoker__Drain *m)
+{
+	Stoker__Message msg = STOKER__MESSAGE__INIT;
+	Stoker__DrainReply rep = STOKER__DRAIN_REPLY__INIT;
+
+	if (!require_admin(c, "draining"))
+		return;
+	log_notice("client %llu (pid %d, uid %d): drain (timeout %u s)", (unsigned long long)c->id, (int)c->pid,
+		   (int)c->uid, m->timeout_seconds);
+	rep.clients = service_drain(c->d, m->timeout_seconds);
+	msg.body_case = STOKER__MESSAGE__BODY_DRAIN_REPLY;
+	msg.drain_reply = &rep;
+	conn_send(c, &msg, -1);
+}
+
+void control_handle_metrics(struct conn *c)
+{
+	Stoker__Message msg = STOKER__MESSAGE__INIT;
+	Stoker__Metrics rep = STOKER__METRICS__INIT;
+	char *text = NULL;
+	size_t len;
+
+	if (metrics_render(c->d, &text, &len) < 0) {
+		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+	rep.text = text;
+	msg.body_case = STOKER__MESSAGE__BODY_METRICS;
+	msg.metrics = &rep;
+	conn_send(c, &msg, -1);
+	free(text);
 }

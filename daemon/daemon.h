@@ -19,6 +19,22 @@ struct session;
 struct dataset;
 struct attach_request;
 struct batch_job;
+struct metrics;
+
+/* Samples of the last few seconds, for rates. */
+#define STATS_WINDOW 6
+struct stats_sample {
+	uint64_t t_ns;
+	uint64_t images;
+	uint64_t busy_ns;
+};
+
+/* A client's samples, for its images/s and stall. */
+struct client_sample {
+	uint64_t t_ns;
+	uint64_t images;
+	uint64_t wait_ns;
+};
 
 /* One accepted client connection. */
 struct conn {
@@ -38,19 +54,27 @@ struct conn {
 	uint64_t id;
 	struct session *session;        /* after Attach */
 	struct attach_request *attaching; /* while the data set is scanned */
+	bool shutdown_sent;             /* Shutdown went out */
+	struct client_sample window[STATS_WINDOW];
+	unsigned window_next;
 };
 
-/* Samples of the last few seconds, for rates. */
-#define STATS_WINDOW 6
-struct stats_sample {
-	uint64_t t_ns;
-	uint64_t images;
-	uint64_t busy_ns;
+/* Where the configuration comes from, kept for reloads (service.c). */
+struct config_state {
+	const char *root;                  /* --config-root / $STOKER_CONFIG_ROOT; NULL: / */
+	const char *file;                  /* --config FILE: replaces the file layers */
+	const char *cmdline[CONFIG_MAX_KEYS]; /* flags, by key index (argv strings) */
+	char *runtime[CONFIG_MAX_KEYS];    /* stokerctl set, by key index */
+	char *pending[CONFIG_MAX_KEYS];    /* reloaded values waiting for a restart */
+	struct config raw;                 /* as configured: "auto" and 0 unresolved */
+	struct config_origins origins;
+	struct config_files files;
 };
 
 struct daemon {
 	uv_loop_t *loop;
-	struct config cfg;
+	struct config cfg;       /* in effect, "auto" values resolved */
+	struct config_state conf;
 	struct pool *pool;
 	struct cache *cache; /* NULL when cache_bytes is 0 */
 	uint64_t ring_bytes; /* all rings alive, against cfg.memory_budget */
@@ -64,11 +88,24 @@ struct daemon {
 	uint64_t next_conn_id;
 	struct dataset **datasets; /* open data sets, shared by sessions */
 	size_t ndatasets;
-	uv_signal_t sig_term, sig_int;
+	/* The socket's access rule (server.c): when it is not world-writable,
+	 * peers need its group. */
+	bool socket_restricted;
+	gid_t socket_gid;
+	/* Life as a service (service.c). */
+	uv_signal_t sig_term, sig_int, sig_hup;
 	uv_timer_t stats_timer;
+	uv_timer_t watchdog_timer;
+	uv_timer_t stop_timer;  /* stop_timeout for in-flight work, then drain's timeout */
 	uv_timer_t shutdown_timer;
-	bool stopping;
+	uv_check_t life_check;  /* drain and stop progress, after each loop turn */
+	unsigned stats_ticks;
+	bool draining;  /* no new clients; stop when the last one leaves */
+	bool stopping;  /* no new work; close once in-flight work is done */
+	bool stopped;   /* connections closed, pool gone */
+	char stop_reason[128];
 	uint64_t start_ns;
+	struct metrics *metrics; /* metrics.c: textfile and HTTP listener */
 	/* Counters, loop thread only. */
 	uint64_t images_served;
 	uint64_t batches_served;
@@ -104,8 +141,59 @@ void sessions_schedule_all(struct daemon *d);
 /* The pool's completion callback. */
 void session_job_done(struct batch_job *job, void *userdata);
 
-/* control.c: statistics. */
+/* May this peer reconfigure the daemon? Root, the daemon's own user, or a
+ * member of admin_group (server.c). */
+bool conn_is_admin(const struct conn *c);
+/* Shutdown to every client that has not had it (server.c). */
+void server_announce_shutdown(struct daemon *d, const char *reason);
+
+/* control.c: statistics and control requests. */
 void control_handle_stats(struct conn *c);
+void control_handle_config_get(struct conn *c);
+void control_handle_config_set(struct conn *c, const Stoker__ConfigSet *m);
+void control_handle_reload(struct conn *c);
+void control_handle_drain(struct conn *c, const Stoker__Drain *m);
+void control_handle_metrics(struct conn *c);
 void control_sample(struct daemon *d);
+/* Over the last few seconds: images/s and the workers' busy share. */
+void control_rates(const struct daemon *d, double *images_per_second, double *worker_busy);
+/* Attached (or attaching) clients, and their jobs in the pool. */
+uint32_t control_attached(const struct daemon *d);
+uint32_t control_inflight(const struct daemon *d);
+/* The daemon's resident memory. */
+uint64_t control_rss_bytes(void);
+
+/* service.c: configuration layers and live changes, systemd, drain, stop. */
+struct service_report {
+	char applied[1024];  /* keys, space-separated */
+	char restart[1024];  /* changed keys waiting for a restart */
+};
+/* Defaults, file layers, flags, runtime changes; validated. */
+int service_load_config(struct daemon *d, struct config *raw, struct config_origins *o, struct config_files *files,
+			char *err, size_t errsize);
+/* Signals, timers, watchdog, metrics; then READY=1. */
+int service_start(struct daemon *d);
+/* Re-read the files and apply what changed. */
+int service_reload(struct daemon *d, struct service_report *rep, char *err, size_t errsize);
+/* stokerctl set: -ENOENT unknown key, -EINVAL bad value (err says why),
+ * -EOPNOTSUPP for a key that needs a restart. */
+int service_set(struct daemon *d, const char *key, const char *value, char *err, size_t errsize);
+/* No new clients; stop once the attached ones have left (or after
+ * timeout_s, 0: never). Returns the clients it waits for. */
+uint32_t service_drain(struct daemon *d, uint32_t timeout_s);
+/* Stop accepting, tell clients, finish in-flight work, exit. */
+void service_stop(struct daemon *d, const char *why);
+/* "serving", "draining" or "stopping". */
+const char *service_state(const struct daemon *d);
+/* What "auto"/0 resolved to for key i, if it differs from the raw value. */
+bool service_effective(const struct daemon *d, size_t i, char *buf, size_t size);
+
+/* metrics.c: Prometheus text exposition. */
+/* The exposition (malloc'd, NUL-terminated). -ENOMEM. */
+int metrics_render(struct daemon *d, char **out, size_t *len);
+/* Start, or follow a change of, metrics_textfile and metrics_listen. */
+int metrics_start(struct daemon *d);
+void metrics_reconfigure(struct daemon *d);
+void metrics_stop(struct daemon *d);
 
 #endif

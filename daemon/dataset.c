@@ -54,6 +54,12 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+static void strvec_sort(struct strvec *s)
+{
+	if (s->n > 1) /* an empty vector has no array to hand qsort */
+		qsort(s->v, s->n, sizeof(char *), cmp_str);
+}
+
 /* Growing sample table under construction. */
 struct builder {
 	char *names;
@@ -207,7 +213,7 @@ static int list_files(int rootfd, const char *rel, struct strvec *files)
 	}
 	closedir(d);
 	if (r == 0)
-		qsort(files->v, files->n, sizeof(char *), cmp_str);
+		strvec_sort(files);
 	return r;
 }
 
@@ -239,7 +245,7 @@ static int scan_image_folder(int rootfd, const char *path, struct builder *b, ui
 		r = -EFBIG;
 		goto out;
 	}
-	qsort(classes.v, classes.n, sizeof(char *), cmp_str);
+	strvec_sort(&classes);
 
 	for (size_t c = 0; c < classes.n; c++) {
 		uint64_t before = b->n;
@@ -249,7 +255,7 @@ static int scan_image_folder(int rootfd, const char *path, struct builder *b, ui
 			set_err(errbuf, errlen, "%s/%s: %s", path, classes.v[c], strerror(-r));
 			goto out;
 		}
-		qsort(dirs.v, dirs.n, sizeof(char *), cmp_str);
+		strvec_sort(&dirs);
 		for (size_t i = 0; i < dirs.n; i++) {
 			r = list_files(rootfd, dirs.v[i], &files);
 			if (r < 0) {

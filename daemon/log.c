@@ -54,6 +54,11 @@ int log_level_from_string(const char *s, enum log_level *out)
 	return -EINVAL;
 }
 
+const char *log_level_name(enum log_level level)
+{
+	return level >= LOG_LVL_ERR && level <= LOG_LVL_DEBUG ? level_names[level] : "?";
+}
+
 bool log_enabled(enum log_level level)
 {
 	return (int)level <= atomic_load(&log_max);

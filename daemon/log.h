@@ -22,6 +22,7 @@ void log_setup(enum log_level max_level);
 void log_set_level(enum log_level max_level);
 /* -EINVAL for an unknown name; names: err warning notice info debug. */
 int log_level_from_string(const char *s, enum log_level *out);
+const char *log_level_name(enum log_level level);
 bool log_enabled(enum log_level level);
 
 __attribute__((format(printf, 2, 3))) void log_msg(enum log_level level, const char *fmt, ...);

@@ -5,8 +5,8 @@
  * with the downscale factor), of an arbitrary (fractional) source window.
  * Results are within 1 of Pillow's (14-bit rather than Pillow's 22-bit
  * coefficients; Pillow's 8-bit intermediate image kept), and the same on
- * every CPU: the SIMD kernels (SSE2, AVX2, AVX-512BW, picked at run time)
- * and the portable one do the same integer arithmetic.
+ * every CPU: the SIMD kernels (SSE2, AVX2, AVX-512, picked at run time) and
+ * the portable ones do the same integer arithmetic.
  */
 #ifndef STOKER_RESIZE_H
 #define STOKER_RESIZE_H
@@ -62,11 +62,11 @@ int resize_span(uint32_t in_size, double x, double w, uint32_t out_size, uint32_
 
 /* The kernels a resizer uses. */
 enum resize_isa {
-	RESIZE_ISA_AUTO = 0, /* the best this CPU runs */
+	RESIZE_ISA_AUTO = 0, /* the default: AVX2, else SSE2 on x86-64, else SCALAR */
 	RESIZE_ISA_SCALAR,   /* portable C */
 	RESIZE_ISA_SSE2,     /* x86-64 baseline */
 	RESIZE_ISA_AVX2,
-	RESIZE_ISA_AVX512,   /* AVX-512BW (+VL) */
+	RESIZE_ISA_AVX512,   /* AVX-512F + BW; never the default (see resize.c) */
 };
 
 /*

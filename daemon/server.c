@@ -7,7 +7,9 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,11 +159,76 @@ int conn_send_error(struct conn *c, Stoker__ErrorCode code, const char *fmt, ...
 	return conn_send(c, &msg, -1);
 }
 
+/* Is `want` the peer's group, or one of its supplementary groups (as they
+ * were when it connected: SO_PEERGROUPS)? */
+static bool peer_has_group(const struct conn *c, gid_t want)
+{
+	gid_t small[64], *groups = small;
+	socklen_t len = sizeof(small);
+	bool found = false;
+
+	if (c->gid == want)
+		return true;
+	if (getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0) {
+		/* The kernel says how much room the list needs (at most
+		 * NGROUPS_MAX entries). */
+		if (errno != ERANGE || len == 0 || len > 65536 * sizeof(gid_t))
+			return false;
+		groups = malloc(len);
+		if (!groups)
+			return false;
+		if (getsockopt(c->fd, SOL_SOCKET, SO_PEERGROUPS, groups, &len) < 0)
+			len = 0;
+	}
+	for (size_t i = 0; i < len / sizeof(gid_t); i++)
+		found = found || groups[i] == want;
+	if (groups != small)
+		free(groups);
+	return found;
+}
+
+/* Root and the daemon's own user may do anything. */
+static bool peer_is_privileged(const struct conn *c)
+{
+	return c->uid == 0 || c->uid == geteuid();
+}
+
+bool conn_is_admin(const struct conn *c)
+{
+	uint32_t gid;
+
+	if (peer_is_privileged(c))
+		return true;
+	return c->d->cfg.admin_group[0] && config_group_id(c->d->cfg.admin_group, &gid) == 0 &&
+	       peer_has_group(c, (gid_t)gid);
+}
+
+/* A group-restricted socket admits its group's members (and root). */
+static bool conn_may_use(const struct conn *c)
+{
+	return !c->d->socket_restricted || peer_is_privileged(c) || peer_has_group(c, c->d->socket_gid);
+}
+
 static void handle_hello(struct conn *c, const Stoker__Hello *h)
 {
 	Stoker__Message msg = STOKER__MESSAGE__INIT;
 	Stoker__Welcome w = STOKER__WELCOME__INIT;
 
+	if (!conn_may_use(c)) {
+		struct group gr, *res = NULL;
+		char buf[4096], name[32];
+
+		if (getgrgid_r(c->d->socket_gid, &gr, buf, sizeof(buf), &res) != 0 || !res)
+			snprintf(name, sizeof(name), "%d", (int)c->d->socket_gid);
+		else
+			snprintf(name, sizeof(name), "%s", res->gr_name);
+		log_warning("client %llu (pid %d, uid %d): permission denied: not in group %s, which the socket requires",
+			    (unsigned long long)c->id, (int)c->pid, (int)c->uid, name);
+		conn_send_error(c, STOKER__ERROR_CODE__PERMISSION_DENIED,
+				"uid %d may not use stokerd: join group %s (the socket's group)", (int)c->uid, name);
+		conn_close(c, NULL);
+		return;
+	}
 	if (h->protocol_version != STOKER__VERSION__PROTOCOL_VERSION) {
 		c->d->protocol_errors++;
 		conn_send_error(c, STOKER__ERROR_CODE__VERSION_MISMATCH,
@@ -193,6 +260,11 @@ static void conn_dispatch(struct conn *c, const Stoker__Message *m)
 	}
 	switch (m->body_case) {
 	case STOKER__MESSAGE__BODY_ATTACH:
+		if (c->d->draining || c->d->stopping) {
+			conn_send_error(c, STOKER__ERROR_CODE__SHUTTING_DOWN, "stokerd is %s: not taking new clients",
+					c->d->stopping ? "stopping" : "draining");
+			break;
+		}
 		session_handle_attach(c, m->attach);
 		break;
 	case STOKER__MESSAGE__BODY_START_EPOCH:
@@ -203,6 +275,21 @@ static void conn_dispatch(struct conn *c, const Stoker__Message *m)
 		break;
 	case STOKER__MESSAGE__BODY_STATS_REQUEST:
 		control_handle_stats(c);
+		break;
+	case STOKER__MESSAGE__BODY_CONFIG_GET:
+		control_handle_config_get(c);
+		break;
+	case STOKER__MESSAGE__BODY_CONFIG_SET:
+		control_handle_config_set(c, m->config_set);
+		break;
+	case STOKER__MESSAGE__BODY_RELOAD:
+		control_handle_reload(c);
+		break;
+	case STOKER__MESSAGE__BODY_DRAIN:
+		control_handle_drain(c, m->drain);
+		break;
+	case STOKER__MESSAGE__BODY_METRICS_REQUEST:
+		control_handle_metrics(c);
 		break;
 	default:
 		conn_protocol_error(c, "unexpected message %d from a client", (int)m->body_case);
@@ -332,6 +419,9 @@ static void server_on_accept(uv_poll_t *h, int status, int events)
 			close(fd);
 			continue;
 		}
+		/* Unknown credentials are nobody's: never root's by default. */
+		c->uid = (uid_t)-1;
+		c->gid = (gid_t)-1;
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
 			c->pid = cred.pid;
 			c->uid = cred.uid;
@@ -372,6 +462,49 @@ static bool socket_in_use(const struct sockaddr_un *addr)
 	in_use = connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) == 0;
 	close(fd);
 	return in_use;
+}
+
+/*
+ * The socket's access rule, from its file: group-restricted unless others
+ * may write to it. Under socket activation the path is the socket unit's
+ * (getsockname); a socket without a path (abstract) is not restricted.
+ */
+static void socket_access(struct daemon *d, int fd)
+{
+	struct sockaddr_un addr = {0};
+	socklen_t len = sizeof(addr);
+	struct stat st;
+
+	d->socket_restricted = false;
+	if (getsockname(fd, (struct sockaddr *)&addr, &len) < 0 || len <= offsetof(struct sockaddr_un, sun_path) ||
+	    addr.sun_path[0] == '\0' || stat(addr.sun_path, &st) < 0 || !S_ISSOCK(st.st_mode))
+		return;
+	d->socket_restricted = !(st.st_mode & S_IWOTH);
+	d->socket_gid = st.st_gid;
+	log_info("socket %s: mode %04o, group %d%s", addr.sun_path, (unsigned)(st.st_mode & 07777), (int)st.st_gid,
+		 d->socket_restricted ? ": clients need that group" : "");
+}
+
+/* socket_mode and socket_group, before listen() lets anyone connect. */
+static int socket_set_access(struct daemon *d, const char *path)
+{
+	uint32_t gid;
+
+	if (d->cfg.socket_group[0]) {
+		if (config_group_id(d->cfg.socket_group, &gid) < 0) {
+			log_error("socket_group %s: no such group", d->cfg.socket_group);
+			return -EINVAL;
+		}
+		if (chown(path, (uid_t)-1, (gid_t)gid) < 0) {
+			log_error("cannot give %s to group %s: %s", path, d->cfg.socket_group, strerror(errno));
+			return -errno;
+		}
+	}
+	if (chmod(path, d->cfg.socket_mode) < 0) {
+		log_error("cannot set mode %04o on %s: %s", d->cfg.socket_mode, path, strerror(errno));
+		return -errno;
+	}
+	return 0;
 }
 
 int server_listen(struct daemon *d)
@@ -418,6 +551,9 @@ int server_listen(struct daemon *d)
 			}
 		}
 		d->owns_socket_path = true;
+		r = socket_set_access(d, addr.sun_path);
+		if (r < 0)
+			goto fail;
 		if (listen(fd, SOMAXCONN) < 0) {
 			r = -errno;
 			log_error("listen on %s: %s", d->cfg.socket_path, strerror(-r));
@@ -425,6 +561,7 @@ int server_listen(struct daemon *d)
 		}
 		log_info("listening on %s", d->cfg.socket_path);
 	}
+	socket_access(d, fd);
 	r = uv_poll_init(d->loop, &d->listen_poll, fd);
 	if (r < 0)
 		goto fail;
@@ -453,6 +590,33 @@ void server_stop_listening(struct daemon *d)
 		unlink(d->cfg.socket_path);
 }
 
+static void conn_send_shutdown(struct conn *c, const char *reason)
+{
+	Stoker__Message msg = STOKER__MESSAGE__INIT;
+	Stoker__Shutdown sd = STOKER__SHUTDOWN__INIT;
+	char text[256];
+
+	if (c->shutdown_sent || c->closing || !c->greeted)
+		return;
+	c->shutdown_sent = true;
+	snprintf(text, sizeof(text), "stokerd is shutting down (%s)", reason);
+	sd.reason = text;
+	msg.body_case = STOKER__MESSAGE__BODY_SHUTDOWN;
+	msg.shutdown = &sd;
+	conn_send(c, &msg, -1);
+}
+
+void server_announce_shutdown(struct daemon *d, const char *reason)
+{
+	struct conn *c, *next;
+
+	/* Sending may close (and unlink) the connection. */
+	for (c = d->conns; c; c = next) {
+		next = c->next;
+		conn_send_shutdown(c, reason);
+	}
+}
+
 void server_close_all(struct daemon *d, bool force)
 {
 	struct conn *c, *next;
@@ -463,8 +627,8 @@ void server_close_all(struct daemon *d, bool force)
 			conn_finish_close(c);
 			continue;
 		}
-		if (!c->closing)
-			conn_send_error(c, STOKER__ERROR_CODE__SHUTTING_DOWN, "stokerd is shutting down");
-		conn_close(c, NULL);
+		conn_send_shutdown(c, d->stop_reason[0] ? d->stop_reason : "stopping");
+		if (!c->closed)
+			conn_close(c, NULL);
 	}
 }

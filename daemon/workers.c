@@ -12,6 +12,9 @@
 #include "workers.h"
 
 #define CACHELINE 64
+/* Threads alive at once, counting those told to exit that have not yet
+ * taken their exit task; the queue has room for one exit task each. */
+#define POOL_MAX_THREADS (2 * POOL_MAX_WORKERS)
 
 struct pool_task {
 	struct batch_job *job; /* NULL: the thread exits */
@@ -26,7 +29,7 @@ struct queue_cell {
 struct worker {
 	struct pool *pool;
 	pthread_t thread;
-	bool started;
+	struct worker *exited_next; /* on the pool's exited stack */
 	struct pipeline *pipeline;
 	uint8_t *buf;
 	size_t cap;
@@ -53,8 +56,17 @@ struct pool {
 	bool async_open;
 	pool_done_fn done;
 	void *userdata;
-	uint32_t nworkers;
-	struct worker *workers;
+	uint32_t nworkers;     /* the target: threads minus exit tasks queued */
+	uint32_t nthreads;     /* started and not yet joined: workers[0..nthreads) */
+	uint32_t exits_queued; /* exit tasks not yet seen taken */
+	uint32_t workers_cap;
+	struct worker **workers;
+	/* Exited threads, for the loop to join (pool_on_async). */
+	_Alignas(CACHELINE) _Atomic(struct worker *) exited_head;
+	/* Counters of joined threads, so sums survive shrinking. */
+	struct {
+		uint64_t busy_ns, decode_errors, samples_decoded, samples_copied;
+	} retired;
 };
 
 static uint64_t now_ns(void)
@@ -258,6 +270,18 @@ static void job_finish(struct pool *p, struct batch_job *job)
 	uv_async_send(&p->async);
 }
 
+/* Tell the loop this thread is done, so it joins it (pool_reap). */
+static void worker_exited(struct pool *p, struct worker *w)
+{
+	struct worker *head = atomic_load_explicit(&p->exited_head, memory_order_relaxed);
+
+	do
+		w->exited_next = head;
+	while (!atomic_compare_exchange_weak_explicit(&p->exited_head, &head, w, memory_order_release,
+						      memory_order_relaxed));
+	uv_async_send(&p->async);
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -270,8 +294,10 @@ static void *worker_main(void *arg)
 		while (sem_wait(&p->ready) < 0)
 			;
 		t = queue_pop(p);
-		if (!t.job)
+		if (!t.job) {
+			worker_exited(p, w);
 			break;
+		}
 		start = now_ns();
 		if (!atomic_load_explicit(&t.job->cancelled, memory_order_relaxed))
 			produce_sample(w, t.job, t.pos);
@@ -281,6 +307,41 @@ static void *worker_main(void *arg)
 			job_finish(p, t.job);
 	}
 	return NULL;
+}
+
+static void worker_free(struct worker *w)
+{
+	if (!w)
+		return;
+	pipeline_free(w->pipeline);
+	free(w->buf);
+	free(w->pixels);
+	free(w);
+}
+
+/* Join the threads that took an exit task and keep their counters. */
+static void pool_reap(struct pool *p)
+{
+	struct worker *w = atomic_exchange_explicit(&p->exited_head, NULL, memory_order_acquire);
+
+	while (w) {
+		struct worker *next = w->exited_next;
+
+		pthread_join(w->thread, NULL);
+		p->retired.busy_ns += atomic_load_explicit(&w->busy_ns, memory_order_relaxed);
+		p->retired.decode_errors += atomic_load_explicit(&w->decode_errors, memory_order_relaxed);
+		p->retired.samples_decoded += atomic_load_explicit(&w->samples_decoded, memory_order_relaxed);
+		p->retired.samples_copied += atomic_load_explicit(&w->samples_copied, memory_order_relaxed);
+		for (uint32_t i = 0; i < p->nthreads; i++) {
+			if (p->workers[i] == w) {
+				p->workers[i] = p->workers[--p->nthreads];
+				break;
+			}
+		}
+		p->exits_queued--;
+		worker_free(w);
+		w = next;
+	}
 }
 
 static void pool_on_async(uv_async_t *handle)
@@ -301,6 +362,45 @@ static void pool_on_async(uv_async_t *handle)
 		p->done(fifo, p->userdata);
 		fifo = next;
 	}
+	if (atomic_load_explicit(&p->exited_head, memory_order_relaxed))
+		pool_reap(p);
+}
+
+/* Start `n` more threads. Loop thread only. */
+static int pool_spawn(struct pool *p, uint32_t n)
+{
+	size_t wsize = (sizeof(struct worker) + CACHELINE - 1) / CACHELINE * CACHELINE;
+
+	if (p->nthreads + n > POOL_MAX_THREADS)
+		return -EAGAIN;
+	if (p->nthreads + n > p->workers_cap) {
+		uint32_t cap = p->nthreads + n;
+		struct worker **v = realloc(p->workers, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		p->workers = v;
+		p->workers_cap = cap;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		struct worker *w = aligned_alloc(CACHELINE, wsize);
+		int r;
+
+		if (!w)
+			return -ENOMEM;
+		memset(w, 0, wsize);
+		w->pool = p;
+		r = pipeline_new(&p->settings.limits, &w->pipeline);
+		if (r == 0)
+			r = -pthread_create(&w->thread, NULL, worker_main, w);
+		if (r < 0) {
+			worker_free(w);
+			return r;
+		}
+		p->workers[p->nthreads++] = w;
+		p->nworkers++;
+	}
+	return 0;
 }
 
 int pool_new(uv_loop_t *loop, const struct pool_settings *s, pool_done_fn done, void *userdata, struct pool **out)
@@ -309,9 +409,10 @@ int pool_new(uv_loop_t *loop, const struct pool_settings *s, pool_done_fn done, 
 	size_t cap = 1;
 	int r;
 
-	if (s->workers == 0 || s->queue_capacity == 0)
+	if (s->workers == 0 || s->workers > POOL_MAX_WORKERS || s->queue_capacity == 0)
 		return -EINVAL;
-	while (cap < (size_t)s->queue_capacity + s->workers)
+	/* Room for every real task and one exit task per thread. */
+	while (cap < (size_t)s->queue_capacity + POOL_MAX_THREADS)
 		cap <<= 1;
 	p = aligned_alloc(CACHELINE, (sizeof(*p) + CACHELINE - 1) / CACHELINE * CACHELINE);
 	if (!p)
@@ -322,13 +423,10 @@ int pool_new(uv_loop_t *loop, const struct pool_settings *s, pool_done_fn done, 
 	p->userdata = userdata;
 	p->mask = cap - 1;
 	p->cells = calloc(cap, sizeof(*p->cells));
-	p->workers = aligned_alloc(CACHELINE, (s->workers * sizeof(*p->workers) + CACHELINE - 1) / CACHELINE *
-						      CACHELINE);
-	if (!p->cells || !p->workers) {
+	if (!p->cells) {
 		r = -ENOMEM;
 		goto fail_alloc;
 	}
-	memset(p->workers, 0, s->workers * sizeof(*p->workers));
 	for (size_t i = 0; i < cap; i++)
 		atomic_init(&p->cells[i].seq, i);
 	if (sem_init(&p->ready, 0, 0) < 0) {
@@ -341,30 +439,18 @@ int pool_new(uv_loop_t *loop, const struct pool_settings *s, pool_done_fn done, 
 	p->async.data = p;
 	p->async_open = true;
 
-	for (uint32_t i = 0; i < s->workers; i++) {
-		struct worker *w = &p->workers[i];
-
-		w->pool = p;
-		r = pipeline_new(&s->limits, &w->pipeline);
-		if (r < 0)
-			goto fail_threads;
-		r = -pthread_create(&w->thread, NULL, worker_main, w);
-		if (r < 0)
-			goto fail_threads;
-		w->started = true;
-		p->nworkers++;
+	r = pool_spawn(p, s->workers);
+	if (r < 0) {
+		pool_free(p);
+		return r;
 	}
 	*out = p;
 	return 0;
 
-fail_threads:
-	pool_free(p);
-	return r;
 fail_sem:
 	sem_destroy(&p->ready);
 fail_alloc:
 	free(p->cells);
-	free(p->workers);
 	free(p);
 	return r;
 }
@@ -380,22 +466,20 @@ static void pool_on_async_closed(uv_handle_t *handle)
 
 void pool_free(struct pool *p)
 {
-	uint32_t total = p ? p->settings.workers : 0;
-
 	if (!p)
 		return;
-	/* One exit task per thread, queued behind all real work. */
+	/* One exit task per thread not already told to exit, queued behind
+	 * all real work. */
 	for (uint32_t i = 0; i < p->nworkers; i++)
 		queue_push(p, (struct pool_task){.job = NULL});
-	for (uint32_t i = 0; i < total; i++) {
-		struct worker *w = &p->workers[i];
-
-		if (w->started)
-			pthread_join(w->thread, NULL);
-		pipeline_free(w->pipeline);
-		free(w->buf);
-		free(w->pixels);
+	/* Every thread takes an exit task and ends; the exited stack is
+	 * dropped: each thread is joined here, once. */
+	for (uint32_t i = 0; i < p->nthreads; i++) {
+		pthread_join(p->workers[i]->thread, NULL);
+		worker_free(p->workers[i]);
 	}
+	p->nthreads = p->nworkers = 0;
+	atomic_store_explicit(&p->exited_head, NULL, memory_order_relaxed);
 	/* Hand over what finished while draining. */
 	pool_on_async(&p->async);
 	sem_destroy(&p->ready);
@@ -417,43 +501,64 @@ int pool_submit(struct pool *p, struct batch_job *job)
 	return 0;
 }
 
+int pool_resize(struct pool *p, uint32_t workers)
+{
+	if (workers == 0 || workers > POOL_MAX_WORKERS)
+		return -EINVAL;
+	if (workers > p->nworkers)
+		return pool_spawn(p, workers - p->nworkers);
+	/* Surplus threads leave when they next take a task: the exit tasks
+	 * queue behind the work already queued, and nothing waits here. */
+	while (p->nworkers > workers) {
+		queue_push(p, (struct pool_task){.job = NULL});
+		p->exits_queued++;
+		p->nworkers--;
+	}
+	return 0;
+}
+
 uint32_t pool_workers(const struct pool *p)
 {
 	return p->nworkers;
 }
 
+uint32_t pool_threads(const struct pool *p)
+{
+	return p->nthreads;
+}
+
 uint64_t pool_busy_ns(const struct pool *p)
 {
-	uint64_t sum = 0;
+	uint64_t sum = p->retired.busy_ns;
 
-	for (uint32_t i = 0; i < p->nworkers; i++)
-		sum += atomic_load_explicit(&p->workers[i].busy_ns, memory_order_relaxed);
+	for (uint32_t i = 0; i < p->nthreads; i++)
+		sum += atomic_load_explicit(&p->workers[i]->busy_ns, memory_order_relaxed);
 	return sum;
 }
 
 uint64_t pool_decode_errors(const struct pool *p)
 {
-	uint64_t sum = 0;
+	uint64_t sum = p->retired.decode_errors;
 
-	for (uint32_t i = 0; i < p->nworkers; i++)
-		sum += atomic_load_explicit(&p->workers[i].decode_errors, memory_order_relaxed);
+	for (uint32_t i = 0; i < p->nthreads; i++)
+		sum += atomic_load_explicit(&p->workers[i]->decode_errors, memory_order_relaxed);
 	return sum;
 }
 
 uint64_t pool_samples_decoded(const struct pool *p)
 {
-	uint64_t sum = 0;
+	uint64_t sum = p->retired.samples_decoded;
 
-	for (uint32_t i = 0; i < p->nworkers; i++)
-		sum += atomic_load_explicit(&p->workers[i].samples_decoded, memory_order_relaxed);
+	for (uint32_t i = 0; i < p->nthreads; i++)
+		sum += atomic_load_explicit(&p->workers[i]->samples_decoded, memory_order_relaxed);
 	return sum;
 }
 
 uint64_t pool_samples_copied(const struct pool *p)
 {
-	uint64_t sum = 0;
+	uint64_t sum = p->retired.samples_copied;
 
-	for (uint32_t i = 0; i < p->nworkers; i++)
-		sum += atomic_load_explicit(&p->workers[i].samples_copied, memory_order_relaxed);
+	for (uint32_t i = 0; i < p->nthreads; i++)
+		sum += atomic_load_explicit(&p->workers[i]->samples_copied, memory_order_relaxed);
 	return sum;
 }

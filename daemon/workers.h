@@ -59,6 +59,9 @@ struct pool_settings {
 	uint32_t decoded_side;
 };
 
+/* Most threads a pool runs (the `workers` setting's bound). */
+#define POOL_MAX_WORKERS 4096
+
 typedef void (*pool_done_fn)(struct batch_job *job, void *userdata);
 
 struct pool;
@@ -72,7 +75,16 @@ void pool_free(struct pool *p);
  * now (retry after a completion). Loop thread only. */
 int pool_submit(struct pool *p, struct batch_job *job);
 
+/* Change the thread count while running. Growing starts threads at once;
+ * shrinking queues one exit task per surplus thread, taken behind the work
+ * already queued, so no task is lost and nothing waits. -EINVAL outside
+ * 1..POOL_MAX_WORKERS, -EAGAIN while too many earlier exits are pending.
+ * Loop thread only. */
+int pool_resize(struct pool *p, uint32_t workers);
+/* The target thread count (what pool_resize set). */
 uint32_t pool_workers(const struct pool *p);
+/* Threads still running, including surplus ones not yet gone. */
+uint32_t pool_threads(const struct pool *p);
 /* Sum over workers of time spent producing samples. */
 uint64_t pool_busy_ns(const struct pool *p);
 uint64_t pool_decode_errors(const struct pool *p);

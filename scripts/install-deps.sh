@@ -9,11 +9,12 @@ DEB_PACKAGES=(
 	libturbojpeg0-dev libjpeg62-turbo-dev
 	libprotobuf-c-dev protobuf-c-compiler
 	libsystemd-dev systemd
+	util-linux passwd groff-base strace
 	libinih-dev
 	libcmocka-dev
-	python3 python3-pip python3-numpy python3-pytest python3-pil
+	python3 python3-pip python3-numpy python3-pytest python3-pil python3-prometheus-client
 )
-PY_PACKAGES=(numpy pytest pillow)
+PY_PACKAGES=(numpy pytest pillow prometheus-client)
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
@@ -35,7 +36,8 @@ fi
 PY=${PYTHON:-python3}
 need_py=()
 for m in "${PY_PACKAGES[@]}"; do
-	"$PY" -c "import ${m/pillow/PIL}" 2>/dev/null || need_py+=("$m")
+	mod=${m/pillow/PIL}
+	"$PY" -c "import ${mod//-/_}" 2>/dev/null || need_py+=("$m")
 done
 if [ "${#need_py[@]}" -gt 0 ]; then
 	"$PY" -m pip install -q "${need_py[@]}" 2>/dev/null ||

@@ -107,8 +107,10 @@ int stoker_checkpoint(const struct stoker *s, char *buf, size_t size);
 int stoker_restore(struct stoker *s, const char *token);
 
 /* Wait up to timeout_ms (-1: forever) for the next batch in order.
- * -ENODATA: the epoch is complete; -ETIMEDOUT; -ECONNRESET: the daemon went
- * away; -EPROTO: the daemon sent something malformed. */
+ * -ENODATA: the epoch is complete; -ETIMEDOUT; -ESHUTDOWN: the daemon is
+ * stopping or drained (stoker_last_error() says why; batches it announced
+ * before are returned first); -ECONNRESET: the daemon went away; -EPROTO:
+ * the daemon sent something malformed. */
 int stoker_next(struct stoker *s, int timeout_ms, struct stoker_batch **out);
 
 /* Give the batch's slot back to the daemon. Accepts NULL. The batch's
@@ -142,6 +144,50 @@ uint32_t stoker_batch_replaced(const struct stoker_batch *b);
 int stoker_stats_json(struct stoker *s, char **json_out);
 /* The same as a human-readable report, for terminals. */
 int stoker_stats_text(struct stoker *s, char **text_out);
+
+/* A statistics snapshot for programs (stokerctl top): every field of the
+ * JSON above by name. Daemon-wide numbers ("images_per_second", "workers",
+ * "worker_busy", "rss_bytes", "cache_bytes", ...) and strings ("state",
+ * "daemon_version", "cache_policy"); lists "clients" (numbers "pid", "rank",
+ * "images_per_second", "stall", ...; string "dataset") and "cache" (one per
+ * tier: "hits", "misses", ...; string "tier"). A name the daemon did not
+ * report gives -ENOENT or NULL. Strings live as long as the snapshot. */
+struct stoker_stats;
+int stoker_stats_get(struct stoker *s, struct stoker_stats **out);
+void stoker_stats_free(struct stoker_stats *st);
+int stoker_stats_number(const struct stoker_stats *st, const char *name, double *out);
+const char *stoker_stats_string(const struct stoker_stats *st, const char *name);
+size_t stoker_stats_count(const struct stoker_stats *st, const char *list);
+int stoker_stats_item_number(const struct stoker_stats *st, const char *list, size_t i, const char *name,
+			     double *out);
+const char *stoker_stats_item_string(const struct stoker_stats *st, const char *list, size_t i, const char *name);
+
+/* Prometheus text exposition of the daemon's metrics (malloc'd). */
+int stoker_metrics(struct stoker *s, char **text_out);
+
+/* The daemon's configuration as it stands: each key's value, origin
+ * (default, a file, command line, runtime), what "auto" resolved to, and
+ * reloaded values waiting for a restart. Text is valid stoker.conf INI with
+ * the origins in comments; JSON is {"files": [...], "settings": {KEY:
+ * {"value", "origin", "live", "effective", "pending"}}}. malloc'd. */
+int stoker_config_json(struct stoker *s, char **json_out);
+int stoker_config_text(struct stoker *s, char **text_out);
+
+/* Administration: root, the daemon's user or admin_group only (else
+ * -EACCES); stoker_last_error() has the daemon's message.
+ *
+ * Change a setting now, without a restart, until the daemon restarts:
+ * -ENOENT unknown key, -EINVAL bad value, -EOPNOTSUPP a key that needs a
+ * restart (put it in a file and restart). */
+int stoker_config_set(struct stoker *s, const char *key, const char *value);
+/* Re-read the configuration files (as SIGHUP): a text report of the keys
+ * applied and those waiting for a restart (malloc'd). -EINVAL: a file is
+ * bad, nothing changed. */
+int stoker_reload(struct stoker *s, char **report_out);
+/* Take no new clients; stop once the attached ones have left, or after
+ * timeout_seconds (0: no limit). *clients_out (may be NULL): the clients it
+ * waits for. */
+int stoker_drain(struct stoker *s, uint32_t timeout_seconds, uint32_t *clients_out);
 
 #ifdef __cplusplus
 }

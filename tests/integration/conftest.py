@@ -13,6 +13,8 @@ import pytest
 from stoker_testutil import BUILD, PYDIR, REPO, STOKERCTL, STOKERD
 
 os.environ["STOKER_BUILD"] = str(BUILD)
+# The daemons under test read no configuration of this machine's /etc.
+os.environ.setdefault("STOKER_CONFIG_ROOT", "/nonexistent-stoker-test-root")
 sys.path.insert(0, str(PYDIR))
 
 MKDATASET = REPO / "scripts" / "mkdataset.py"
@@ -53,12 +55,13 @@ def dataset(make_dataset):
 
 
 class Daemon:
-    def __init__(self, sock, stderr_path, args):
+    def __init__(self, sock, stderr_path, args, env=None):
         self.socket = str(sock)
         self.stderr_path = stderr_path
         self.args = args
         self._err = open(stderr_path, "wb")
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._err, stderr=self._err)
+        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._err, stderr=self._err,
+                                     env=env)
         self.returncode = None
 
     def stderr(self):
@@ -112,14 +115,16 @@ class Daemon:
 
 @pytest.fixture
 def daemon(build_dir, tmp_path, request):
-    """daemon(workers=2, prefetch=None, config=None, extra=()) starts a real stokerd and
-    waits until it accepts; teardown stops it and requires exit status 0."""
+    """daemon(workers=2, prefetch=None, config=None, extra=(), socket=None, env=None) starts a
+    real stokerd (socket: default a path in tmp_path; env: its environment) and waits until
+    it accepts; teardown stops it and requires exit status 0."""
     started = []
     request.node._stokerds = started
 
-    def start(workers=2, prefetch=None, config=None, extra=()):
+    def start(workers=2, prefetch=None, config=None, extra=(), socket=None, env=None):
         n = len(started)
-        args = [str(STOKERD), "--socket", str(tmp_path / f"s{n}.sock")]
+        sock = socket or tmp_path / f"s{n}.sock"
+        args = [str(STOKERD), "--socket", str(sock)]
         if workers is not None:
             args += ["--workers", str(workers)]
         if prefetch is not None:
@@ -127,7 +132,7 @@ def daemon(build_dir, tmp_path, request):
         if config is not None:
             args += ["--config", str(config)]
         args += list(extra)
-        d = Daemon(tmp_path / f"s{n}.sock", tmp_path / f"stokerd{n}.err", args)
+        d = Daemon(sock, tmp_path / f"stokerd{n}.err", args, env=env)
         started.append(d)
         d.wait_ready()
         return d

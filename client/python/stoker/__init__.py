@@ -20,7 +20,8 @@ import os
 
 import numpy as np
 
-__all__ = ["Loader", "Batch", "StokerError", "stats", "library_version", "load_library"]
+__all__ = ["Loader", "Batch", "StokerError", "stats", "metrics", "config", "set_config", "reload", "drain",
+           "library_version", "load_library"]
 
 _ERR_NO_LIBRARY = "libstoker not found (set STOKER_LIB, or STOKER_BUILD to the build directory)"
 
@@ -82,6 +83,11 @@ def _declare(lib):
         "stoker_checkpoint": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.c_size_t]),
         "stoker_restore": (ctypes.c_int, [P, ctypes.c_char_p]),
         "stoker_stats_json": (ctypes.c_int, [P, ctypes.POINTER(P)]),
+        "stoker_metrics": (ctypes.c_int, [P, ctypes.POINTER(P)]),
+        "stoker_config_json": (ctypes.c_int, [P, ctypes.POINTER(P)]),
+        "stoker_config_set": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.c_char_p]),
+        "stoker_reload": (ctypes.c_int, [P, ctypes.POINTER(P)]),
+        "stoker_drain": (ctypes.c_int, [P, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32)]),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
@@ -423,19 +429,69 @@ class _Pass:
         return b
 
 
-def stats(socket=None):
-    """The daemon's statistics as a dict (no attach needed)."""
+def _fetch_text(fn, socket, what):
+    """Connect, call a libstoker function that returns malloc'd text."""
     lib = load_library()
     h = _connect(socket)
     try:
         p = ctypes.c_void_p()
-        rc = lib.stoker_stats_json(h, ctypes.byref(p))
+        rc = getattr(lib, fn)(h, ctypes.byref(p))
         if rc < 0:
-            raise _error(rc, h, "stats")
+            raise _error(rc, h, what)
         try:
-            text = ctypes.string_at(p.value)
+            return ctypes.string_at(p.value).decode()
         finally:
             _libc.free(p.value)
-        return json.loads(text)
+    finally:
+        lib.stoker_close(h)
+
+
+def stats(socket=None):
+    """The daemon's statistics as a dict (no attach needed)."""
+    return json.loads(_fetch_text("stoker_stats_json", socket, "stats"))
+
+
+def metrics(socket=None):
+    """The daemon's metrics, Prometheus text exposition format."""
+    return _fetch_text("stoker_metrics", socket, "metrics")
+
+
+def config(socket=None):
+    """The daemon's configuration: {"files": [...], "settings": {key: {"value",
+    "origin", "live", "effective", "pending"}}}."""
+    return json.loads(_fetch_text("stoker_config_json", socket, "config"))
+
+
+def reload(socket=None):
+    """Re-read the configuration files (as SIGHUP); returns the report text.
+    Needs root, the daemon's user or its admin_group."""
+    return _fetch_text("stoker_reload", socket, "reload")
+
+
+def set_config(key, value, socket=None):
+    """Change a setting now, until the daemon restarts (as `stokerctl set`).
+    Needs root, the daemon's user or its admin_group; EOPNOTSUPP for a key
+    that needs a restart."""
+    lib = load_library()
+    h = _connect(socket)
+    try:
+        rc = lib.stoker_config_set(h, str(key).encode(), _opt_text(value).encode())
+        if rc < 0:
+            raise _error(rc, h, f"set {key}={value}")
+    finally:
+        lib.stoker_close(h)
+
+
+def drain(timeout=0, socket=None):
+    """Take no new clients; the daemon exits once the attached ones have left
+    (or after `timeout` seconds, 0: no limit). Returns the clients it waits for."""
+    lib = load_library()
+    h = _connect(socket)
+    try:
+        n = ctypes.c_uint32()
+        rc = lib.stoker_drain(h, int(timeout), ctypes.byref(n))
+        if rc < 0:
+            raise _error(rc, h, "drain")
+        return n.value
     finally:
         lib.stoker_close(h)
