@@ -7,6 +7,7 @@
 
 #include "augment.h"
 #include "decode.h"
+#include "grow.h"
 #include "resize.h"
 
 /* Outputs larger than this are a caller's bug, not a request (the daemon caps image_size far lower). */
@@ -351,15 +352,9 @@ static int output_begin(struct pipeline *p, const struct transform_spec *spec, c
 		return 0;
 	/* float outputs: resample into our buffer, then normalise into `out` */
 	pixels = (size_t)spec->image_size * spec->image_size;
-	if (pixels * 3 > p->rgb_cap) {
-		uint8_t *n = realloc(p->rgb, pixels * 3);
-
-		if (!n) {
-			snprintf(p->error, sizeof(p->error), "Out of memory");
-			return -ENOMEM;
-		}
-		p->rgb = n;
-		p->rgb_cap = pixels * 3;
+	if (grow((void **)&p->rgb, &p->rgb_cap, pixels * 3, 1) < 0) {
+		snprintf(p->error, sizeof(p->error), "Out of memory");
+		return -ENOMEM;
 	}
 	*rgb = p->rgb;
 	build_lut(p, spec);
@@ -448,16 +443,10 @@ int pipeline_decode_image(struct pipeline *p, const uint8_t *jpeg, size_t len, u
 	/* Our own copy: the decoder's buffer is reused by its next image. */
 	row = (size_t)reg.width * 4;
 	bytes = row * reg.height;
-	if (bytes > p->image_cap) {
-		uint8_t *n = realloc(p->image, bytes);
-
-		if (!n) {
-			snprintf(p->error, sizeof(p->error), "Out of memory");
-			r = -ENOMEM;
-			goto finish;
-		}
-		p->image = n;
-		p->image_cap = bytes;
+	if (grow((void **)&p->image, &p->image_cap, bytes, 1) < 0) {
+		snprintf(p->error, sizeof(p->error), "Out of memory");
+		r = -ENOMEM;
+		goto finish;
 	}
 	for (uint32_t y = 0; y < reg.height; y++)
 		memcpy(p->image + y * row, reg.pixels + y * reg.stride, row);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cache.h"
+#include "grow.h"
 
 #define CACHE_SHARDS 64
 #define CACHE_MIN_BUCKETS 64
@@ -217,14 +218,9 @@ int64_t cache_get(struct cache *c, enum cache_tier tier, const struct cache_key 
 		r = -ENOENT;
 		goto out;
 	}
-	if (*cap < e->len) {
-		uint8_t *nb = realloc(*buf, e->len);
-		if (!nb) {
-			r = -ENOMEM;
-			goto out;
-		}
-		*buf = nb;
-		*cap = e->len;
+	if (grow((void **)buf, cap, e->len, 1) < 0) {
+		r = -ENOMEM;
+		goto out;
 	}
 	memcpy(*buf, e->data, e->len);
 	if (image)

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "dataset.h"
+#include "grow.h"
 
 /* os.walk with followlinks can loop; real trees are nowhere near this deep. */
 #define DATASET_MAX_DEPTH 64
@@ -490,16 +491,10 @@ int64_t dataset_read(const struct dataset *ds, uint64_t index, uint8_t **buf, si
 		r = -EFBIG;
 		goto out;
 	}
-	if ((size_t)st.st_size + 1 > *cap) {
-		size_t want = (size_t)st.st_size + 1;
-		uint8_t *nb = realloc(*buf, want);
-		if (!nb) {
-			r = -ENOMEM;
-			goto out;
-		}
-		*buf = nb;
-		*cap = want;
-	}
+	/* One byte more than the size, to notice a file that grew. */
+	r = grow((void **)buf, cap, (size_t)st.st_size + 1, 1);
+	if (r < 0)
+		goto out;
 	/* Read to EOF (or the buffer's end): the file may have changed size. */
 	while (len < *cap) {
 		ssize_t n = read(fd, *buf + len, *cap - len);

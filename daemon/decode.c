@@ -9,6 +9,7 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
+#include "grow.h"
 #include "decode.h"
 
 enum decoder_state {
@@ -215,22 +216,6 @@ void decoder_scaled_size(const struct decoder *d, unsigned denom, uint32_t *widt
 	/* libjpeg's jdiv_round_up(image_width * scale_num, scale_denom), for scale_num 1 */
 	*width = (uint32_t)(((uint64_t)d->cinfo.image_width + denom - 1) / denom);
 	*height = (uint32_t)(((uint64_t)d->cinfo.image_height + denom - 1) / denom);
-}
-
-static int grow(void **p, size_t *cap, size_t want, size_t elem)
-{
-	void *n;
-
-	if (want <= *cap)
-		return 0;
-	if (want > SIZE_MAX / elem)
-		return -ENOMEM;
-	n = realloc(*p, want * elem);
-	if (!n)
-		return -ENOMEM;
-	*p = n;
-	*cap = want;
-	return 0;
 }
 
 static inline uint8_t muldiv255(unsigned a, unsigned b)

@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
 #include "resize.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -103,22 +104,6 @@ struct resizer {
 	uint8_t *wide;      /* resize_rgb's source, widened to 4 bytes a pixel */
 	size_t wide_cap;
 };
-
-static int grow(void **p, size_t *cap, size_t want, size_t elem)
-{
-	void *n;
-
-	if (want <= *cap)
-		return 0;
-	if (want > SIZE_MAX / elem)
-		return -ENOMEM;
-	n = realloc(*p, want * elem);
-	if (!n)
-		return -ENOMEM;
-	*p = n;
-	*cap = want;
-	return 0;
-}
 
 static inline double triangle(double x)
 {
