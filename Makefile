@@ -5,6 +5,7 @@ VERSION      := 0.1.0
 SOVERSION    := 0
 PREFIX       ?= /usr/local
 DESTDIR      ?=
+comma        := ,
 # Install locations (`make install PREFIX=/usr DESTDIR=pkg/` for a package).
 BINDIR       ?= $(PREFIX)/bin
 SBINDIR      ?= $(PREFIX)/sbin
@@ -19,7 +20,9 @@ SYSUSERSDIR  ?= $(PREFIX)/lib/sysusers.d
 VENDORCONFDIR ?= $(LIBDIR)/stoker
 CC           ?= cc
 PYTHON       ?= python3
-B            ?= build
+# A sanitized build gets a tree of its own: `make check SANITIZE=address,undefined`
+# builds in build-sanitize, never over the plain objects.
+B            ?= $(if $(SANITIZE),$(if $(filter address$(comma)undefined,$(SANITIZE)),build-sanitize,build-$(subst $(comma),-,$(SANITIZE))),build)
 # Where `import stoker` finds the package: Debian's path for /usr, else the
 # interpreter's version directory under PREFIX.
 PYVER        := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
@@ -35,8 +38,9 @@ LIBS_CMOCKA  := $(shell pkg-config --libs cmocka)
 
 OPT          ?= -O2
 WARN         := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
-CFLAGS_ALL   := -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -fPIC -fvisibility=hidden -pthread \
+CFLAGS_BASE  := -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -fPIC -fvisibility=hidden -pthread \
                 -DSTOKER_VERSION='"$(VERSION)"' -I$(B)/proto -I$(B) -Iproto -Iclient/include $(PKG_CFLAGS) $(CFLAGS)
+CFLAGS_ALL   := $(CFLAGS_BASE)
 LDFLAGS_ALL  := $(LDFLAGS)
 ifneq ($(SANITIZE),)
 CFLAGS_ALL   += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
@@ -50,6 +54,8 @@ DAEMON_OBJS  := $(DAEMON_SRCS:%.c=$(B)/%.o)
 CLIENT_OBJS  := $(B)/client/libstoker.o
 UNIT_SRCS    := $(wildcard tests/unit/test_*.c)
 UNIT_BINS    := $(UNIT_SRCS:tests/unit/%.c=$(B)/tests/%)
+# Helpers of the fault tests: a small C client, the failure-injection shim.
+FAULT_BINS   := $(B)/tests/fault_client $(B)/tests/libinject.so $(B)/tests/mkjpeg
 
 LIB_SO       := $(B)/libstoker.so.$(SOVERSION)
 
@@ -62,8 +68,9 @@ Q := @
 say = @printf '  %-8s %s\n' $(1) $(2)
 endif
 
-.PHONY: all clean check check-unit check-integration check-sanitize demo bench install uninstall FORCE
-all: $(B)/stokerd $(B)/stokerctl $(LIB_SO) $(B)/libstoker.so $(B)/libstoker.a $(B)/stoker.pc $(UNIT_BINS)
+.PHONY: all clean check check-unit check-integration check-sanitize demo bench install uninstall FORCE \
+        fuzz fuzz-build fuzz-smoke check-tsan check-valgrind check-faults
+all: $(B)/stokerd $(B)/stokerctl $(LIB_SO) $(B)/libstoker.so $(B)/libstoker.a $(B)/stoker.pc $(UNIT_BINS) $(FAULT_BINS)
 
 # The configuration layers' paths follow PREFIX and SYSCONFDIR; the header
 # is rewritten only when they change, so `make install PREFIX=/usr` rebuilds
@@ -124,6 +131,22 @@ $(B)/tests/%: tests/unit/%.c $(B)/libstokerd.a
 	$(call say,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) -Idaemon -Wno-missing-prototypes -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LIBS_CMOCKA) $(LDFLAGS_ALL)
 
+$(B)/tests/fault_client: tests/fault/client.c client/include/stoker.h $(LIB_SO)
+	@mkdir -p $(dir $@)
+	$(call say,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $< -L$(B) -l:libstoker.so.$(SOVERSION) -Wl,-rpath,'$$ORIGIN/..' $(LDFLAGS_ALL)
+
+$(B)/tests/mkjpeg: tests/fault/mkjpeg.c
+	@mkdir -p $(dir $@)
+	$(call say,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $< $(LIBS_DAEMON) $(LDFLAGS_ALL)
+
+# Never instrumented: it is preloaded after the sanitizer runtimes.
+$(B)/tests/libinject.so: tests/fault/inject.c
+	@mkdir -p $(dir $@)
+	$(call say,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_BASE) -fvisibility=default -shared -o $@ $< -ldl
+
 # Sequential even under -j: unit tests first, then the daemon tests, then
 # all of it again under AddressSanitizer + UBSan (a separate build tree;
 # Python loads the instrumented libstoker with the runtimes preloaded).
@@ -132,23 +155,123 @@ check: all
 	$(MAKE) --no-print-directory check-integration
 ifeq ($(SANITIZE),)
 	$(MAKE) --no-print-directory check-sanitize
+	$(MAKE) --no-print-directory check-tsan
+	$(MAKE) --no-print-directory fuzz-smoke
 endif
 
-SANITIZE_RT := $(shell $(CC) -print-file-name=libasan.so) $(shell $(CC) -print-file-name=libubsan.so)
+# Python loads the instrumented libstoker with the runtimes preloaded; leak
+# checks are for stokerd (LeakSanitizer at its exit), not the interpreter.
+SANITIZE_RT  := $(shell $(CC) -print-file-name=libasan.so) $(shell $(CC) -print-file-name=libubsan.so)
+SANITIZE_ENV := $(if $(findstring address,$(SANITIZE)),ASAN_OPTIONS=detect_leaks=0 \
+                STOKER_DAEMON_ASAN_OPTIONS=detect_leaks=1 LD_PRELOAD="$(SANITIZE_RT)")
 check-sanitize:
 	$(MAKE) --no-print-directory B=build-sanitize SANITIZE=address,undefined all
 	$(MAKE) --no-print-directory B=build-sanitize SANITIZE=address,undefined check-unit
-	ASAN_OPTIONS=detect_leaks=0 LD_PRELOAD="$(SANITIZE_RT)" \
-	    $(MAKE) --no-print-directory B=build-sanitize SANITIZE=address,undefined check-integration
+	$(MAKE) --no-print-directory B=build-sanitize SANITIZE=address,undefined check-integration
+
+# ThreadSanitizer: the unit tests (the worker pool's stress test among
+# them) and a TSan stokerd under the integration tests that stress sessions,
+# rings and coordinated copies with real clients and kills.
+TSAN_TESTS := tests/integration/test_sharing.py tests/integration/test_faults.py
+check-tsan:
+	$(MAKE) --no-print-directory B=build-tsan SANITIZE=thread all
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	    $(MAKE) --no-print-directory B=build-tsan SANITIZE=thread check-unit
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" STOKER_STOKERD=$(abspath build-tsan/stokerd) \
+	STOKER_FAULT_ITERATIONS=200 STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) \
+	    $(PYTHON) -m pytest -q $(TSAN_TESTS) -k "not inject and not memfd and not reopen and not malloc and not accept and not sendmsg and not real_fd"
+
+# valgrind memcheck under every integration test's stokerd (not in CI: an
+# hour's worth of slowdown). libjpeg-turbo's SIMD code confuses memcheck.
+VALGRIND ?= valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite,indirect \
+            --show-leak-kinds=definite,indirect --num-callers=30
+check-valgrind: all
+	JSIMD_FORCENONE=1 STOKER_DAEMON_WRAPPER="$(VALGRIND)" STOKER_FAULT_ITERATIONS=$${STOKER_FAULT_ITERATIONS:-100} \
+	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) -m pytest -q tests/integration $(PYTEST_ARGS)
+
+# The fault tests alone, at full strength (1,000 kills; STOKER_FAULT_ITERATIONS
+# and STOKER_FAULT_SEED change them), printing their figures.
+check-faults: all
+	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) -m pytest -q -s \
+	    tests/integration/test_faults.py tests/integration/test_hostile.py $(PYTEST_ARGS)
 
 check-unit: $(UNIT_BINS)
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
 
 check-integration: all
-	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) -m pytest -q tests/integration
+	$(SANITIZE_ENV) STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) -m pytest -q tests/integration
 
 demo: all
 	$(PYTHON) scripts/demo.py
+
+# ---- fuzzing (docs/reliability.md) ----
+# libFuzzer targets built with clang into $(FB), with AddressSanitizer and
+# UBSan, from the same sources as stokerd and libstoker:
+#   fuzz_dispatch  client bytes into a whole in-process daemon (server_adopt)
+#   fuzz_decode    a file through the workers' decode + augment path
+#   fuzz_client    a hostile daemon's replies into libstoker
+# `make fuzz` runs each for FUZZ_SECONDS (default 60) and keeps what it
+# finds in $(FB)/corpus/; `make fuzz-smoke` runs each for a few seconds (CI).
+FUZZ_CC      ?= clang
+FB           ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_ARGS    ?=
+FUZZ_TARGETS := dispatch decode client
+FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FB)/fuzz_%)
+FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) -pthread -fno-omit-frame-pointer \
+                -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
+                -DSTOKER_VERSION='"$(VERSION)"' -I$(B)/proto -I$(B) -Iproto -Iclient/include -Idaemon \
+                -Itests/fuzz $(PKG_CFLAGS)
+FUZZ_OBJS    := $(DAEMON_SRCS:%.c=$(FB)/%.o) $(FB)/proto/stoker.pb-c.o $(FB)/proto/frame.o
+
+$(FB)/%.o: %.c $(B)/proto/stoker.pb-c.h $(B)/paths.h
+	@mkdir -p $(dir $@)
+	$(call say,CC,$@)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+
+$(FB)/proto/stoker.pb-c.o: $(B)/proto/stoker.pb-c.c
+	@mkdir -p $(dir $@)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -Wno-missing-prototypes -c $< -o $@
+
+$(FB)/fuzz_dispatch $(FB)/fuzz_decode: $(FB)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_OBJS)
+	$(call say,CCLD,$@)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJS) $(LIBS_DAEMON)
+
+$(FB)/fuzz_client: tests/fuzz/fuzz_client.c tests/fuzz/fuzz_common.h client/libstoker.c $(FB)/proto/stoker.pb-c.o $(FB)/proto/frame.o
+	$(call say,CCLD,$@)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FB)/proto/stoker.pb-c.o $(FB)/proto/frame.o $(LIBS_CLIENT)
+
+# Seeds: protocol conversations packed by protobuf-c; small JPEGs of every
+# kind libjpeg writes (baseline, grayscale, CMYK, progressive, arithmetic,
+# a 2,090-scan file) and the repository's real photographs.
+$(B)/tests/fuzz_mkseeds: tests/fuzz/mkseeds.c tests/fuzz/fuzz_common.h $(PROTO_OBJS)
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS_ALL) -Itests/fuzz -o $@ $< $(PROTO_OBJS) $(LIBS_CLIENT) $(LDFLAGS_ALL)
+
+$(FB)/seeds/.done: $(B)/tests/fuzz_mkseeds $(B)/tests/mkjpeg
+	@mkdir -p $(FB)/seeds/decode
+	$(Q)$(B)/tests/fuzz_mkseeds $(FB)/seeds
+	$(Q)set -e; for k in baseline gray cmyk progressive arith; do \
+	    $(B)/tests/mkjpeg $$k 61 47 $(FB)/seeds/decode/$$k.jpg; done; \
+	    $(B)/tests/mkjpeg scans 24 16 $(FB)/seeds/decode/scans.jpg 2>/dev/null; \
+	    cp data/photos/rocket.jpg $(FB)/seeds/decode/
+	@touch $@
+
+fuzz-build: $(FUZZ_BINS) $(FB)/seeds/.done
+
+FUZZ_RUN = set -e; for t in $(FUZZ_TARGETS); do \
+	mkdir -p $(FB)/corpus/$$t; \
+	printf '== fuzz_%s: %s s\n' $$t $(1); \
+	$(FB)/fuzz_$$t -max_total_time=$(1) -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 $(FUZZ_ARGS) \
+	    $(FB)/corpus/$$t $(FB)/seeds/$$t > $(FB)/fuzz_$$t.log 2>&1 || { tail -60 $(FB)/fuzz_$$t.log; exit 1; }; \
+	grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)' $(FB)/fuzz_$$t.log; \
+	done
+
+fuzz: fuzz-build
+	$(call FUZZ_RUN,$(FUZZ_SECONDS))
+
+fuzz-smoke: fuzz-build
+	$(call FUZZ_RUN,5)
 
 # Benchmark (bench/README.md): stoker vs. the decode limit and the peers,
 # one table, also in bench/out/results.json. Options: BENCH_ARGS="--help".
@@ -205,6 +328,6 @@ uninstall:
 	      $(DESTDIR)$(SYSCONFDIR)/stoker 2>/dev/null || true
 
 clean:
-	rm -rf $(B) build-sanitize
+	rm -rf $(B) build-sanitize build-tsan $(FB)
 
 -include $(shell find $(B) -name '*.d' 2>/dev/null)

@@ -135,6 +135,7 @@ static int error_from_code(Stoker__ErrorCode code)
 	case STOKER__ERROR_CODE__SHUTTING_DOWN: return -ESHUTDOWN;
 	case STOKER__ERROR_CODE__FAILED_PRECONDITION: return -EALREADY;
 	case STOKER__ERROR_CODE__RESTART_REQUIRED: return -EOPNOTSUPP;
+	case STOKER__ERROR_CODE__LEASE_EXPIRED: return -ECONNABORTED;
 	default: return -EIO;
 	}
 }
@@ -144,9 +145,12 @@ STOKER_API const char *stoker_version(void)
 	return STOKER_VERSION;
 }
 
+/* Why this thread's last stoker_connect() failed: there is no handle then. */
+static _Thread_local char connect_error[512];
+
 STOKER_API const char *stoker_last_error(const struct stoker *s)
 {
-	return s ? s->error : "";
+	return s ? s->error : connect_error;
 }
 
 /* ---- sending ---- */
@@ -221,6 +225,16 @@ static int handle_batch_ready(struct stoker *s, const Stoker__BatchReady *br)
 	return 0;
 }
 
+/* Forget announced batches not yet taken (their slots are no longer ours). */
+static void drop_queued(struct stoker *s)
+{
+	while (s->queue_len > 0) {
+		s->slots[s->queue[s->queue_head]].queued = false;
+		s->queue_head = (s->queue_head + 1) % s->slot_count;
+		s->queue_len--;
+	}
+}
+
 static int handle_message(struct stoker *s, Stoker__Message *m)
 {
 	int r = 0;
@@ -248,8 +262,11 @@ static int handle_message(struct stoker *s, Stoker__Message *m)
 		set_error(s, r, "stokerd: %s", m->error->message);
 		if (m->error->code == STOKER__ERROR_CODE__SHUTTING_DOWN ||
 		    m->error->code == STOKER__ERROR_CODE__PROTOCOL_ERROR ||
-		    m->error->code == STOKER__ERROR_CODE__VERSION_MISMATCH)
+		    m->error->code == STOKER__ERROR_CODE__VERSION_MISMATCH ||
+		    m->error->code == STOKER__ERROR_CODE__LEASE_EXPIRED)
 			s->dead = r;
+		if (m->error->code == STOKER__ERROR_CODE__LEASE_EXPIRED)
+			drop_queued(s); /* the session is gone: say so now, not after them */
 		break;
 	default:
 		r = fail_connection(s, -EPROTO, "the daemon sent an unexpected message");
@@ -307,9 +324,13 @@ static int request(struct stoker *s, const Stoker__Message *req, Stoker__Message
 	r = send_message(s, req);
 	if (r < 0 && s->write_failed) {
 		/* Find out why: a Shutdown or an Error may be waiting. */
-		while (pump(s, 0) == 0)
+		int e;
+
+		while ((e = pump(s, 0)) == 0)
 			;
-		return s->dead ? s->dead : r;
+		if (s->dead)
+			return s->dead;
+		return e < 0 && e != -ETIMEDOUT ? e : r;
 	}
 	if (r < 0)
 		return r;
@@ -356,13 +377,17 @@ STOKER_API int stoker_connect(const char *path, struct stoker **out)
 		path = getenv("STOKER_SOCKET");
 	if (!path || !*path)
 		path = STOKER_DEFAULT_SOCKET;
-	if (strlen(path) >= sizeof(addr.sun_path))
+	if (strlen(path) >= sizeof(addr.sun_path)) {
+		snprintf(connect_error, sizeof(connect_error), "socket path too long: %s", path);
 		return -ENAMETOOLONG;
+	}
 	memcpy(addr.sun_path, path, strlen(path) + 1);
 
 	s = calloc(1, sizeof(*s));
-	if (!s)
+	if (!s) {
+		snprintf(connect_error, sizeof(connect_error), "out of memory");
 		return -ENOMEM;
+	}
 	frame_in_init(&s->in, CLIENT_MAX_FRAME);
 	frame_out_init(&s->out, CLIENT_MAX_QUEUED);
 	s->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -390,11 +415,15 @@ STOKER_API int stoker_connect(const char *path, struct stoker **out)
 		goto fail;
 	}
 	stoker__message__free_unpacked(reply, NULL);
+	connect_error[0] = '\0';
 	*out = s;
 	return 0;
 fail:
 	if (reply)
 		stoker__message__free_unpacked(reply, NULL);
+	/* The daemon's reason (max_clients, out of descriptors, access) if it
+	 * gave one, else the system's. */
+	snprintf(connect_error, sizeof(connect_error), "%s", s->error[0] ? s->error : strerror(-r));
 	stoker_close(s);
 	return r;
 }
@@ -453,7 +482,7 @@ STOKER_API int stoker_checkpoint(const struct stoker *s, char *buf, size_t size)
 	n = snprintf(buf, size,
 		     "stoker-checkpoint-1 epoch=%" PRIu64 " batch=%" PRIu64 " seed=%" PRIu64 " rank=%" PRIu32
 		     " world_size=%" PRIu32 " batch_size=%" PRIu32 " shuffle=%d drop_last=%d samples=%" PRIu64,
-		     s->epoch, s->epoch_done ? s->batches_per_epoch : s->first_batch + s->taken, s->seed, s->rank,
+		     s->epoch, s->first_batch + s->taken, s->seed, s->rank,
 		     s->world_size, s->batch_size, (int)s->shuffle, (int)s->drop_last, s->dataset_samples);
 	if (n < 0 || (size_t)n >= size)
 		return -ENOBUFS;

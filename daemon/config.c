@@ -35,6 +35,7 @@ void config_defaults(struct config *c)
 	c->max_scans = 500;
 	c->replace_attempts = 16;
 	c->stop_timeout_ms = 5000;
+	c->stopped_lease_ms = 30000;
 	c->metrics_interval_ms = 15000;
 	c->log_level = LOG_LVL_INFO;
 }
@@ -124,6 +125,7 @@ static const struct config_key config_keys[] = {
 	{"cache_policy", KEY_CACHE_POLICY, offsetof(struct config, cache_policy), 0, 0, RESTART},
 	U32(cache_decoded_side, 0, 16384, RESTART),
 	U32(stop_timeout_ms, 0, 3600000, LIVE),
+	U32(stopped_lease_ms, 0, 86400000, LIVE),
 	STR("metrics_textfile", metrics_textfile, LIVE),
 	U32(metrics_interval_ms, 100, 3600000, LIVE),
 	STR("metrics_listen", metrics_listen, RESTART),

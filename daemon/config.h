@@ -48,6 +48,7 @@ struct config {
 	uint32_t cache_policy;  /* enum cache_policy */
 	uint32_t cache_decoded_side; /* 0: no decoded tier */
 	uint32_t stop_timeout_ms;    /* in-flight work gets this long at stop */
+	uint32_t stopped_lease_ms;   /* a stopped client keeps its session this long; 0: for ever */
 	char metrics_textfile[CONFIG_VALUE_MAX]; /* "": none */
 	uint32_t metrics_interval_ms;
 	char metrics_listen[64]; /* "": none; else a loopback host:port */

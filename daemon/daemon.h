@@ -55,6 +55,13 @@ struct conn {
 	struct session *session;        /* after Attach */
 	struct attach_request *attaching; /* while the data set is scanned */
 	bool shutdown_sent;             /* Shutdown went out */
+	uint64_t last_input_ns;         /* when it last sent us anything */
+	uint64_t closing_since_ns;      /* when conn_close began waiting to flush */
+	/* The peer process, for the stopped-client lease (server.c): its start
+	 * time in /proc/PID/stat (0: not visible, never evicted), and since when
+	 * it has been seen stopped (0: not stopped). */
+	uint64_t peer_start_time;
+	uint64_t stopped_since_ns;
 	struct client_sample window[STATS_WINDOW];
 	unsigned window_next;
 };
@@ -80,6 +87,12 @@ struct daemon {
 	uint64_t ring_bytes; /* all rings alive, against cfg.memory_budget */
 	bool pool_full; /* a session waits for queue room */
 	int listen_fd;
+	int reserve_fd; /* spare descriptor, given up to refuse a client clearly at EMFILE */
+	uint64_t fd_limit; /* RLIMIT_NOFILE (raised to the hard limit); 0: none */
+	bool fd_exhausted; /* refusing for want of descriptors (logged once) */
+	uint64_t refused_fds; /* connections refused for want of descriptors */
+	uint64_t refused_clients; /* refused at max_clients since the last accepted one */
+	bool accept_paused; /* listening poll stopped until the next housekeeping tick */
 	bool owns_socket_path; /* we bound it, so we unlink it */
 	uv_poll_t listen_poll;
 	bool listening;
@@ -98,6 +111,7 @@ struct daemon {
 	uv_timer_t watchdog_timer;
 	uv_timer_t stop_timer;  /* stop_timeout for in-flight work, then drain's timeout */
 	uv_timer_t shutdown_timer;
+	uv_timer_t conn_timer;  /* stopped-client leases, closing connections (server.c) */
 	uv_check_t life_check;  /* drain and stop progress, after each loop turn */
 	unsigned stats_ticks;
 	bool draining;  /* no new clients; stop when the last one leaves */
@@ -119,6 +133,14 @@ uint64_t daemon_now_ns(void);
 /* server.c: sockets and frames. */
 int server_listen(struct daemon *d);
 void server_stop_listening(struct daemon *d);
+/* Serve an accepted, connected socket (non-blocking, close-on-exec; its
+ * ownership passes) whose peer has these credentials. Used by accept, and
+ * by the fuzzer to drive a connection over a socketpair. */
+int server_adopt(struct daemon *d, int fd, pid_t pid, uid_t uid, gid_t gid);
+/* Periodic connection housekeeping (a timer of service.c): evict clients
+ * stopped longer than stopped_lease_ms, close connections stuck flushing
+ * to a peer that stopped reading. Returns the period wanted next (ms). */
+uint64_t server_housekeeping(struct daemon *d);
 /* Shutdown: tell every client why, and close it once its replies are out;
  * with `force`, close at once whatever is unsent. */
 void server_close_all(struct daemon *d, bool force);

@@ -19,6 +19,7 @@
 #define STOKER_DATASET_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -59,9 +60,12 @@ static inline int dataset_is_bad(const struct dataset *ds, uint64_t index)
 	return (atomic_load_explicit(&ds->bad[index / 64], memory_order_relaxed) >> (index % 64)) & 1;
 }
 
-static inline void dataset_mark_bad(struct dataset *ds, uint64_t index)
+/* True for the one caller that marked it first (so it is logged once). */
+static inline bool dataset_mark_bad(struct dataset *ds, uint64_t index)
 {
-	atomic_fetch_or_explicit(&ds->bad[index / 64], 1ull << (index % 64), memory_order_relaxed);
+	uint64_t bit = 1ull << (index % 64);
+
+	return !(atomic_fetch_or_explicit(&ds->bad[index / 64], bit, memory_order_relaxed) & bit);
 }
 
 #endif

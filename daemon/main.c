@@ -113,7 +113,7 @@ static int parse_args(int argc, char **argv, struct config_state *cs)
 
 int main(int argc, char **argv)
 {
-	struct daemon d = {.listen_fd = -1};
+	struct daemon d = {.listen_fd = -1, .reserve_fd = -1};
 	struct pool_settings ps;
 	char err[512];
 	int r, status = 0;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -22,10 +23,14 @@
 
 #include "daemon.h"
 #include "log.h"
+#include "workers.h"
 
 /* Replies waiting for a client that stopped reading; beyond this it is cut
  * off. BatchReady messages are bounded by slots, so only abuse gets here. */
 #define CONN_MAX_QUEUED_BYTES (1u << 20)
+/* A connection closing with replies unsent gets this long for its peer to
+ * take them; a peer that stopped reading does not hold its fd for ever. */
+#define CONN_CLOSE_GRACE_MS 5000
 
 uint64_t daemon_now_ns(void)
 {
@@ -59,10 +64,12 @@ static void conn_finish_close(struct conn *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	d->nconns--;
+	/* libuv takes the fd out of epoll in uv_close(): before close(), or it
+	 * would touch a number a worker may already have reopened. */
 	uv_poll_stop(&c->poll);
+	uv_close((uv_handle_t *)&c->poll, conn_on_closed);
 	close(c->fd);
 	c->fd = -1;
-	uv_close((uv_handle_t *)&c->poll, conn_on_closed);
 }
 
 static void conn_update_poll(struct conn *c);
@@ -84,6 +91,8 @@ void conn_close(struct conn *c, const char *why)
 		conn_finish_close(c);
 		return;
 	}
+	if (!c->closing_since_ns)
+		c->closing_since_ns = daemon_now_ns();
 	conn_update_poll(c);
 }
 
@@ -326,6 +335,7 @@ static void conn_on_readable(struct conn *c)
 			conn_close(c, why);
 			return;
 		}
+		c->last_input_ns = daemon_now_ns();
 		while (!c->closing && (r = frame_in_next(&c->in, &m)) != 0) {
 			if (r == -EMSGSIZE) {
 				conn_protocol_error(c, "frame larger than %u bytes", c->in.max_body);
@@ -389,6 +399,161 @@ static void conn_update_poll(struct conn *c)
 		uv_poll_stop(&c->poll);
 }
 
+/* The peer's start time (field 22 of /proc/PID/stat, in clock ticks since
+ * boot) and its state letter; -errno when the process is not visible. */
+static int peer_proc_stat(pid_t pid, uint64_t *start_time, char *state)
+{
+	char path[64], buf[1024];
+	unsigned long long start = 0;
+	const char *p;
+	ssize_t n;
+	int fd, field;
+
+	if (pid <= 0)
+		return -ESRCH;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return n < 0 ? -errno : -EIO;
+	buf[n] = '\0';
+	/* "PID (COMM) S ...": COMM may hold spaces and parentheses. */
+	p = strrchr(buf, ')');
+	if (!p || p[1] != ' ' || !p[2])
+		return -EIO;
+	*state = p[2];
+	/* Fields after COMM: 3 is the state, 22 the start time. */
+	for (field = 3, p += 2; *p && field < 22; p++)
+		if (*p == ' ')
+			field++;
+	if (field != 22 || sscanf(p, "%llu", &start) != 1)
+		return -EIO;
+	*start_time = start;
+	return 0;
+}
+
+int server_adopt(struct daemon *d, int fd, pid_t pid, uid_t uid, gid_t gid)
+{
+	struct conn *c;
+	char state;
+	int r;
+
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return -ENOMEM;
+	}
+	c->pid = pid;
+	c->uid = uid;
+	c->gid = gid;
+	c->d = d;
+	c->fd = fd;
+	c->id = ++d->next_conn_id;
+	c->last_input_ns = daemon_now_ns();
+	/* Remembered now, so a recycled pid is never taken for the client. */
+	if (peer_proc_stat(pid, &c->peer_start_time, &state) < 0)
+		c->peer_start_time = 0;
+	frame_in_init(&c->in, d->cfg.max_frame_bytes);
+	frame_out_init(&c->out, CONN_MAX_QUEUED_BYTES);
+	r = uv_poll_init(d->loop, &c->poll, fd);
+	if (r < 0) {
+		log_warning("client pid %d: uv_poll_init: %s", (int)c->pid, uv_strerror(r));
+		close(fd);
+		free(c);
+		return r;
+	}
+	c->poll.data = c;
+	c->next = d->conns;
+	if (d->conns)
+		d->conns->prev = c;
+	d->conns = c;
+	d->nconns++;
+	log_debug("client %llu: connected (pid %d, uid %d)", (unsigned long long)c->id, (int)c->pid, (int)c->uid);
+	conn_update_poll(c);
+	return 0;
+}
+
+/*
+ * Tell a connection we will not serve why, in one Error frame written
+ * straight to its fresh socket (whose buffer has room for it), then close
+ * it. Nothing is queued: refusing costs no memory, however many come.
+ */
+static void refuse(int fd, Stoker__ErrorCode code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void refuse(int fd, Stoker__ErrorCode code, const char *fmt, ...)
+{
+	Stoker__Message msg = STOKER__MESSAGE__INIT;
+	Stoker__Error err = STOKER__ERROR__INIT;
+	uint8_t frame[FRAME_HEADER_BYTES + 320];
+	char text[256];
+	size_t body;
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	err.code = code;
+	err.message = text;
+	msg.body_case = STOKER__MESSAGE__BODY_ERROR;
+	msg.error = &err;
+	body = stoker__message__get_packed_size(&msg);
+	if (body <= sizeof(frame) - FRAME_HEADER_BYTES) {
+		frame[0] = (uint8_t)body;
+		frame[1] = (uint8_t)(body >> 8);
+		frame[2] = frame[3] = 0;
+		stoker__message__pack(&msg, frame + FRAME_HEADER_BYTES);
+		if (send(fd, frame, FRAME_HEADER_BYTES + body, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+			/* The peer is gone already: nobody to tell. */
+		}
+	}
+	close(fd);
+}
+
+/* Out of descriptors: the connection waits in the backlog and the listening
+ * socket stays readable, so without this the loop would spin. Give up the
+ * spare descriptor, accept, refuse clearly, take the spare back. */
+static int accept_without_fds(struct daemon *d, int err)
+{
+	int fd;
+
+	if (!d->fd_exhausted)
+		log_warning("cannot accept clients: %s (%u clients); refusing them until descriptors are free",
+			    strerror(err), d->nconns);
+	d->fd_exhausted = true;
+	if (d->reserve_fd >= 0) {
+		close(d->reserve_fd);
+		d->reserve_fd = -1;
+	}
+	fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd >= 0) {
+		d->refused_fds++;
+		refuse(fd, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
+		       "out of file descriptors (%s): try again later", strerror(err));
+	}
+	d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	return fd >= 0 ? 0 : -1;
+}
+
+/* Nothing can be accepted now (no spare descriptor, no memory): stop
+ * polling the listening socket until the next housekeeping tick rather
+ * than spin on it. */
+static void accept_pause(struct daemon *d)
+{
+	if (d->accept_paused || !d->listening)
+		return;
+	d->accept_paused = true;
+	uv_poll_stop(&d->listen_poll);
+}
+
+/* Descriptors never given to connections: one per worker for the file it
+ * reads, and room for scans, attaches and the metrics file. */
+static uint64_t fd_headroom(const struct daemon *d)
+{
+	return (d->pool ? pool_threads(d->pool) : 0) + 64;
+}
+
 static void server_on_accept(uv_poll_t *h, int status, int events)
 {
 	struct daemon *d = h->data;
@@ -396,58 +561,67 @@ static void server_on_accept(uv_poll_t *h, int status, int events)
 	/* Accept a bounded batch per wakeup; a burst of connects cannot hog
 	 * the loop. */
 	for (int i = 0; i < 64 && d->listening; i++) {
-		struct ucred cred = {0};
+		struct ucred cred = {.pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1};
 		socklen_t len = sizeof(cred);
-		struct conn *c;
-		int fd, r;
+		int fd;
 
 		fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
+			int e = errno;
+
+			if ((e == EMFILE || e == ENFILE) && accept_without_fds(d, e) == 0)
+				continue;
+			if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+				if (!d->fd_exhausted)
+					log_warning("cannot accept clients: %s; retrying every second", strerror(e));
+				d->fd_exhausted = true;
+				accept_pause(d);
+				return;
+			}
 			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
 				log_warning("accept: %s", strerror(errno));
 			return;
 		}
-		if (d->nconns >= d->cfg.max_clients) {
-			/* Refused without a reply: it would need a frame we cannot
-			 * afford to queue for every attacker. */
-			log_warning("refusing a connection: %u clients is the limit (max_clients)", d->cfg.max_clients);
-			close(fd);
+		/* Descriptors are kept for the workers' sample files and for a
+		 * ring per connection: a flood of connections must never make
+		 * another client's samples unreadable. The kernel hands out the
+		 * lowest free number, so the new fd's is about how many are open. */
+		if (d->fd_limit && (uint64_t)fd + d->nconns + fd_headroom(d) >= d->fd_limit) {
+			if (!d->fd_exhausted)
+				log_warning("refusing clients: about %d file descriptors open, %u clients, limit %llu "
+					    "(RLIMIT_NOFILE); the rest are kept for the workers and rings",
+					    fd, d->nconns, (unsigned long long)d->fd_limit);
+			d->fd_exhausted = true;
+			d->refused_fds++;
+			refuse(fd, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
+			       "out of file descriptors (%u clients, limit %llu): try again later", d->nconns,
+			       (unsigned long long)d->fd_limit);
 			continue;
 		}
-		c = calloc(1, sizeof(*c));
-		if (!c) {
-			close(fd);
+		if (d->fd_exhausted) {
+			log_notice("accepting clients again (%llu refused for want of file descriptors)",
+				   (unsigned long long)d->refused_fds);
+			d->fd_exhausted = false;
+			d->refused_fds = 0;
+		}
+		if (d->nconns >= d->cfg.max_clients) {
+			/* Logged once per burst: an attacker cannot flood the log. */
+			if (d->refused_clients++ == 0)
+				log_warning("refusing connections: %u clients is the limit (max_clients)",
+					    d->cfg.max_clients);
+			refuse(fd, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
+			       "%u clients is the limit (max_clients): try again later", d->cfg.max_clients);
 			continue;
+		}
+		if (d->refused_clients) {
+			log_notice("accepting clients again (%llu refused at max_clients)",
+				   (unsigned long long)d->refused_clients);
+			d->refused_clients = 0;
 		}
 		/* Unknown credentials are nobody's: never root's by default. */
-		c->uid = (uid_t)-1;
-		c->gid = (gid_t)-1;
-		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-			c->pid = cred.pid;
-			c->uid = cred.uid;
-			c->gid = cred.gid;
-		}
-		c->d = d;
-		c->fd = fd;
-		c->id = ++d->next_conn_id;
-		frame_in_init(&c->in, d->cfg.max_frame_bytes);
-		frame_out_init(&c->out, CONN_MAX_QUEUED_BYTES);
-		r = uv_poll_init(d->loop, &c->poll, fd);
-		if (r < 0) {
-			log_warning("client pid %d: uv_poll_init: %s", (int)c->pid, uv_strerror(r));
-			close(fd);
-			free(c);
-			continue;
-		}
-		c->poll.data = c;
-		c->next = d->conns;
-		if (d->conns)
-			d->conns->prev = c;
-		d->conns = c;
-		d->nconns++;
-		log_debug("client %llu: connected (pid %d, uid %d)", (unsigned long long)c->id, (int)c->pid,
-			  (int)c->uid);
-		conn_update_poll(c);
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) < 0)
+			cred = (struct ucred){.pid = 0, .uid = (uid_t)-1, .gid = (gid_t)-1};
+		server_adopt(d, fd, cred.pid, cred.uid, cred.gid);
 	}
 }
 
@@ -507,10 +681,30 @@ static int socket_set_access(struct daemon *d, const char *path)
 	return 0;
 }
 
+/* The soft descriptor limit is 1024 for select()'s sake; stokerd uses
+ * epoll, so it takes the hard limit, and remembers what it got. */
+static void fd_limit_raise(struct daemon *d)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		struct rlimit want = {.rlim_cur = rl.rlim_max, .rlim_max = rl.rlim_max};
+
+		if (setrlimit(RLIMIT_NOFILE, &want) == 0)
+			rl = want;
+	}
+	d->fd_limit = rl.rlim_cur == RLIM_INFINITY ? 0 : (uint64_t)rl.rlim_cur;
+	log_debug("file descriptors: limit %llu", (unsigned long long)d->fd_limit);
+}
+
 int server_listen(struct daemon *d)
 {
 	struct sockaddr_un addr = {.sun_family = AF_UNIX};
 	int n, fd = -1, r;
+
+	fd_limit_raise(d);
 
 	n = sd_listen_fds(1);
 	if (n > 1) {
@@ -565,6 +759,9 @@ int server_listen(struct daemon *d)
 	r = uv_poll_init(d->loop, &d->listen_poll, fd);
 	if (r < 0)
 		goto fail;
+	/* Held in reserve: at EMFILE it is given up to refuse a client with a
+	 * reason rather than leave it hanging in the backlog. */
+	d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	d->listen_poll.data = d;
 	d->listen_fd = fd;
 	d->listening = true;
@@ -578,6 +775,73 @@ fail:
 	return r;
 }
 
+/* A client stopped past its lease: its slots go back, and it learns why as
+ * soon as it wakes (the Error is the last thing it reads). */
+static void conn_evict_stopped(struct conn *c, uint64_t stopped_ms)
+{
+	log_warning("client %llu (pid %d): process stopped for %llu ms, longer than stopped_lease_ms (%u ms): "
+		    "session ended, its slots reclaimed",
+		    (unsigned long long)c->id, (int)c->pid, (unsigned long long)stopped_ms, c->d->cfg.stopped_lease_ms);
+	conn_send_error(c, STOKER__ERROR_CODE__LEASE_EXPIRED,
+			"session ended: this process was stopped for %llu ms, longer than stopped_lease_ms (%u ms), "
+			"and its slots were reclaimed; reconnect and resume from a checkpoint",
+			(unsigned long long)stopped_ms, c->d->cfg.stopped_lease_ms);
+	conn_close(c, NULL);
+}
+
+uint64_t server_housekeeping(struct daemon *d)
+{
+	uint64_t now = daemon_now_ns(), lease_ms = d->cfg.stopped_lease_ms;
+	/* A quarter of the lease, within 0.1..1 s: a stopped client is evicted
+	 * between lease and lease + two periods after it stopped. */
+	uint64_t period = lease_ms / 4 < 100 ? 100 : lease_ms / 4 > 1000 ? 1000 : lease_ms / 4;
+	struct conn *c, *next;
+
+	if (!lease_ms)
+		period = 1000;
+	if (d->accept_paused && d->listening) {
+		d->accept_paused = false;
+		uv_poll_start(&d->listen_poll, UV_READABLE, server_on_accept);
+	}
+	/* Evicting and closing unlink connections. */
+	for (c = d->conns; c; c = next) {
+		uint64_t start = 0;
+		char state = '?';
+
+		next = c->next;
+		if (c->closed)
+			continue;
+		if (c->closing) {
+			if (c->closing_since_ns && now - c->closing_since_ns >= CONN_CLOSE_GRACE_MS * 1000000ull) {
+				log_info("client %llu (pid %d): did not take its last replies in %d ms; closed",
+					 (unsigned long long)c->id, (int)c->pid, CONN_CLOSE_GRACE_MS);
+				conn_finish_close(c);
+			}
+			continue;
+		}
+		/* Only attached clients quiet for a period are looked at: a
+		 * stopped process sends nothing. Bounded: one small /proc read
+		 * per quiet client per period. */
+		if (!lease_ms || !c->session || !c->peer_start_time || now - c->last_input_ns < period * 1000000ull) {
+			c->stopped_since_ns = 0;
+			continue;
+		}
+		/* Not visible, gone (its socket will say so) or a recycled pid:
+		 * never evicted. Running, sleeping or in I/O, however long: not
+		 * stopped. */
+		if (peer_proc_stat(c->pid, &start, &state) < 0 || start != c->peer_start_time ||
+		    (state != 'T' && state != 't')) {
+			c->stopped_since_ns = 0;
+			continue;
+		}
+		if (!c->stopped_since_ns)
+			c->stopped_since_ns = now;
+		else if (now - c->stopped_since_ns >= lease_ms * 1000000ull)
+			conn_evict_stopped(c, (now - c->stopped_since_ns) / 1000000);
+	}
+	return period;
+}
+
 void server_stop_listening(struct daemon *d)
 {
 	if (!d->listening)
@@ -586,6 +850,9 @@ void server_stop_listening(struct daemon *d)
 	uv_poll_stop(&d->listen_poll);
 	uv_close((uv_handle_t *)&d->listen_poll, NULL);
 	close(d->listen_fd);
+	if (d->reserve_fd >= 0)
+		close(d->reserve_fd);
+	d->reserve_fd = -1;
 	if (d->owns_socket_path)
 		unlink(d->cfg.socket_path);
 }

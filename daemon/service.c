@@ -265,6 +265,19 @@ static void on_stats_timer(uv_timer_t *t)
 	}
 }
 
+/* Stopped-client leases and stuck closes; the period follows the lease, a
+ * live setting. */
+static void on_conn_timer(uv_timer_t *t)
+{
+	struct daemon *d = t->data;
+	uint64_t period = server_housekeeping(d);
+
+	if (uv_timer_get_repeat(t) != period) {
+		uv_timer_stop(t);
+		uv_timer_start(t, on_conn_timer, period, period);
+	}
+}
+
 /* From the loop itself, so a wedged loop stops the pings. */
 static void on_watchdog(uv_timer_t *t)
 {
@@ -311,6 +324,7 @@ static void stop_finish(struct daemon *d)
 	uv_close((uv_handle_t *)&d->sig_hup, NULL);
 	uv_close((uv_handle_t *)&d->stats_timer, NULL);
 	uv_close((uv_handle_t *)&d->watchdog_timer, NULL);
+	uv_close((uv_handle_t *)&d->conn_timer, NULL);
 	metrics_stop(d);
 	server_close_all(d, false);
 	/* Sessions are detached and their jobs cancelled: draining is quick. */
@@ -410,11 +424,14 @@ int service_start(struct daemon *d)
 	uv_timer_init(d->loop, &d->watchdog_timer);
 	uv_timer_init(d->loop, &d->stop_timer);
 	uv_timer_init(d->loop, &d->shutdown_timer);
+	uv_timer_init(d->loop, &d->conn_timer);
 	uv_check_init(d->loop, &d->life_check);
 	d->stats_timer.data = d->watchdog_timer.data = d->stop_timer.data = d->shutdown_timer.data = d;
+	d->conn_timer.data = d;
 	d->life_check.data = d;
 	control_sample(d);
 	uv_timer_start(&d->stats_timer, on_stats_timer, STATS_PERIOD_MS, STATS_PERIOD_MS);
+	uv_timer_start(&d->conn_timer, on_conn_timer, 100, 1000);
 
 	/* WatchdogSec: ping twice per interval. */
 	r = sd_watchdog_enabled(0, &usec);

@@ -468,7 +468,10 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	s->job_orders = calloc((size_t)slots * a->batch_size, sizeof(*s->job_orders));
 	s->dataset_name = strdup(ds->root);
 	if (!s->slot_state || !s->waiting_on || !s->pins || !s->jobs || !s->job_orders || !s->dataset_name) {
-		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
+		log_warning("client %llu (pid %d): attach failed: out of memory for a session of %u slots x %u samples",
+			    (unsigned long long)c->id, (int)c->pid, slots, a->batch_size);
+		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
+				"out of memory for a session of %u slots x %u samples", slots, a->batch_size);
 		goto fail;
 	}
 	s->batches_per_epoch = plan_batches_per_epoch(&s->plan);
@@ -482,7 +485,9 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 		goto fail;
 	fd = ring_reader_fd(s->ring);
 	if (fd < 0) {
-		conn_send_error(c, STOKER__ERROR_CODE__INTERNAL, "cannot reopen the ring read-only: %s",
+		log_warning("client %llu (pid %d): cannot reopen its ring read-only: %s", (unsigned long long)c->id,
+			    (int)c->pid, strerror(-fd));
+		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "cannot reopen the ring read-only: %s",
 				strerror(-fd));
 		goto fail;
 	}

@@ -206,11 +206,18 @@ static int produce_one(struct worker *w, struct batch_job *job, uint64_t index, 
 	}
 	if (r < 0) {
 		/* Marking it bad means each bad file is logged once, and later
-		 * epochs skip it. */
-		dataset_mark_bad(ds, index);
-		log_warning("sample %llu (%s/%s): cannot %s: %s; replaced", (unsigned long long)index, ds->root,
+		 * epochs skip it. A shortage of the daemon's own (descriptors,
+		 * memory) says nothing about the file: it is replaced this time
+		 * only. */
+		bool transient = r == -EMFILE || r == -ENFILE || r == -ENOMEM || r == -EINTR || r == -EAGAIN ||
+				 r == -ENOBUFS;
+
+		if (!transient && !dataset_mark_bad(ds, index))
+			return r; /* another worker found it bad at the same time, and said so */
+		log_warning("sample %llu (%s/%s): cannot %s: %s; replaced%s", (unsigned long long)index, ds->root,
 			    dataset_name(ds, index), read_failed ? "read" : "decode",
-			    read_failed ? strerror(-r) : pipeline_error(w->pipeline));
+			    read_failed ? strerror(-r) : pipeline_error(w->pipeline),
+			    transient ? " this time (the daemon's shortage, not the file's fault)" : "");
 	}
 	return r;
 }

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 DEB_PACKAGES=(
-	build-essential pkg-config clang
+	build-essential pkg-config clang libclang-rt-14-dev valgrind
 	libuv1-dev
 	libturbojpeg0-dev libjpeg62-turbo-dev
 	libprotobuf-c-dev protobuf-c-compiler

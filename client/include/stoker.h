@@ -48,7 +48,9 @@ int stoker_connect(const char *path, struct stoker **out);
 void stoker_close(struct stoker *s);
 
 /* The daemon's last error message for this handle, or a library message;
- * "" when there is none. Valid until the next call on the handle. */
+ * "" when there is none. Valid until the next call on the handle. With
+ * NULL: why this thread's last stoker_connect() failed (the daemon's reason,
+ * such as max_clients, when it gave one). */
 const char *stoker_last_error(const struct stoker *s);
 
 /* Attach options. Keys (value as text):
@@ -109,8 +111,11 @@ int stoker_restore(struct stoker *s, const char *token);
 /* Wait up to timeout_ms (-1: forever) for the next batch in order.
  * -ENODATA: the epoch is complete; -ETIMEDOUT; -ESHUTDOWN: the daemon is
  * stopping or drained (stoker_last_error() says why; batches it announced
- * before are returned first); -ECONNRESET: the daemon went away; -EPROTO:
- * the daemon sent something malformed. */
+ * before are returned first); -ECONNRESET: the daemon went away (batches
+ * already taken stay readable until released; reconnect, possibly to a
+ * restarted daemon, and resume from a checkpoint); -ECONNABORTED: this
+ * process was stopped longer than the daemon's stopped_lease_ms and its
+ * session ended; -EPROTO: the daemon sent something malformed. */
 int stoker_next(struct stoker *s, int timeout_ms, struct stoker_batch **out);
 
 /* Give the batch's slot back to the daemon. Accepts NULL. The batch's

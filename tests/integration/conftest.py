@@ -54,14 +54,30 @@ def dataset(make_dataset):
     return make_dataset(classes=4, per_class=16)[0]
 
 
+def daemon_command(args, env):
+    """How a stokerd command runs under the checks that wrap it:
+    $STOKER_DAEMON_WRAPPER (e.g. valgrind ...) goes in front, and
+    $STOKER_DAEMON_ASAN_OPTIONS replaces ASAN_OPTIONS for the daemon only
+    (leak checks for stokerd, not for the Python running the tests)."""
+    wrapper = os.environ.get("STOKER_DAEMON_WRAPPER", "").split()
+    if wrapper and args and args[0] == str(STOKERD):
+        args = wrapper + list(args)
+    asan = os.environ.get("STOKER_DAEMON_ASAN_OPTIONS")
+    if asan is not None:
+        env = dict(os.environ if env is None else env)
+        env["ASAN_OPTIONS"] = asan
+    return args, env
+
+
 class Daemon:
-    def __init__(self, sock, stderr_path, args, env=None):
+    def __init__(self, sock, stderr_path, args, env=None, preexec_fn=None):
         self.socket = str(sock)
         self.stderr_path = stderr_path
+        args, env = daemon_command(args, env)
         self.args = args
         self._err = open(stderr_path, "wb")
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._err, stderr=self._err,
-                                     env=env)
+                                     env=env, preexec_fn=preexec_fn)
         self.returncode = None
 
     def stderr(self):

@@ -11,7 +11,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("STOKER_BUILD") or REPO / "build").resolve()
 PYDIR = REPO / "client" / "python"
-STOKERD = BUILD / "stokerd"
+# $STOKER_STOKERD: another daemon binary (a ThreadSanitizer build) with this
+# build's library and helpers.
+STOKERD = Path(os.environ.get("STOKER_STOKERD") or BUILD / "stokerd").resolve()
 STOKERCTL = BUILD / "stokerctl"
 CLIENT_PROC = Path(__file__).resolve().parent / "client_proc.py"
 

@@ -144,7 +144,9 @@ def _connect(socket):
     rc = lib.stoker_connect(_enc(socket), ctypes.byref(h))
     if rc < 0:
         where = socket or os.environ.get("STOKER_SOCKET") or "/run/stoker/stoker.sock"
-        raise _error(rc, None, f"cannot connect to stokerd at {where}")
+        raw = lib.stoker_last_error(None)  # why this thread's connect failed
+        msg = raw.decode(errors="replace") if raw else os.strerror(-rc)
+        raise StokerError(-rc, f"cannot connect to stokerd at {where}: {msg}")
     return h
 
 

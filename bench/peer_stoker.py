@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""stoker end to end through the Python binding, against a running stokerd.
+
+    peer_stoker.py --socket PATH --dataset DIR [--dtype uint8|float32] ...
+
+Every batch is really taken (released and the next one received) and a
+small slice of it is read, as a trainer would hand it on; no full copy.
+"""
+
+import argparse
+import errno
+import sys
+
+from _common import log_to_stderr, measure, result, unavailable
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--socket", required=True)
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--dtype", default="uint8", choices=["uint8", "float32"])
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--min-seconds", type=float, default=10.0)
+    a = p.parse_args()
+    log = log_to_stderr(f"stoker {a.dtype}")
+
+    try:
+        import stoker
+    except ImportError as e:
+        unavailable("not installed", f"import stoker: {e} (run make; PYTHONPATH=client/python)")
+
+    kw = dict(dataset=a.dataset, socket=a.socket, batch_size=a.batch_size, image_size=a.image_size,
+              transform="random_resized_crop", seed=0)
+    if a.dtype != "uint8":
+        kw["dtype"] = a.dtype
+    try:
+        loader = stoker.Loader(**kw)
+    except TypeError as e:  # the binding has no dtype argument yet
+        unavailable("not available", f"stoker.Loader(dtype={a.dtype!r}): {e}")
+    except stoker.StokerError as e:
+        if a.dtype != "uint8" and e.errno == errno.EINVAL:
+            unavailable("not available", f"stoker.Loader(dtype={a.dtype!r}): {e}")
+        raise
+
+    want_shape = ((a.image_size, a.image_size, 3) if a.dtype == "uint8"
+                  else (3, a.image_size, a.image_size))
+    seen = {}
+
+    def run_epoch(epoch):
+        loader.set_epoch(epoch)
+        n, check = 0, 0.0
+        for images, labels in loader:
+            if not seen:
+                seen["dtype"], seen["shape"] = str(images.dtype), list(images.shape[1:])
+            n += len(labels)
+            # Touch the batch: the last image's first 64 elements and the labels.
+            check += float(images[-1].reshape(-1)[:64].sum()) + int(labels[-1])
+        if n != loader.samples_per_epoch:
+            raise RuntimeError(f"epoch {epoch}: {n} samples, expected {loader.samples_per_epoch}")
+        return n
+
+    with loader:
+        r = measure(run_epoch, a.epochs, a.min_seconds, log)
+        try:  # the daemon's view while still attached: ring and cache bytes
+            st = stoker.stats(socket=a.socket)
+            r["daemon_stats"] = {k: st.get(k) for k in ("ring_bytes", "memory_budget_bytes", "worker_busy",
+                                                        "samples_decoded", "samples_copied", "decode_errors")}
+            r["daemon_stats"]["cache_bytes"] = (st.get("cache") or {}).get("bytes")
+        except (stoker.StokerError, ValueError) as e:
+            r["daemon_stats"] = {"error": str(e)}
+    if seen.get("dtype") != a.dtype or tuple(seen.get("shape", ())) != want_shape:
+        unavailable("not available", f"asked for {a.dtype} {want_shape}, got {seen}")
+    r.update(batch_size=a.batch_size, output=seen)
+    result(**r)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""PyTorch DataLoader peer: torchvision ImageFolder + RandomResizedCrop(224)
++ RandomHorizontalFlip, uint8 (PILToTensor) or float32 (ToTensor +
+ImageNet Normalize), num_workers = cores, persistent workers, batch 256.
+
+    peer_torch.py --dataset DIR --cores N [--dtype uint8|float32] ...
+"""
+
+import argparse
+import sys
+
+from _common import log_to_stderr, measure, result, unavailable
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--cores", type=int, required=True)
+    p.add_argument("--dtype", default="uint8", choices=["uint8", "float32"])
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--min-seconds", type=float, default=10.0)
+    a = p.parse_args()
+    log = log_to_stderr(f"torch {a.dtype}")
+
+    try:
+        import torch
+        import torchvision
+        from torchvision import datasets, transforms as T
+    except ImportError as e:
+        unavailable("not installed", f"{e} (bench/install-peers.sh)")
+
+    tail = ([T.PILToTensor()] if a.dtype == "uint8"
+            else [T.ToTensor(), T.Normalize(MEAN, STD)])
+    tf = T.Compose([T.RandomResizedCrop(a.image_size), T.RandomHorizontalFlip()] + tail)
+    ds = datasets.ImageFolder(a.dataset, transform=tf)
+    torch.manual_seed(0)
+    loader = torch.utils.data.DataLoader(ds, batch_size=a.batch_size, shuffle=True, num_workers=a.cores,
+                                         persistent_workers=True, drop_last=False)
+    seen = {}
+
+    def run_epoch(epoch):
+        n, check = 0, 0.0
+        for images, labels in loader:
+            if not seen:
+                seen["dtype"], seen["shape"] = str(images.dtype), list(images.shape[1:])
+            n += len(labels)
+            check += float(images[-1].reshape(-1)[:64].sum()) + int(labels[-1])
+        if n != len(ds):
+            raise RuntimeError(f"epoch {epoch}: {n} samples, expected {len(ds)}")
+        return n
+
+    r = measure(run_epoch, a.epochs, a.min_seconds, log)
+    r.update(batch_size=a.batch_size, num_workers=a.cores, output=seen,
+             versions={"torch": torch.__version__, "torchvision": torchvision.__version__})
+    result(**r)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
