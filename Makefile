@@ -227,7 +227,7 @@ FUZZ_OBJS    := $(DAEMON_SRCS:%.c=$(FB)/%.o) $(FB)/proto/stoker.pb-c.o $(FB)/pro
 $(FB)/%.o: %.c $(B)/proto/stoker.pb-c.h $(B)/paths.h
 	@mkdir -p $(dir $@)
 	$(call say,CC,$@)
-	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
 
 $(FB)/proto/stoker.pb-c.o: $(B)/proto/stoker.pb-c.c
 	@mkdir -p $(dir $@)
@@ -330,4 +330,4 @@ uninstall:
 clean:
 	rm -rf $(B) build-sanitize build-tsan $(FB)
 
--include $(shell find $(B) -name '*.d' 2>/dev/null)
+-include $(shell find $(B) $(FB) -name '*.d' 2>/dev/null)
