@@ -264,7 +264,7 @@ FUZZ_RUN = set -e; for t in $(FUZZ_TARGETS); do \
 	printf '== fuzz_%s: %s s\n' $$t $(1); \
 	$(FB)/fuzz_$$t -max_total_time=$(1) -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 $(FUZZ_ARGS) \
 	    $(FB)/corpus/$$t $(FB)/seeds/$$t > $(FB)/fuzz_$$t.log 2>&1 || { tail -60 $(FB)/fuzz_$$t.log; exit 1; }; \
-	grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)' $(FB)/fuzz_$$t.log; \
+	grep -aE '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)' $(FB)/fuzz_$$t.log; \
 	done
 
 fuzz: fuzz-build
