@@ -7,9 +7,10 @@ and the same cores
 
   - the decode limit (bench/jpeg_limit: full libjpeg-turbo decode, one
     thread) x cores,
-  - stoker end to end through the Python binding, uint8 and float32,
+  - stoker end to end through the Python binding, uint8 and float32 (and,
+    as an extra, uint8 with the daemon's decoded cache tier),
   - PyTorch DataLoader (torchvision), uint8 and float32,
-  - NVIDIA DALI's CPU pipeline,
+  - NVIDIA DALI's CPU pipeline (and its fused crop-decode variant),
   - the C client's release+next round trip (bench/stoker_rtt),
   - stokerd's peak RSS against its ring,
   - where a sample's time goes (callgrind of bench/profile_pipeline, and
@@ -17,10 +18,13 @@ and the same cores
 
 and print one table, also written to bench/out/results.json. Each peer runs
 in its own interpreter. A peer that is not installed gets a "not installed"
-row. Nothing here asserts a target: it is a measurement, not a test.
+row. On a shared machine each row waits for the CPUs to be quiet, records
+the CPU share other processes took ("other") and is run again if disturbed.
+Nothing here asserts a target: it is a measurement, not a test.
 
     python3 bench/run.py [--images 1024] [--cores N] [--epochs 2] [--min-seconds 15] [--repeat 2]
-    (env: BENCH_IMAGES, BENCH_CORES, BENCH_EPOCHS, BENCH_MIN_SECONDS, BENCH_REPEAT)
+    (env: BENCH_IMAGES, BENCH_CORES, BENCH_EPOCHS, BENCH_MIN_SECONDS, BENCH_REPEAT,
+     BENCH_WAIT_QUIET, BENCH_RETRIES)
 """
 
 import argparse
@@ -42,7 +46,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 BUILD = os.path.abspath(os.environ.get("STOKER_BUILD") or os.path.join(REPO, "build"))
 PY = sys.executable
-IMAGENET = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 PREFETCH = 4  # the daemon's default depth, passed explicitly so ring bytes are known
 
 sys.stdout.reconfigure(line_buffering=True)

@@ -370,9 +370,13 @@ int main(int argc, char **argv)
 	}
 	r = stoker_connect(socket_path, &c.s);
 	if (r < 0) {
-		fprintf(stderr, "stokerctl: cannot reach stokerd at %s: %s\n",
+		/* The daemon's reason too, when it gave one (max_clients, access). */
+		const char *why = stoker_last_error(NULL);
+		int more = strcmp(why, strerror(-r)) != 0;
+
+		fprintf(stderr, "stokerctl: cannot reach stokerd at %s: %s%s%s%s\n",
 			socket_path ? socket_path : (getenv("STOKER_SOCKET") ? getenv("STOKER_SOCKET") : STOKER_DEFAULT_SOCKET),
-			strerror(-r));
+			strerror(-r), more ? " (" : "", more ? why : "", more ? ")" : "");
 		return EXIT_FAILURE;
 	}
 	r = run(&c, argc - optind - 1, argv + optind + 1);

@@ -4,16 +4,21 @@
  *
  * The library's source is compiled into this file, so a handle can sit on
  * a socketpair with no daemon behind it. The input's first byte picks what
- * the "application" does; the rest is what the "daemon" sends, all of it
- * written before the library reads, with a sealed memfd riding on the
- * first byte for an Attached to name as the ring. Then the library runs
- * the real API against it: the handshake, attach and a round of
- * next/release/set_epoch/checkpoint/restore, or statistics (JSON, text,
- * the snapshot lookups), or the configuration and control replies.
- * Whatever arrives, the library must return errors, never crash, leak,
- * read outside the ring or hang.
+ * the "application" does; the rest is what the "daemon" sends. A feeder
+ * thread plays the daemon: it writes the input one frame at a time (cut by
+ * the input's own length prefixes), each once the library has read the
+ * one before, so replies meet the requests they answer; a sealed memfd
+ * rides on the first byte, for an Attached to name as the ring; at the end
+ * it hangs up. Meanwhile the library runs the real API: the handshake,
+ * attach and a round of next/release/set_epoch/checkpoint/restore, or
+ * statistics (JSON, text, the snapshot lookups), or the configuration and
+ * control replies. Whatever arrives, the library must return errors, never
+ * crash, leak, read outside the ring or hang.
  */
+#include <pthread.h>
 #include <signal.h>
+#include <sys/ioctl.h>
+#include <linux/sockios.h>
 
 #include "../../client/libstoker.c"
 
@@ -36,28 +41,35 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	return 0;
 }
 
-/* What the client wrote: drop it, so its writes never block. */
-static void drain(int fd)
+/* What the client wrote: drop it, so its writes never block. Returns
+ * false once the client has closed its end. */
+static bool drain(int fd)
 {
 	char buf[65536];
+	ssize_t n;
 
-	while (recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0)
+	while ((n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0)
 		;
+	return n != 0;
 }
 
-static void feed(int peer, const uint8_t *data, size_t size)
+struct feeder {
+	pthread_t thread;
+	int peer, client;
+	const uint8_t *data;
+	size_t size;
+};
+
+static void send_first(int peer, const uint8_t *data)
 {
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
 	} control;
-	struct iovec iov = {.iov_base = (void *)data, .iov_len = size ? 1 : 0};
+	struct iovec iov = {.iov_base = (void *)data, .iov_len = 1};
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
 	struct cmsghdr *c;
-	size_t off;
 
-	if (!size)
-		return;
 	memset(&control, 0, sizeof(control));
 	mh.msg_control = control.buf;
 	mh.msg_controllen = sizeof(control.buf);
@@ -68,13 +80,53 @@ static void feed(int peer, const uint8_t *data, size_t size)
 	memcpy(CMSG_DATA(c), &ring_fd, sizeof(int));
 	if (sendmsg(peer, &mh, MSG_NOSIGNAL) != 1)
 		abort();
-	for (off = 1; off < size;) {
-		ssize_t n = send(peer, data + off, size - off, MSG_NOSIGNAL);
+}
 
-		if (n <= 0)
-			abort(); /* the buffer was sized for any input */
-		off += (size_t)n;
+/* The daemon's side: a frame at a time, each once the client's receive
+ * queue is empty (it has read the one before), then the hang-up. */
+static void *feed(void *arg)
+{
+	struct feeder *f = arg;
+	size_t pos = 0;
+
+	while (pos < f->size) {
+		size_t n = f->size - pos;
+		int queued = 1;
+
+		if (n >= 4) {
+			uint64_t body = (uint64_t)f->data[pos] | (uint64_t)f->data[pos + 1] << 8 |
+					(uint64_t)f->data[pos + 2] << 16 | (uint64_t)f->data[pos + 3] << 24;
+
+			if (body + 4 < n)
+				n = (size_t)body + 4;
+		}
+		for (int spins = 0; spins < 200000 && queued > 0; spins++) {
+			if (!drain(f->peer))
+				goto out; /* the client closed */
+			if (ioctl(f->client, SIOCINQ, &queued) < 0)
+				queued = 0;
+			if (queued > 0)
+				sched_yield();
+		}
+		if (pos == 0) {
+			send_first(f->peer, f->data);
+			pos++;
+			n--;
+		}
+		while (n > 0) {
+			ssize_t w = send(f->peer, f->data + pos, n, MSG_NOSIGNAL);
+
+			if (w <= 0)
+				goto out;
+			pos += (size_t)w;
+			n -= (size_t)w;
+		}
 	}
+out:
+	shutdown(f->peer, SHUT_WR);
+	while (drain(f->peer))
+		usleep(100);
+	return NULL;
 }
 
 static void touch_batch(const struct stoker_batch *b, volatile uint64_t *sink)
@@ -92,7 +144,7 @@ static void touch_batch(const struct stoker_batch *b, volatile uint64_t *sink)
 	*sink += stoker_batch_epoch(b) + stoker_batch_index(b) + stoker_batch_replaced(b);
 }
 
-static void batches(struct stoker *s, int peer)
+static void batches(struct stoker *s)
 {
 	struct stoker_opts *o = NULL;
 	char token[STOKER_CHECKPOINT_MAX];
@@ -103,15 +155,16 @@ static void batches(struct stoker *s, int peer)
 		return;
 	stoker_opts_set(o, "batch_size", "2");
 	if (stoker_attach(s, "/fuzz", o) < 0) {
+		if (getenv("STOKER_FUZZ_DEBUG"))
+			fprintf(stderr, "attach: %s\n", stoker_last_error(s));
 		stoker_opts_free(o);
 		return;
 	}
 	stoker_opts_free(o);
 	for (int i = 0; i < 64; i++) {
 		struct stoker_batch *b;
-		int r = stoker_next(s, 0, &b);
+		int r = stoker_next(s, -1, &b);
 
-		drain(peer);
 		if (r == 0) {
 			touch_batch(b, &sink);
 			if (i % 3 == 0) {
@@ -124,7 +177,7 @@ static void batches(struct stoker *s, int peer)
 				stoker_restore(s, token);
 		} else if (r == -ENODATA) {
 			stoker_set_epoch(s, stoker_epoch(s) + 1);
-		} else if (r != -ETIMEDOUT || i > 8) {
+		} else {
 			break;
 		}
 	}
@@ -133,7 +186,7 @@ static void batches(struct stoker *s, int peer)
 	stoker_release(held);
 }
 
-static void statistics(struct stoker *s, int peer)
+static void statistics(struct stoker *s)
 {
 	struct stoker_stats *st;
 	char *text = NULL;
@@ -141,10 +194,8 @@ static void statistics(struct stoker *s, int peer)
 
 	if (stoker_stats_json(s, &text) == 0)
 		free(text);
-	drain(peer);
 	if (stoker_stats_text(s, &text) == 0)
 		free(text);
-	drain(peer);
 	if (stoker_stats_get(s, &st) == 0) {
 		static const char *const names[] = {"images_per_second", "workers", "state", "clients", "cache", "rss_bytes"};
 
@@ -164,25 +215,20 @@ static void statistics(struct stoker *s, int peer)
 	}
 }
 
-static void control(struct stoker *s, int peer)
+static void control(struct stoker *s)
 {
 	char *text = NULL;
 	uint32_t n;
 
 	if (stoker_config_json(s, &text) == 0)
 		free(text);
-	drain(peer);
 	if (stoker_config_text(s, &text) == 0)
 		free(text);
-	drain(peer);
 	if (stoker_metrics(s, &text) == 0)
 		free(text);
-	drain(peer);
 	stoker_config_set(s, "workers", "2");
-	drain(peer);
 	if (stoker_reload(s, &text) == 0)
 		free(text);
-	drain(peer);
 	stoker_drain(s, 1, &n);
 }
 
@@ -190,6 +236,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	Stoker__Message hello = STOKER__MESSAGE__INIT, *reply = NULL;
 	Stoker__Hello h = STOKER__HELLO__INIT;
+	struct feeder f;
 	int sv[2], buf = 4 << 20;
 	struct stoker *s;
 	uint8_t what;
@@ -201,9 +248,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	setsockopt(sv[1], SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
 	setsockopt(sv[0], SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
-	feed(sv[1], data + 1, size - 1);
-	shutdown(sv[1], SHUT_WR);
 	if (fcntl(sv[0], F_SETFL, O_NONBLOCK) < 0)
+		abort();
+	f = (struct feeder){.peer = sv[1], .client = sv[0], .data = data + 1, .size = size - 1};
+	if (pthread_create(&f.thread, NULL, feed, &f) != 0)
 		abort();
 
 	/* stoker_connect() after its connect(2). */
@@ -216,19 +264,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	h.protocol_version = STOKER__VERSION__PROTOCOL_VERSION;
 	hello.body_case = STOKER__MESSAGE__BODY_HELLO;
 	hello.hello = &h;
-	if (request(s, &hello, STOKER__MESSAGE__BODY_WELCOME, 1000, &reply) == 0) {
+	if (request(s, &hello, STOKER__MESSAGE__BODY_WELCOME, -1, &reply) == 0) {
 		stoker__message__free_unpacked(reply, NULL);
 		switch (what % 4) {
-		case 0: batches(s, sv[1]); break;
-		case 1: statistics(s, sv[1]); break;
-		case 2: control(s, sv[1]); break;
+		case 0: batches(s); break;
+		case 1: statistics(s); break;
+		case 2: control(s); break;
 		default:
-			statistics(s, sv[1]);
-			batches(s, sv[1]);
-			control(s, sv[1]);
+			statistics(s);
+			batches(s);
+			control(s);
 			break;
 		}
 	}
+	/* The feeder sees the hang-up and ends before the fd is closed. */
+	shutdown(sv[0], SHUT_RDWR);
+	pthread_join(f.thread, NULL);
 	stoker_close(s);
 	close(sv[1]);
 	return 0;

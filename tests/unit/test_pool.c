@@ -194,7 +194,7 @@ static void test_pool_stress(void **state)
 	}
 	assert_int_equal(dataset_open(root, 1000, &x->ds, err, sizeof(err)), 0);
 	assert_int_equal(x->ds->count, SAMPLES);
-	assert_int_equal(cache_new(64 << 10, CACHE_MINIO, &cache), 0); /* smaller than the files: admits and rejects */
+	assert_int_equal(cache_new(8 << 10, CACHE_MINIO, &cache), 0); /* smaller than the files: admits and rejects */
 	ps.cache = cache;
 	x->loop = &loop;
 	x->image_bytes = transform_output_bytes(&spec);
@@ -221,6 +221,12 @@ static void test_pool_stress(void **state)
 	assert_true(pool_samples_copied(x->pool) > 0);
 	assert_int_equal(pool_decode_errors(x->pool), 0);
 	assert_true(x->resizes > 4);
+	{
+		struct cache_tier_stats cs;
+
+		cache_stats(cache, CACHE_ENCODED, &cs);
+		assert_true(cs.hits > 0 && cs.rejected > 0); /* some files fit, some not */
+	}
 	pool_free(x->pool);
 	assert_int_equal(uv_run(&loop, UV_RUN_DEFAULT), 0);
 	assert_int_equal(uv_loop_close(&loop), 0);
