@@ -6,6 +6,7 @@
  * stoker_next() takes them. The library never logs.
  */
 #include <errno.h>
+#include <math.h>
 #include <inttypes.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -39,6 +40,7 @@ struct stoker_batch {
 	uint32_t slot;
 	uint32_t count;
 	uint32_t replaced;
+	uint32_t boxes; /* detection: rows at boxes_offset */
 	uint64_t epoch;
 	uint64_t index;
 	bool queued; /* announced, not yet taken */
@@ -48,6 +50,8 @@ struct stoker_batch {
 struct stoker_opts {
 	Stoker__Attach attach;
 	float mean[3], std[3]; /* attach.mean/std point here once set */
+	Stoker__DetectOptions detect; /* attach.detect points here once set */
+	char split[64];
 };
 
 struct stoker {
@@ -63,6 +67,12 @@ struct stoker {
 	uint32_t slot_count;
 	uint64_t slot_bytes, labels_offset, indices_offset;
 	uint32_t batch_size, height, width, channels, num_classes;
+	/* Detection. */
+	bool detect;
+	uint64_t boxes_offset, label_errors;
+	uint32_t max_boxes;
+	char **class_names; /* [n_class_names] */
+	uint32_t n_class_names;
 	enum stoker_dtype dtype;
 	uint64_t dataset_samples, samples_per_epoch, batches_per_epoch;
 
@@ -218,7 +228,10 @@ static int handle_batch_ready(struct stoker *s, const Stoker__BatchReady *br)
 	b->count = br->count;
 	b->epoch = br->epoch;
 	b->index = br->batch_index;
+	if (br->boxes > (uint64_t)s->max_boxes * br->count)
+		return fail_connection(s, -EPROTO, "the daemon announced more boxes than the slot holds");
 	b->replaced = br->replaced;
+	b->boxes = br->boxes;
 	b->queued = true;
 	s->queue[(s->queue_head + s->queue_len) % s->slot_count] = br->slot;
 	s->queue_len++;
@@ -440,6 +453,9 @@ STOKER_API void stoker_close(struct stoker *s)
 	frame_out_release(&s->out);
 	free(s->slots);
 	free(s->queue);
+	for (uint32_t i = 0; i < s->n_class_names; i++)
+		free(s->class_names[i]);
+	free(s->class_names);
 	free(s);
 }
 
@@ -501,6 +517,7 @@ STOKER_API int stoker_opts_new(struct stoker_opts **out)
 	if (!o)
 		return -ENOMEM;
 	stoker__attach__init(&o->attach);
+	stoker__detect_options__init(&o->detect);
 	*out = o;
 	return 0;
 }
@@ -565,6 +582,57 @@ static int parse_float3(const char *v, float out[3], bool positive)
 		}
 	}
 	return 0;
+}
+
+/* Detection's options (Ultralytics' hyper-parameters under their names). */
+static int opts_set_detect(struct stoker_opts *o, const char *key, const char *value)
+{
+	Stoker__DetectOptions *d = &o->detect;
+	uint64_t v;
+	int r = -EINVAL;
+
+#define SET_FLOAT(name)                                                 \
+	if (!strcmp(key, #name)) {                                      \
+		char *end;                                              \
+		double x;                                               \
+		errno = 0;                                              \
+		x = strtod(value, &end);                                \
+		if (errno || end == value || *end || !isfinite(x))      \
+			return -EINVAL;                                 \
+		d->name = (float)x;                                     \
+		d->has_##name = true;                                   \
+		r = 0;                                                  \
+	}
+	SET_FLOAT(hsv_h) SET_FLOAT(hsv_s) SET_FLOAT(hsv_v) SET_FLOAT(degrees) SET_FLOAT(translate) SET_FLOAT(scale)
+	SET_FLOAT(shear) SET_FLOAT(perspective) SET_FLOAT(flipud) SET_FLOAT(fliplr) SET_FLOAT(mosaic) SET_FLOAT(mixup)
+#undef SET_FLOAT
+	if (!strcmp(key, "close_mosaic") || !strcmp(key, "max_boxes")) {
+		r = parse_u64(value, UINT32_MAX, &v);
+		if (r < 0)
+			return r;
+		if (key[0] == 'c') {
+			d->close_mosaic = (uint32_t)v;
+			d->has_close_mosaic = true;
+		} else {
+			d->max_boxes = (uint32_t)v;
+			d->has_max_boxes = true;
+		}
+	} else if (!strcmp(key, "epochs")) {
+		r = parse_u64(value, UINT64_MAX, &v);
+		if (r < 0)
+			return r;
+		d->epochs = v;
+		d->has_epochs = true;
+	} else if (!strcmp(key, "split")) {
+		if (!value[0] || strlen(value) >= sizeof(o->split))
+			return -EINVAL;
+		snprintf(o->split, sizeof(o->split), "%s", value);
+		d->split = o->split;
+		r = 0;
+	}
+	if (r == 0)
+		o->attach.detect = d;
+	return r;
 }
 
 STOKER_API int stoker_opts_set(struct stoker_opts *o, const char *key, const char *value)
@@ -672,12 +740,29 @@ STOKER_API int stoker_opts_set(struct stoker_opts *o, const char *key, const cha
 			a->transform = STOKER__TRANSFORM__RANDOM_RESIZED_CROP;
 		else if (!strcmp(value, "center_crop"))
 			a->transform = STOKER__TRANSFORM__CENTER_CROP;
+		else if (!strcmp(value, "letterbox"))
+			a->transform = STOKER__TRANSFORM__LETTERBOX;
+		else if (!strcmp(value, "mosaic"))
+			a->transform = STOKER__TRANSFORM__MOSAIC;
 		else
 			return -EINVAL;
 		a->has_transform = true;
 		return 0;
 	}
-	return -EINVAL;
+	if (!strcmp(key, "task")) {
+		if (!strcmp(value, "classify"))
+			a->task = STOKER__TASK__CLASSIFY;
+		else if (!strcmp(value, "detect"))
+			a->task = STOKER__TASK__DETECT;
+		else
+			return -EINVAL;
+		a->has_task = true;
+		/* Detection's usual transform, unless one was chosen. */
+		if (a->task == STOKER__TASK__DETECT && !a->has_transform)
+			a->transform = STOKER__TRANSFORM__MOSAIC;
+		return 0;
+	}
+	return opts_set_detect(o, key, value);
 }
 
 /* ---- attach ---- */
@@ -702,6 +787,11 @@ static int map_ring(struct stoker *s, const Stoker__Attached *at, int fd)
 	    at->indices_offset + 8ull * at->batch_size > at->slot_bytes || at->labels_offset % 8 ||
 	    at->indices_offset % 8 || at->ring_bytes > SIZE_MAX)
 		return set_error(s, -EPROTO, "the daemon described an impossible ring");
+	if (at->task == STOKER__TASK__DETECT &&
+	    (at->max_boxes == 0 || at->boxes_offset % 4 || at->boxes_offset < at->indices_offset + 8ull * at->batch_size ||
+	     at->boxes_offset > at->slot_bytes ||
+	     (at->slot_bytes - at->boxes_offset) / (24ull * at->batch_size) < at->max_boxes))
+		return set_error(s, -EPROTO, "the daemon described an impossible box area");
 	/* A ring that could shrink under us would turn reads into SIGBUS. */
 	seals = fcntl(fd, F_GET_SEALS);
 	if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(fd, &st) < 0 || (uint64_t)st.st_size < at->ring_bytes)
@@ -766,6 +856,25 @@ STOKER_API int stoker_attach(struct stoker *s, const char *dataset, const struct
 	s->channels = at->channels;
 	s->dtype = (enum stoker_dtype)at->dtype;
 	s->num_classes = at->num_classes;
+	s->detect = at->task == STOKER__TASK__DETECT;
+	s->boxes_offset = at->boxes_offset;
+	s->max_boxes = at->max_boxes;
+	s->label_errors = at->label_errors;
+	if (at->n_class_names) {
+		s->class_names = calloc(at->n_class_names, sizeof(*s->class_names));
+		if (!s->class_names) {
+			r = fail_connection(s, -ENOMEM, "out of memory");
+			goto out;
+		}
+		s->n_class_names = (uint32_t)at->n_class_names;
+		for (size_t i = 0; i < at->n_class_names; i++) {
+			s->class_names[i] = strdup(at->class_names[i]);
+			if (!s->class_names[i]) {
+				r = fail_connection(s, -ENOMEM, "out of memory");
+				goto out;
+			}
+		}
+	}
 	s->dataset_samples = at->dataset_samples;
 	s->samples_per_epoch = at->samples_per_epoch;
 	s->batches_per_epoch = at->batches_per_epoch;
@@ -984,6 +1093,30 @@ STOKER_API uint32_t stoker_batch_replaced(const struct stoker_batch *b)
 	return b ? b->replaced : 0;
 }
 
+STOKER_API const float *stoker_batch_boxes(const struct stoker_batch *b, uint32_t *count)
+{
+	if (!b || !b->s->detect)
+		return NULL;
+	if (count)
+		*count = b->boxes;
+	return (const float *)(slot_base(b) + b->s->boxes_offset);
+}
+
+STOKER_API enum stoker_task stoker_task(const struct stoker *s)
+{
+	return s && s->attached && s->detect ? STOKER_TASK_DETECT : STOKER_TASK_CLASSIFY;
+}
+
+STOKER_API uint64_t stoker_label_errors(const struct stoker *s)
+{
+	return s && s->attached ? s->label_errors : 0;
+}
+
+STOKER_API const char *stoker_class_name(const struct stoker *s, uint32_t cls)
+{
+	return s && s->attached && cls < s->n_class_names ? s->class_names[cls] : NULL;
+}
+
 /* ---- statistics ---- */
 
 /* A growing text buffer; on allocation failure it stays failed. */
@@ -1076,9 +1209,10 @@ static void stats_json(struct text *t, const Stoker__Stats *st)
 		    "\"worker_busy_seconds\": %.3f",
 		    (unsigned long long)st->rss_bytes, st->connections, st->worker_threads, st->worker_busy_seconds);
 	text_printf(t,
-		    ", \"samples_decoded\": %llu, \"samples_copied\": %llu, \"ring_bytes\": %llu, "
-		    "\"memory_budget_bytes\": %llu, \"cache\": ",
+		    ", \"samples_decoded\": %llu, \"samples_copied\": %llu, \"label_errors\": %llu, "
+		    "\"boxes_dropped\": %llu, \"ring_bytes\": %llu, \"memory_budget_bytes\": %llu, \"cache\": ",
 		    (unsigned long long)st->samples_decoded, (unsigned long long)st->samples_copied,
+		    (unsigned long long)st->label_errors, (unsigned long long)st->boxes_dropped,
 		    (unsigned long long)st->ring_bytes, (unsigned long long)st->memory_budget_bytes);
 	if (!st->cache_policy) {
 		text_printf(t, "null}\n");
@@ -1118,6 +1252,10 @@ static void stats_text(struct text *t, const Stoker__Stats *st)
 		    (unsigned long long)st->images_served, (unsigned long long)st->batches_served,
 		    (unsigned long long)st->decode_errors, (unsigned long long)st->protocol_errors, st->workers,
 		    st->worker_busy * 100.0, st->n_clients);
+	if (st->label_errors || st->boxes_dropped)
+		text_printf(t, "  label errors    %llu (objects dropped from label files)\n  boxes dropped   %llu (over "
+			       "max_boxes)\n",
+			    (unsigned long long)st->label_errors, (unsigned long long)st->boxes_dropped);
 	text_printf(t, "  memory          %.1f MiB of %.1f MiB budget in rings\n", st->ring_bytes / 1048576.0,
 		    st->memory_budget_bytes / 1048576.0);
 	if (st->cache_policy) {

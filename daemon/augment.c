@@ -477,3 +477,87 @@ int pipeline_run_image(struct pipeline *p, const struct pipeline_image *img, con
 		return r;
 	return transform(p, img, img->full_width, img->full_height, spec, rng, rgb, out);
 }
+
+/* Ultralytics' load_image size: the long side to `side`, aspect kept, each
+ * side min(ceil(side0 * r), side). */
+static void fit_size(uint32_t width, uint32_t height, uint32_t side, uint32_t *tw, uint32_t *th)
+{
+	double r = (double)side / (width > height ? width : height);
+	double w = ceil(width * r - 1e-9), h = ceil(height * r - 1e-9);
+
+	*tw = (uint32_t)fmax(1, fmin(w, side));
+	*th = (uint32_t)fmax(1, fmin(h, side));
+}
+
+/* Resample the whole decoded `reg` (the full image at 1/denom) to tw x th. */
+static int fit_resize(struct pipeline *p, const struct decoded_region *reg, uint32_t tw, uint32_t th, uint8_t *out)
+{
+	int r = resize_rgbx(p->rs, reg->pixels, reg->width, reg->height, reg->stride, 0, 0, reg->width, reg->height,
+			    out, tw, th, (size_t)tw * 3, false, resize_vertical_first(reg->width, reg->height, tw, th));
+
+	if (r < 0)
+		snprintf(p->error, sizeof(p->error), "Resampling failed: %s", r == -ENOMEM ? "out of memory" : "bad window");
+	return r;
+}
+
+int pipeline_fit(struct pipeline *p, const uint8_t *jpeg, size_t len, uint32_t side, uint8_t *out, uint32_t *width,
+		 uint32_t *height)
+{
+	struct decoded_region reg;
+	uint32_t w, h, tw, th, sw, sh;
+	unsigned denom = 1;
+	int r;
+
+	if (!p || !out || side == 0 || (!jpeg && len))
+		return -EINVAL;
+	p->error[0] = '\0';
+	r = decoder_open(p->dec, jpeg, len, &w, &h);
+	if (r < 0) {
+		snprintf(p->error, sizeof(p->error), "%s", decoder_error(p->dec));
+		goto finish;
+	}
+	fit_size(w, h, side, &tw, &th);
+	/* The largest DCT reduction that still has every output pixel's worth. */
+	for (unsigned d = 8; d > 1; d /= 2) {
+		decoder_scaled_size(p->dec, d, &sw, &sh);
+		if (sw >= tw && sh >= th) {
+			denom = d;
+			break;
+		}
+	}
+	decoder_scaled_size(p->dec, denom, &sw, &sh);
+	r = decoder_read(p->dec, denom, 0, 0, sw, sh, &reg);
+	if (r < 0) {
+		snprintf(p->error, sizeof(p->error), "%s", decoder_error(p->dec));
+		goto finish;
+	}
+	r = fit_resize(p, &reg, tw, th, out);
+	if (r == 0) {
+		*width = tw;
+		*height = th;
+	}
+finish:
+	decoder_finish(p->dec);
+	return r;
+}
+
+int pipeline_fit_image(struct pipeline *p, const struct pipeline_image *img, uint32_t side, uint8_t *out,
+		       uint32_t *width, uint32_t *height)
+{
+	struct decoded_region reg;
+	uint32_t tw, th;
+	int r;
+
+	if (!p || !img || !img->pixels || !out || side == 0 || img->width == 0 || img->height == 0)
+		return -EINVAL;
+	p->error[0] = '\0';
+	fit_size(img->full_width, img->full_height, side, &tw, &th);
+	reg = (struct decoded_region){.pixels = img->pixels, .stride = img->stride, .width = img->width,
+				      .height = img->height};
+	r = fit_resize(p, &reg, tw, th, out);
+	if (r == 0) {
+		*width = tw;
+		*height = th;
+	}
+	return r;
+}

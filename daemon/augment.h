@@ -106,6 +106,18 @@ int pipeline_decode_image(struct pipeline *p, const uint8_t *jpeg, size_t len, u
 int pipeline_run_image(struct pipeline *p, const struct pipeline_image *img, const struct transform_spec *spec,
 		       struct rng *rng, uint8_t *out);
 
+/*
+ * The whole image resized so its long side is `side`, aspect kept (each
+ * side min(ceil(side0 * side / long0), side), as Ultralytics' load_image):
+ * RGB rows of *width * 3 bytes into `out` (side * side * 3 bytes at most).
+ * Decoded at the largest DCT reduction that keeps that size. Errors as
+ * pipeline_run(). pipeline_fit_image() does the same from a decoded image.
+ */
+int pipeline_fit(struct pipeline *p, const uint8_t *jpeg, size_t len, uint32_t side, uint8_t *out, uint32_t *width,
+		 uint32_t *height);
+int pipeline_fit_image(struct pipeline *p, const struct pipeline_image *img, uint32_t side, uint8_t *out,
+		       uint32_t *width, uint32_t *height);
+
 /* The last error's human-readable reason (libjpeg's message, or ours). */
 const char *pipeline_error(const struct pipeline *p);
 

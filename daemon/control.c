@@ -152,6 +152,9 @@ void control_handle_stats(struct conn *c)
 	st.has_samples_decoded = st.has_samples_copied = true;
 	st.samples_decoded = pool_samples_decoded(d->pool);
 	st.samples_copied = pool_samples_copied(d->pool);
+	st.has_label_errors = st.has_boxes_dropped = true;
+	st.label_errors = d->label_errors;
+	st.boxes_dropped = pool_boxes_dropped(d->pool);
 	st.has_ring_bytes = st.has_memory_budget_bytes = true;
 	st.ring_bytes = d->ring_bytes;
 	st.memory_budget_bytes = d->cfg.memory_budget;

@@ -124,6 +124,7 @@ struct daemon {
 	uint64_t images_served;
 	uint64_t batches_served;
 	uint64_t protocol_errors;
+	uint64_t label_errors; /* objects dropped from the label files of data sets opened */
 	struct stats_sample window[STATS_WINDOW];
 	unsigned window_next;
 };

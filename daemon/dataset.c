@@ -369,6 +369,61 @@ out:
 	return r;
 }
 
+/* The directory a list file's relative paths start from. */
+static int open_parent(const char *file, int *dirfd, char *errbuf, size_t errlen)
+{
+	char dir[PATH_MAX];
+	char *slash;
+	int fd;
+
+	snprintf(dir, sizeof(dir), "%s", file);
+	slash = strrchr(dir, '/');
+	if (slash == dir)
+		slash[1] = '\0';
+	else if (slash)
+		*slash = '\0';
+	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+
+		set_err(errbuf, errlen, "dataset %s: %s", dir, strerror(e));
+		return -e;
+	}
+	*dirfd = fd;
+	return 0;
+}
+
+/* The data set the builder's samples make; takes over b's arrays and
+ * dirfd on success. */
+static int dataset_make(struct builder *b, const char *root, const char *key, int dirfd, uint32_t num_classes,
+			struct dataset **out)
+{
+	struct dataset *ds = calloc(1, sizeof(*ds));
+
+	if (!ds)
+		return -ENOMEM;
+	ds->root = strdup(root);
+	ds->key = strdup(key);
+	ds->bad = calloc(b->n / 64 + 1, sizeof(*ds->bad));
+	if (!ds->root || !ds->key || !ds->bad) {
+		free(ds->root);
+		free(ds->key);
+		free(ds->bad);
+		free(ds);
+		return -ENOMEM;
+	}
+	ds->dirfd = dirfd;
+	ds->count = b->n;
+	ds->num_classes = num_classes;
+	ds->names = b->names;
+	ds->name_off = b->off;
+	ds->labels = b->labels;
+	ds->refs = 1;
+	memset(b, 0, sizeof(*b));
+	*out = ds;
+	return 0;
+}
+
 int dataset_open(const char *path, uint64_t max_samples, struct dataset **out, char *errbuf, size_t errlen)
 {
 	struct builder b = {.max = max_samples};
@@ -392,21 +447,9 @@ int dataset_open(const char *path, uint64_t max_samples, struct dataset **out, c
 		}
 		r = scan_image_folder(dirfd, real, &b, &num_classes, errbuf, errlen);
 	} else if (S_ISREG(st.st_mode)) {
-		char dir[PATH_MAX];
-		char *slash;
-
-		snprintf(dir, sizeof(dir), "%s", real);
-		slash = strrchr(dir, '/');
-		if (slash == dir)
-			slash[1] = '\0';
-		else if (slash)
-			*slash = '\0';
-		dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-		if (dirfd < 0) {
-			r = -errno;
-			set_err(errbuf, errlen, "dataset %s: %s", dir, strerror(errno));
+		r = open_parent(real, &dirfd, errbuf, errlen);
+		if (r < 0)
 			goto fail;
-		}
 		r = scan_list_file(real, &b, &num_classes, errbuf, errlen);
 	} else {
 		set_err(errbuf, errlen, "dataset %s: neither a directory nor a list file", path);
@@ -418,31 +461,280 @@ int dataset_open(const char *path, uint64_t max_samples, struct dataset **out, c
 		goto fail;
 	}
 
-	ds = calloc(1, sizeof(*ds));
-	if (!ds)
-		goto nomem;
-	ds->root = strdup(real);
-	ds->bad = calloc(b.n / 64 + 1, sizeof(*ds->bad));
-	if (!ds->root || !ds->bad)
-		goto nomem;
-	ds->dirfd = dirfd;
-	ds->count = b.n;
-	ds->num_classes = num_classes;
-	ds->names = b.names;
-	ds->name_off = b.off;
-	ds->labels = b.labels;
-	ds->refs = 1;
+	r = dataset_make(&b, real, real, dirfd, num_classes, &ds);
+	if (r < 0) {
+		set_err(errbuf, errlen, "dataset %s: out of memory", path);
+		goto fail;
+	}
 	*out = ds;
 	return 0;
+fail:
+	builder_free(&b);
+	if (dirfd >= 0)
+		close(dirfd);
+	return r;
+}
+
+/* ---- detection data sets (Ultralytics' YOLO layout) ---- */
+
+/* Every JPEG under the directory, as paths relative to it, sorted as full
+ * paths (Ultralytics sorts its recursive glob). */
+static int scan_image_tree(int rootfd, const char *path, struct builder *b, char *errbuf, size_t errlen)
+{
+	struct strvec dirs = {0}, files = {0}, all = {0};
+	int r;
+
+	r = walk_dirs(rootfd, ".", 0, &dirs);
+	for (size_t i = 0; r >= 0 && i < dirs.n; i++) {
+		r = list_files(rootfd, dirs.v[i], &files);
+		for (size_t f = 0; r >= 0 && f < files.n; f++) {
+			char rel[PATH_MAX];
+			const char *d = dirs.v[i] + (strcmp(dirs.v[i], ".") == 0 ? 1 : 2);
+
+			if ((size_t)snprintf(rel, sizeof(rel), "%s%s%s", d, *d ? "/" : "", files.v[f]) >= sizeof(rel))
+				r = -ENAMETOOLONG;
+			else
+				r = strvec_push(&all, rel);
+		}
+		strvec_free(&files);
+	}
+	if (r < 0) {
+		set_err(errbuf, errlen, "dataset %s: %s", path, strerror(-r));
+		goto out;
+	}
+	strvec_sort(&all);
+	for (size_t i = 0; i < all.n; i++) {
+		r = builder_add(b, all.v[i], 0);
+		if (r < 0) {
+			set_err(errbuf, errlen, "%s: more than %llu samples", path, (unsigned long long)b->max);
+			goto out;
+		}
+	}
+	if (b->n == 0) {
+		set_err(errbuf, errlen, "dataset %s: no .jpg/.jpeg files under it", path);
+		r = -ENOENT;
+	}
+out:
+	strvec_free(&dirs);
+	strvec_free(&files);
+	strvec_free(&all);
+	return r;
+}
+
+/* A .txt of image paths, one a line, relative to its directory. */
+static int scan_image_list(const char *path, struct builder *b, char *errbuf, size_t errlen)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	FILE *f;
+	int r = 0;
+
+	f = fopen(path, "re");
+	if (!f) {
+		r = -errno;
+		set_err(errbuf, errlen, "%s: %s", path, strerror(-r));
+		return r;
+	}
+	while ((len = getline(&line, &cap, f)) >= 0) {
+		char *p = line, *end = line + len;
+
+		while (end > line && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t'))
+			*--end = '\0';
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (*p == '\0' || *p == '#')
+			continue;
+		if (strncmp(p, "./", 2) == 0)
+			p += 2;
+		r = builder_add(b, p, 0);
+		if (r < 0) {
+			set_err(errbuf, errlen, "%s: more than %llu samples", path, (unsigned long long)b->max);
+			goto out;
+		}
+	}
+	if (b->n == 0) {
+		set_err(errbuf, errlen, "%s: no images listed", path);
+		r = -ENOENT;
+	}
+out:
+	free(line);
+	fclose(f);
+	return r;
+}
+
+/* Read sample i's label file (bounded) into *text; 0 with *len 0 when
+ * there is none. */
+static int read_label_file(const char *path, char **text, size_t *cap, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY), r = 0;
+	struct stat st;
+
+	*len = 0;
+	if (fd < 0)
+		return errno == ENOENT ? 0 : -errno;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		r = fstat(fd, &st) < 0 ? -errno : -EINVAL;
+		goto out;
+	}
+	if (st.st_size > LABELS_MAX_FILE_BYTES) {
+		r = -EFBIG;
+		goto out;
+	}
+	r = grow((void **)text, cap, (size_t)st.st_size + 1, 1);
+	while (r == 0 && *len < (size_t)st.st_size) {
+		ssize_t n = read(fd, *text + *len, (size_t)st.st_size - *len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			r = n < 0 ? -errno : 0;
+			break;
+		}
+		*len += (size_t)n;
+	}
+out:
+	close(fd);
+	return r;
+}
+
+/* Every sample's objects, in sample order. */
+static int read_labels(struct dataset *ds, label_report_fn report, void *ctx, char *errbuf, size_t errlen)
+{
+	struct box_vec boxes = {0};
+	char *text = NULL;
+	size_t cap = 0, len;
+	int32_t max_class = -1;
+	int r = 0;
+
+	ds->box_off = calloc(ds->count + 1, sizeof(*ds->box_off));
+	if (!ds->box_off)
+		goto nomem;
+	for (uint64_t i = 0; i < ds->count; i++) {
+		const char *name = dataset_name(ds, i);
+		char image[PATH_MAX * 2], label[PATH_MAX * 2];
+		size_t before = boxes.n;
+
+		ds->box_off[i] = boxes.n;
+		if ((size_t)snprintf(image, sizeof(image), "%s%s%s", name[0] == '/' ? "" : ds->root,
+				     name[0] == '/' ? "" : "/", name) >= sizeof(image) ||
+		    labels_path(image, label, sizeof(label)) < 0) {
+			if (report)
+				report(ctx, image, 0, "the label file's path is too long");
+			ds->label_errors++;
+			continue;
+		}
+		r = read_label_file(label, &text, &cap, &len);
+		if (r < 0) {
+			if (r == -ENOMEM)
+				goto nomem;
+			if (report)
+				report(ctx, label, 0, r == -EFBIG ? "larger than 4 MiB: not a label file" : strerror(-r));
+			ds->label_errors++;
+			continue;
+		}
+		if (len == 0 && access(label, F_OK) < 0)
+			ds->label_files_missing++;
+		r = labels_parse(text, len, ds->class_names ? ds->num_classes : 0, label, report, ctx, &boxes);
+		if (r < 0)
+			goto nomem;
+		ds->label_errors += (uint64_t)r;
+		for (size_t k = before; k < boxes.n; k++)
+			if ((int32_t)boxes.v[k].cls > max_class)
+				max_class = (int32_t)boxes.v[k].cls;
+	}
+	ds->box_off[ds->count] = boxes.n;
+	ds->boxes = boxes.v;
+	boxes.v = NULL;
+	if (!ds->class_names)
+		ds->num_classes = (uint32_t)(max_class + 1);
+	r = 0;
+	goto out;
 nomem:
 	r = -ENOMEM;
-	set_err(errbuf, errlen, "dataset %s: out of memory", path);
-	if (ds) {
-		free(ds->root);
-		free(ds->bad);
-		free(ds);
+	set_err(errbuf, errlen, "dataset %s: out of memory reading its labels", ds->root);
+out:
+	free(boxes.v);
+	free(text);
+	return r;
+}
+
+int dataset_open_detect(const char *path, const char *split, uint64_t max_samples, label_report_fn report,
+			void *report_ctx, struct dataset **out, char *errbuf, size_t errlen)
+{
+	struct builder b = {.max = max_samples};
+	struct data_yaml yaml = {0};
+	struct dataset *ds = NULL;
+	char real[PATH_MAX], images[PATH_MAX], key[PATH_MAX + 64];
+	const char *dot;
+	struct stat st;
+	int r, dirfd = -1;
+
+	if (!realpath(path, real)) {
+		r = -errno;
+		set_err(errbuf, errlen, "dataset %s: %s", path, strerror(-r));
+		return r;
 	}
+	snprintf(images, sizeof(images), "%s", real);
+	dot = strrchr(real, '.');
+	if (dot && (strcasecmp(dot, ".yaml") == 0 || strcasecmp(dot, ".yml") == 0)) {
+		r = data_yaml_load(real, split, &yaml, errbuf, errlen);
+		if (r < 0)
+			return r;
+		if (!realpath(yaml.split_path, images)) {
+			r = -errno;
+			set_err(errbuf, errlen, "dataset %s: split '%s' is %s: %s", path, split, yaml.split_path,
+				strerror(-r));
+			goto fail;
+		}
+	}
+	if (stat(images, &st) < 0) {
+		r = -errno;
+		set_err(errbuf, errlen, "dataset %s: %s", images, strerror(-r));
+		goto fail;
+	}
+	if (S_ISDIR(st.st_mode)) {
+		dirfd = open(images, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		r = dirfd < 0 ? -errno : scan_image_tree(dirfd, images, &b, errbuf, errlen);
+	} else if (S_ISREG(st.st_mode)) {
+		r = open_parent(images, &dirfd, errbuf, errlen);
+		if (r == 0)
+			r = scan_image_list(images, &b, errbuf, errlen);
+	} else {
+		r = -EINVAL;
+	}
+	if (r < 0) {
+		if (!errbuf[0])
+			set_err(errbuf, errlen, "dataset %s: %s", images, strerror(-r));
+		goto fail;
+	}
+	if (S_ISREG(st.st_mode)) {
+		/* Names are relative to the list's directory. */
+		char *slash = strrchr(images, '/');
+
+		if (slash && slash != images)
+			*slash = '\0';
+	}
+	snprintf(key, sizeof(key), "detect:%s:%s", split, real);
+	r = dataset_make(&b, images, key, dirfd, yaml.nnames, &ds);
+	if (r < 0) {
+		set_err(errbuf, errlen, "dataset %s: out of memory", path);
+		goto fail;
+	}
+	dirfd = -1;
+	ds->detect = true;
+	ds->class_names = yaml.names;
+	yaml.names = NULL;
+	yaml.nnames = 0;
+	r = read_labels(ds, report, report_ctx, errbuf, errlen);
+	if (r < 0)
+		goto fail;
+	data_yaml_clear(&yaml);
+	*out = ds;
+	return 0;
 fail:
+	dataset_unref(ds);
+	data_yaml_clear(&yaml);
 	builder_free(&b);
 	if (dirfd >= 0)
 		close(dirfd);
@@ -461,6 +753,12 @@ void dataset_unref(struct dataset *ds)
 		return;
 	close(ds->dirfd);
 	free(ds->root);
+	free(ds->key);
+	free(ds->boxes);
+	free(ds->box_off);
+	for (uint32_t i = 0; ds->class_names && i < ds->num_classes; i++)
+		free(ds->class_names[i]);
+	free(ds->class_names);
 	free(ds->names);
 	free(ds->name_off);
 	free(ds->labels);

@@ -9,6 +9,10 @@
  * - A text file of `relative/path label` lines (label = the last field;
  *   relative to the list file's directory; '#' comments and blank lines
  *   skipped).
+ * - For detection (dataset_open_detect): Ultralytics' YOLO layout. A
+ *   directory (every .jpg/.jpeg under it, sorted by path), a .txt list of
+ *   image paths, or a data.yaml naming a split; each image's objects from
+ *   its label file (labels.h). A missing label file means no objects.
  * A sample's index is its position in that order.
  *
  * Opened once (a blocking scan, run off the loop thread), then read-only and
@@ -23,6 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "labels.h"
+
 struct dataset {
 	char *root; /* real path of the directory or list file */
 	int dirfd;  /* directory sample paths are relative to (O_PATH) */
@@ -33,10 +39,27 @@ struct dataset {
 	int32_t *labels;     /* [count] */
 	_Atomic uint64_t *bad; /* [count/64+1] bitmap of files that failed to decode */
 	unsigned refs;       /* loop thread only */
+	/* The name sessions find it by: the real path, and for detection the
+	 * split too (the same files can be two data sets). */
+	char *key;
+	/* Detection: sample i's objects are boxes[box_off[i] .. box_off[i+1]). */
+	bool detect;
+	struct detect_box *boxes;
+	uint64_t *box_off;    /* [count + 1] */
+	uint64_t label_errors; /* objects dropped from label files */
+	uint64_t label_files_missing;
+	char **class_names;   /* [num_classes] from the yaml, else NULL */
 };
 
 /* Scan `path`. On failure, a message for the client goes to errbuf. */
 int dataset_open(const char *path, uint64_t max_samples, struct dataset **out, char *errbuf, size_t errlen);
+/*
+ * Scan a detection data set at `path` (a directory, a .txt list of images
+ * or a data.yaml, whose split `split` is taken) and read every label file.
+ * Label errors go to `report` (may be NULL) and are counted.
+ */
+int dataset_open_detect(const char *path, const char *split, uint64_t max_samples, label_report_fn report,
+			void *report_ctx, struct dataset **out, char *errbuf, size_t errlen);
 struct dataset *dataset_ref(struct dataset *ds);
 /* Drop a reference; frees on the last. Accepts NULL. */
 void dataset_unref(struct dataset *ds);

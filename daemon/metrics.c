@@ -250,6 +250,10 @@ int metrics_render(struct daemon *d, char **out, size_t *len)
 		d->pool ? pool_samples_decoded(d->pool) : 0);
 	COUNTER(&e, "stoker_samples_copied_total", "Samples copied from a coordinated job's ring instead of decoded.",
 		d->pool ? pool_samples_copied(d->pool) : 0);
+	COUNTER(&e, "stoker_label_errors_total", "Objects dropped from detection label files (malformed or out of range).",
+		d->label_errors);
+	COUNTER(&e, "stoker_boxes_dropped_total", "Boxes left out of a batch: an image had more than its max_boxes.",
+		d->pool ? pool_boxes_dropped(d->pool) : 0);
 	COUNTER(&e, "stoker_worker_busy_seconds_total", "Time the workers spent producing samples, all summed.",
 		d->pool ? (double)pool_busy_ns(d->pool) / 1e9 : 0);
 	GAUGE(&e, "stoker_workers", "Worker threads configured.", d->pool ? pool_workers(d->pool) : 0);

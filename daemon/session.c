@@ -8,6 +8,7 @@
 
 #include "daemon.h"
 #include "dataset.h"
+#include "detect.h"
 #include "log.h"
 #include "ring.h"
 #include "session.h"
@@ -16,6 +17,14 @@
 /* torchvision's ImageNet normalisation, the default for float output. */
 static const float imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
 static const float imagenet_std[3] = {0.229f, 0.224f, 0.225f};
+
+/* Class names sent with Attached, at most (a frame is 64 KiB by default). */
+#define SESSION_MAX_NAMES_BYTES (32u << 10)
+/* Boxes per image a slot has room for: the default and the bound. */
+#define SESSION_DEFAULT_MAX_BOXES 1000u
+#define SESSION_MAX_BOXES 10000u
+/* Label errors logged per data set; the rest are counted. */
+#define SESSION_MAX_LABEL_LOGS 20u
 
 /* Data sets larger than this are refused (the plan holds 8 bytes a sample). */
 #define SESSION_MAX_SAMPLES (1ull << 32)
@@ -27,10 +36,27 @@ struct attach_request {
 	Stoker__Attach params; /* its arrays point into this request */
 	float mean[3], std[3];
 	char path[PATH_MAX];
+	/* Detection: the options, copied out of the message. */
+	struct detect_params detect;
+	uint32_t close_mosaic, max_boxes;
+	uint64_t train_epochs;
+	char split[64];
+	char key[PATH_MAX + 96]; /* the data set's dataset->key */
 	struct dataset *result;
 	int err;
 	char errbuf[512];
 };
+
+static const char *transform_name(Stoker__Transform t)
+{
+	switch (t) {
+	case STOKER__TRANSFORM__RANDOM_RESIZED_CROP: return "random_resized_crop";
+	case STOKER__TRANSFORM__CENTER_CROP: return "center_crop";
+	case STOKER__TRANSFORM__LETTERBOX: return "letterbox";
+	case STOKER__TRANSFORM__MOSAIC: return "mosaic";
+	default: return "?";
+	}
+}
 
 static size_t align_up(size_t v, size_t a)
 {
@@ -39,10 +65,10 @@ static size_t align_up(size_t v, size_t a)
 
 /* ---- data sets shared between sessions ---- */
 
-static struct dataset *datasets_find(struct daemon *d, const char *root)
+static struct dataset *datasets_find(struct daemon *d, const char *key)
 {
 	for (size_t i = 0; i < d->ndatasets; i++)
-		if (strcmp(d->datasets[i]->root, root) == 0)
+		if (strcmp(d->datasets[i]->key, key) == 0)
 			return dataset_ref(d->datasets[i]);
 	return NULL;
 }
@@ -55,6 +81,7 @@ static int datasets_add(struct daemon *d, struct dataset *ds)
 		return -ENOMEM;
 	d->datasets = v;
 	d->datasets[d->ndatasets++] = ds;
+	d->label_errors += ds->label_errors;
 	return 0;
 }
 
@@ -192,6 +219,19 @@ static void job_prepare(struct session *s, uint32_t slot, uint64_t b)
 	job->owner = s;
 	job->copy_from = NULL;
 	job->source_owner = NULL;
+	job->detect = s->detect;
+	if (s->detect) {
+		job->detect_transform = s->detect_transform;
+		job->detect_params = s->detect_params;
+		/* Ultralytics' close_mosaic: the last epochs go without mosaic and mixup. */
+		if (s->train_epochs && s->close_mosaic && s->epoch + s->close_mosaic >= s->train_epochs) {
+			job->detect_params.mosaic = 0;
+			job->detect_params.mixup = 0;
+		}
+		job->max_boxes = s->max_boxes;
+		job->boxes = (float *)(base + s->boxes_offset);
+		job->box_count = 0;
+	}
 	atomic_store_explicit(&job->replaced, 0, memory_order_relaxed);
 	atomic_store_explicit(&job->cancelled, false, memory_order_relaxed);
 }
@@ -319,6 +359,8 @@ static void session_deliver(struct session *s)
 		br.count = s->jobs[slot].count;
 		br.replaced = atomic_load_explicit(&s->jobs[slot].replaced, memory_order_relaxed);
 		br.has_replaced = true;
+		br.has_boxes = s->detect;
+		br.boxes = s->jobs[slot].box_count;
 		msg.body_case = STOKER__MESSAGE__BODY_BATCH_READY;
 		msg.batch_ready = &br;
 		s->slot_state[slot] = SLOT_CLIENT;
@@ -415,6 +457,14 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	s->spec.image_size = a->image_size;
 	s->spec.dtype = (enum sample_dtype)a->dtype;
 	s->coordinated = a->coordinated;
+	s->detect = a->task == STOKER__TASK__DETECT;
+	if (s->detect) {
+		s->detect_transform = a->transform == STOKER__TRANSFORM__LETTERBOX ? DETECT_LETTERBOX : DETECT_TRAIN;
+		s->detect_params = req->detect;
+		s->close_mosaic = req->close_mosaic;
+		s->train_epochs = req->train_epochs;
+		s->max_boxes = req->max_boxes;
+	}
 	for (int ch = 0; ch < 3; ch++) {
 		s->spec.mean[ch] = a->n_mean == 3 ? a->mean[ch] : imagenet_mean[ch];
 		s->spec.std[ch] = a->n_std == 3 ? a->std[ch] : imagenet_std[ch];
@@ -432,8 +482,13 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	image_bytes = (uint64_t)a->batch_size * transform_output_bytes(&s->spec);
 	s->labels_offset = align_up(image_bytes, 64);
 	s->indices_offset = s->labels_offset + (size_t)a->batch_size * sizeof(int64_t);
-	slot_bytes = align_up(s->indices_offset + (size_t)a->batch_size * sizeof(int64_t),
-			      (size_t)sysconf(_SC_PAGESIZE));
+	slot_bytes = s->indices_offset + (size_t)a->batch_size * sizeof(int64_t);
+	if (s->detect) {
+		/* Then the boxes: room for max_boxes rows per image. */
+		s->boxes_offset = align_up(slot_bytes, 64);
+		slot_bytes = s->boxes_offset + (uint64_t)a->batch_size * s->max_boxes * DETECT_BOX_FLOATS * sizeof(float);
+	}
+	slot_bytes = align_up(slot_bytes, (size_t)sysconf(_SC_PAGESIZE));
 	slots = prefetch + 1; /* the batch the client holds, plus those ready ahead */
 	ring_bytes = slot_bytes * slots;
 	if (ring_bytes > d->cfg.max_ring_bytes) {
@@ -507,6 +562,23 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	at.epoch = a->epoch;
 	at.has_dtype = true;
 	at.dtype = a->dtype;
+	if (s->detect) {
+		size_t names_bytes = 0;
+
+		at.has_task = at.has_boxes_offset = at.has_max_boxes = at.has_label_errors = true;
+		at.task = STOKER__TASK__DETECT;
+		at.boxes_offset = s->boxes_offset;
+		at.max_boxes = s->max_boxes;
+		at.label_errors = ds->label_errors;
+		/* Names while they fit a frame; the classes themselves are numbers. */
+		for (uint32_t i = 0; ds->class_names && i < ds->num_classes; i++) {
+			names_bytes += strlen(ds->class_names[i]) + 4;
+			if (names_bytes > SESSION_MAX_NAMES_BYTES)
+				break;
+			at.n_class_names = i + 1;
+		}
+		at.class_names = ds->class_names;
+	}
 	msg.body_case = STOKER__MESSAGE__BODY_ATTACHED;
 	msg.attached = &at;
 
@@ -517,8 +589,8 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 		goto out; /* the connection closed and detached the session */
 	log_info("client %llu (pid %d): attached to %s (%llu samples), rank %u/%u, batch %u, %s %u, seed %llu",
 		 (unsigned long long)c->id, (int)c->pid, ds->root, (unsigned long long)ds->count, a->rank,
-		 a->world_size, a->batch_size, s->spec.kind == TRANSFORM_CENTER_CROP ? "center_crop" : "random_resized_crop",
-		 a->image_size, (unsigned long long)a->seed);
+		 a->world_size, a->batch_size, transform_name(a->transform), a->image_size,
+		 (unsigned long long)a->seed);
 	r = session_start_epoch(s, a->epoch, 0, a->first_batch);
 	if (r < 0)
 		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "cannot plan epoch: %s", strerror(-r));
@@ -529,11 +601,46 @@ fail:
 	session_free(s);
 }
 
+struct label_log {
+	const char *dataset;
+	uint64_t errors;
+};
+
+/* label_report_fn: the first few errors of a scan, each with file and line. */
+static void log_label_error(void *ctx, const char *path, unsigned long line, const char *why)
+{
+	struct label_log *l = ctx;
+
+	if (l->errors++ < SESSION_MAX_LABEL_LOGS) {
+		if (line)
+			log_warning("data set %s: %s:%lu: %s; object dropped", l->dataset, path, line, why);
+		else
+			log_warning("data set %s: %s: %s; its objects dropped", l->dataset, path, why);
+	}
+}
+
+/* Runs on libuv's thread pool. */
 static void attach_scan(uv_work_t *w)
 {
 	struct attach_request *req = w->data;
+	struct label_log l = {.dataset = req->path};
 
-	req->err = dataset_open(req->path, SESSION_MAX_SAMPLES, &req->result, req->errbuf, sizeof(req->errbuf));
+	if (req->params.task != STOKER__TASK__DETECT) {
+		req->err = dataset_open(req->path, SESSION_MAX_SAMPLES, &req->result, req->errbuf, sizeof(req->errbuf));
+		return;
+	}
+	req->err = dataset_open_detect(req->path, req->split, SESSION_MAX_SAMPLES, log_label_error, &l, &req->result,
+				       req->errbuf, sizeof(req->errbuf));
+	if (req->err == 0) {
+		struct dataset *ds = req->result;
+
+		log_info("data set %s: %llu images, %llu objects, %u classes; %llu without a label file, %llu label "
+			 "errors%s",
+			 req->path, (unsigned long long)ds->count, (unsigned long long)ds->box_off[ds->count],
+			 ds->num_classes, (unsigned long long)ds->label_files_missing,
+			 (unsigned long long)ds->label_errors,
+			 l.errors > SESSION_MAX_LABEL_LOGS ? " (only the first ones logged)" : "");
+	}
 }
 
 static void attach_scanned(uv_work_t *w, int status)
@@ -557,7 +664,7 @@ static void attach_scanned(uv_work_t *w, int status)
 		goto out;
 	}
 	/* Another client may have opened the same data set meanwhile. */
-	existing = datasets_find(req->d, ds->root);
+	existing = datasets_find(req->d, ds->key);
 	if (existing) {
 		dataset_unref(ds);
 		ds = existing;
@@ -570,6 +677,77 @@ static void attach_scanned(uv_work_t *w, int status)
 out:
 	free(req->params.dataset);
 	free(req);
+}
+
+/* Ultralytics' defaults, overridden by what the client set. */
+static void detect_options(const Stoker__DetectOptions *o, struct detect_params *p)
+{
+	detect_params_default(p);
+	if (!o)
+		return;
+#define TAKE(name)               \
+	if (o->has_##name)       \
+		p->name = o->name;
+	TAKE(hsv_h) TAKE(hsv_s) TAKE(hsv_v) TAKE(degrees) TAKE(translate) TAKE(scale) TAKE(shear) TAKE(perspective)
+	TAKE(flipud) TAKE(fliplr) TAKE(mosaic) TAKE(mixup)
+#undef TAKE
+}
+
+/* The task, its transform and the options only it takes; false once the
+ * client has been told what is wrong. */
+static bool attach_task_ok(struct conn *c, const Stoker__Attach *a)
+{
+	bool detect = a->task == STOKER__TASK__DETECT;
+	const Stoker__DetectOptions *o = a->detect;
+	struct detect_params p;
+	char why[160];
+
+	if (a->task != STOKER__TASK__CLASSIFY && !detect) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "unknown task %d", (int)a->task);
+		return false;
+	}
+	if (a->transform != STOKER__TRANSFORM__RANDOM_RESIZED_CROP && a->transform != STOKER__TRANSFORM__CENTER_CROP &&
+	    a->transform != STOKER__TRANSFORM__LETTERBOX && a->transform != STOKER__TRANSFORM__MOSAIC) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "unknown transform %d", (int)a->transform);
+		return false;
+	}
+	if (detect != (a->transform == STOKER__TRANSFORM__LETTERBOX || a->transform == STOKER__TRANSFORM__MOSAIC)) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "transform %s is not for task %s (%s)",
+				transform_name(a->transform), detect ? "detect" : "classify",
+				detect ? "detect takes letterbox or mosaic"
+				       : "classify takes random_resized_crop or center_crop");
+		return false;
+	}
+	if (!detect) {
+		if (o) {
+			conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT,
+					"detection options given for task classify");
+			return false;
+		}
+		return true;
+	}
+	if (a->dtype != STOKER__DTYPE__UINT8 || a->coordinated) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "task detect serves %s",
+				a->coordinated ? "no coordinated groups (each job draws its own mosaics)"
+					       : "uint8 images only");
+		return false;
+	}
+	detect_options(o, &p);
+	if (detect_params_check(&p, why, sizeof(why)) < 0) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "%s", why);
+		return false;
+	}
+	if (o && o->has_max_boxes && (o->max_boxes == 0 || o->max_boxes > SESSION_MAX_BOXES)) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "max_boxes %u is not in 1..%u", o->max_boxes,
+				SESSION_MAX_BOXES);
+		return false;
+	}
+	if (o && o->split && (!o->split[0] || strlen(o->split) > 32 || strchr(o->split, '/'))) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "split '%.40s' is not a data.yaml key",
+				o->split);
+		return false;
+	}
+	return true;
 }
 
 void session_handle_attach(struct conn *c, const Stoker__Attach *a)
@@ -585,10 +763,8 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 		conn_send_error(c, STOKER__ERROR_CODE__FAILED_PRECONDITION, "already attached");
 		return;
 	}
-	if (a->transform != STOKER__TRANSFORM__RANDOM_RESIZED_CROP && a->transform != STOKER__TRANSFORM__CENTER_CROP) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "unknown transform %d", (int)a->transform);
+	if (!attach_task_ok(c, a))
 		return;
-	}
 	if (a->dtype != STOKER__DTYPE__UINT8 && a->dtype != STOKER__DTYPE__FLOAT32 && a->dtype != STOKER__DTYPE__FLOAT16) {
 		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "unknown dtype %d", (int)a->dtype);
 		return;
@@ -659,14 +835,27 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 	req->params.mean = req->mean;
 	req->params.std = req->std;
 	req->params.dataset = strdup(real);
+	req->params.detect = NULL;
 	snprintf(req->path, sizeof(req->path), "%s", real);
+	if (a->task == STOKER__TASK__DETECT) {
+		const Stoker__DetectOptions *o = a->detect;
+
+		detect_options(o, &req->detect);
+		req->close_mosaic = o ? o->close_mosaic : 10;
+		req->train_epochs = o ? o->epochs : 0;
+		req->max_boxes = o && o->has_max_boxes ? o->max_boxes : SESSION_DEFAULT_MAX_BOXES;
+		snprintf(req->split, sizeof(req->split), "%s", o && o->split ? o->split : "train");
+		snprintf(req->key, sizeof(req->key), "detect:%s:%s", req->split, real);
+	} else {
+		snprintf(req->key, sizeof(req->key), "%s", real);
+	}
 	if (!req->params.dataset) {
 		free(req);
 		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 
-	ds = datasets_find(d, real);
+	ds = datasets_find(d, req->key);
 	if (ds) {
 		session_create(c, req, ds);
 		free(req->params.dataset);

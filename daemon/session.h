@@ -48,6 +48,13 @@ struct session {
 	struct plan_spec plan;
 	struct transform_spec spec;
 	size_t labels_offset, indices_offset;
+	/* Detection: the transform, its parameters, close_mosaic's epochs. */
+	bool detect;
+	enum detect_transform detect_transform;
+	struct detect_params detect_params;
+	uint32_t close_mosaic, max_boxes;
+	uint64_t train_epochs;
+	size_t boxes_offset;
 
 	enum slot_state *slot_state;
 	struct slot_source *waiting_on; /* [slot_count], WAITING slots */

@@ -8,6 +8,7 @@
 
 #include "cache.h"
 #include "dataset.h"
+#include "grow.h"
 #include "log.h"
 #include "workers.h"
 
@@ -26,6 +27,16 @@ struct queue_cell {
 	struct pool_task task;
 };
 
+/* A worker's statistics, summed over workers by pool_counter(). */
+enum counter {
+	COUNTER_BUSY_NS,
+	COUNTER_DECODE_ERRORS,
+	COUNTER_SAMPLES_DECODED,
+	COUNTER_SAMPLES_COPIED,
+	COUNTER_BOXES_DROPPED,
+	COUNTER_N,
+};
+
 struct worker {
 	struct pool *pool;
 	pthread_t thread;
@@ -35,11 +46,11 @@ struct worker {
 	size_t cap;
 	uint8_t *pixels; /* a decoded image from the cache */
 	size_t pixels_cap;
-	/* Read by the loop for stats; each on its own line to avoid sharing. */
-	_Alignas(CACHELINE) _Atomic uint64_t busy_ns;
-	_Atomic uint64_t decode_errors;
-	_Atomic uint64_t samples_decoded;
-	_Atomic uint64_t samples_copied;
+	struct detect *detect;
+	uint8_t *fit; /* a detection sample at its long side (detect_load) */
+	size_t fit_cap;
+	/* Read by the loop for stats, on their own cache line. */
+	_Alignas(CACHELINE) _Atomic uint64_t counters[COUNTER_N];
 };
 
 struct pool {
@@ -64,9 +75,7 @@ struct pool {
 	/* Exited threads, for the loop to join (pool_on_async). */
 	_Alignas(CACHELINE) _Atomic(struct worker *) exited_head;
 	/* Counters of joined threads, so sums survive shrinking. */
-	struct {
-		uint64_t busy_ns, decode_errors, samples_decoded, samples_copied;
-	} retired;
+	uint64_t retired[COUNTER_N];
 };
 
 static uint64_t now_ns(void)
@@ -181,6 +190,90 @@ static int sample_image(struct worker *w, const struct dataset *ds, uint64_t ind
 	return 0;
 }
 
+/* A sample that failed (r < 0): mark its file bad and log it, once; r. */
+static int report_failure(struct worker *w, struct dataset *ds, uint64_t index, int r, bool read_failed)
+{
+	/* Marking it bad means each bad file is logged once, and later epochs
+	 * skip it. A shortage of the daemon's own (descriptors, memory) says
+	 * nothing about the file: it is replaced this time only. */
+	bool transient = r == -EMFILE || r == -ENFILE || r == -ENOMEM || r == -EINTR || r == -EAGAIN || r == -ENOBUFS;
+
+	if (r >= 0 || (!transient && !dataset_mark_bad(ds, index)))
+		return r; /* fine, or another worker found it bad at the same time, and said so */
+	log_warning("sample %llu (%s/%s): cannot %s: %s; replaced%s", (unsigned long long)index, ds->root,
+		    dataset_name(ds, index), read_failed ? "read" : "decode",
+		    read_failed ? strerror(-r) : pipeline_error(w->pipeline),
+		    transient ? " this time (the daemon's shortage, not the file's fault)" : "");
+	return r;
+}
+
+struct detect_loader {
+	struct worker *w;
+	struct dataset *ds;
+};
+
+/* detect_load_fn: a sample at long side `side`, from the decoded tier or
+ * the file; failures reported here, for partners as for the sample. */
+static int detect_load(void *arg, uint64_t index, uint32_t side, struct detect_sample *out)
+{
+	struct detect_loader *l = arg;
+	struct worker *w = l->w;
+	struct dataset *ds = l->ds;
+	bool read_failed = false;
+	uint32_t width, height;
+	int64_t len;
+	int r;
+
+	if (index >= ds->count || dataset_is_bad(ds, index))
+		return -EBADMSG;
+	r = grow((void **)&w->fit, &w->fit_cap, (size_t)side * side * 3, 1);
+	if (r < 0)
+		return r;
+	if (w->pool->settings.decoded_side) {
+		struct pipeline_image img;
+
+		r = sample_image(w, ds, index, &img, &read_failed);
+		if (r == 0)
+			r = pipeline_fit_image(w->pipeline, &img, side, w->fit, &width, &height);
+	} else {
+		len = sample_bytes(w, ds, index);
+		read_failed = len < 0;
+		r = len < 0 ? (int)len : pipeline_fit(w->pipeline, w->buf, (size_t)len, side, w->fit, &width, &height);
+	}
+	if (r < 0)
+		return report_failure(w, ds, index, r, read_failed);
+	*out = (struct detect_sample){
+		.pixels = w->fit,
+		.width = width,
+		.height = height,
+		.boxes = ds->boxes + ds->box_off[index],
+		.box_count = (uint32_t)(ds->box_off[index + 1] - ds->box_off[index]),
+	};
+	return 0;
+}
+
+/* A detection sample: pixels at dst, its rows at `rows`, their number out. */
+static int produce_detect(struct worker *w, struct batch_job *job, uint64_t index, uint8_t *dst, float *rows,
+			  uint32_t *nrows)
+{
+	struct detect_loader l = {.w = w, .ds = job->ds};
+	uint64_t dropped = 0;
+	struct rng rng;
+	int r;
+
+	if (!w->detect) {
+		r = detect_new(&w->detect);
+		if (r < 0)
+			return r;
+	}
+	rng_init(&rng, job->seed, job->epoch, index, RNG_AUGMENT);
+	r = detect_run(w->detect, job->detect_transform, &job->detect_params, job->spec.image_size, index,
+		       job->ds->count, &rng, detect_load, &l, dst, rows, job->max_boxes, nrows, &dropped);
+	if (r == 0 && dropped)
+		atomic_fetch_add_explicit(&w->counters[COUNTER_BOXES_DROPPED], dropped, memory_order_relaxed);
+	return r;
+}
+
 /* Try one candidate sample; 0 when its pixels are in place. */
 static int produce_one(struct worker *w, struct batch_job *job, uint64_t index, uint8_t *dst)
 {
@@ -204,21 +297,7 @@ static int produce_one(struct worker *w, struct batch_job *job, uint64_t index, 
 		read_failed = len < 0;
 		r = len < 0 ? (int)len : pipeline_run(w->pipeline, w->buf, (size_t)len, &job->spec, &rng, dst);
 	}
-	if (r < 0) {
-		/* Marking it bad means each bad file is logged once, and later
-		 * epochs skip it. A shortage of the daemon's own (descriptors,
-		 * memory) says nothing about the file: it is replaced this time
-		 * only. */
-		bool transient = r == -EMFILE || r == -ENFILE || r == -ENOMEM || r == -EINTR || r == -EAGAIN ||
-				 r == -ENOBUFS;
-
-		if (!transient && !dataset_mark_bad(ds, index))
-			return r; /* another worker found it bad at the same time, and said so */
-		log_warning("sample %llu (%s/%s): cannot %s: %s; replaced%s", (unsigned long long)index, ds->root,
-			    dataset_name(ds, index), read_failed ? "read" : "decode",
-			    read_failed ? strerror(-r) : pipeline_error(w->pipeline),
-			    transient ? " this time (the daemon's shortage, not the file's fault)" : "");
-	}
+	r = report_failure(w, ds, index, r, read_failed);
 	return r;
 }
 
@@ -242,28 +321,53 @@ static void produce_sample(struct worker *w, struct batch_job *job, uint32_t pos
 		memcpy(dst, job->copy_from + (size_t)pos * image_bytes, image_bytes);
 		memcpy(&job->labels[pos], job->copy_from + labels_off + pos * sizeof(int64_t), sizeof(int64_t));
 		memcpy(&job->indices[pos], job->copy_from + indices_off + pos * sizeof(int64_t), sizeof(int64_t));
-		atomic_fetch_add_explicit(&w->samples_copied, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&w->counters[COUNTER_SAMPLES_COPIED], 1, memory_order_relaxed);
 		return;
 	}
-	atomic_fetch_add_explicit(&w->samples_decoded, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&w->counters[COUNTER_SAMPLES_DECODED], 1, memory_order_relaxed);
 
 	for (uint32_t attempt = 0; attempt < p->settings.replace_attempts; attempt++) {
 		uint64_t candidate = (index + attempt) % n;
+		uint32_t nrows = 0;
+		int r = job->detect ? produce_detect(w, job, candidate, dst, job->boxes + (size_t)pos * job->max_boxes *
+									       DETECT_BOX_FLOATS, &nrows)
+				    : produce_one(w, job, candidate, dst);
 
-		if (produce_one(w, job, candidate, dst) == 0) {
-			job->labels[pos] = job->ds->labels[candidate];
+		if (r == 0) {
+			job->labels[pos] = job->detect ? (int64_t)nrows : job->ds->labels[candidate];
 			job->indices[pos] = (int64_t)candidate;
 			if (attempt > 0)
 				atomic_fetch_add_explicit(&job->replaced, 1, memory_order_relaxed);
 			return;
 		}
-		atomic_fetch_add_explicit(&w->decode_errors, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&w->counters[COUNTER_DECODE_ERRORS], 1, memory_order_relaxed);
 	}
-	/* Nothing near it decodes: an empty image with label -1 says so. */
+	/* Nothing near it decodes: an empty image with label -1 (for
+	 * detection: no boxes) says so. */
 	memset(dst, 0, image_bytes);
-	job->labels[pos] = -1;
+	job->labels[pos] = job->detect ? 0 : -1;
 	job->indices[pos] = (int64_t)index;
 	atomic_fetch_add_explicit(&job->replaced, 1, memory_order_relaxed);
+}
+
+/* Detection: pack each sample's rows after the previous sample's, so the
+ * batch's boxes are one [box_count][6] array, image index in column 0.
+ * Sample i's rows start at or after where they go, so moving them in order
+ * never overwrites rows not yet moved. */
+static void pack_boxes(struct batch_job *job)
+{
+	size_t stride = (size_t)job->max_boxes * DETECT_BOX_FLOATS, at = 0;
+
+	for (uint32_t i = 0; i < job->count; i++) {
+		size_t n = (size_t)job->labels[i];
+		float *rows = job->boxes + at * DETECT_BOX_FLOATS;
+
+		memmove(rows, job->boxes + i * stride, n * DETECT_BOX_FLOATS * sizeof(float));
+		for (size_t k = 0; k < n; k++)
+			rows[k * DETECT_BOX_FLOATS] = (float)i;
+		at += n;
+	}
+	job->box_count = (uint32_t)at;
 }
 
 static void job_finish(struct pool *p, struct batch_job *job)
@@ -308,10 +412,13 @@ static void *worker_main(void *arg)
 		start = now_ns();
 		if (!atomic_load_explicit(&t.job->cancelled, memory_order_relaxed))
 			produce_sample(w, t.job, t.pos);
-		atomic_fetch_add_explicit(&w->busy_ns, now_ns() - start, memory_order_relaxed);
+		atomic_fetch_add_explicit(&w->counters[COUNTER_BUSY_NS], now_ns() - start, memory_order_relaxed);
 		atomic_fetch_add_explicit(&p->tasks_done, 1, memory_order_release);
-		if (atomic_fetch_sub_explicit(&t.job->remaining, 1, memory_order_acq_rel) == 1)
+		if (atomic_fetch_sub_explicit(&t.job->remaining, 1, memory_order_acq_rel) == 1) {
+			if (t.job->detect && !atomic_load_explicit(&t.job->cancelled, memory_order_relaxed))
+				pack_boxes(t.job);
 			job_finish(p, t.job);
+		}
 	}
 	return NULL;
 }
@@ -321,6 +428,8 @@ static void worker_free(struct worker *w)
 	if (!w)
 		return;
 	pipeline_free(w->pipeline);
+	detect_free(w->detect);
+	free(w->fit);
 	free(w->buf);
 	free(w->pixels);
 	free(w);
@@ -335,10 +444,8 @@ static void pool_reap(struct pool *p)
 		struct worker *next = w->exited_next;
 
 		pthread_join(w->thread, NULL);
-		p->retired.busy_ns += atomic_load_explicit(&w->busy_ns, memory_order_relaxed);
-		p->retired.decode_errors += atomic_load_explicit(&w->decode_errors, memory_order_relaxed);
-		p->retired.samples_decoded += atomic_load_explicit(&w->samples_decoded, memory_order_relaxed);
-		p->retired.samples_copied += atomic_load_explicit(&w->samples_copied, memory_order_relaxed);
+		for (int k = 0; k < COUNTER_N; k++)
+			p->retired[k] += atomic_load_explicit(&w->counters[k], memory_order_relaxed);
 		for (uint32_t i = 0; i < p->nthreads; i++) {
 			if (p->workers[i] == w) {
 				p->workers[i] = p->workers[--p->nthreads];
@@ -534,38 +641,36 @@ uint32_t pool_threads(const struct pool *p)
 	return p->nthreads;
 }
 
-uint64_t pool_busy_ns(const struct pool *p)
+static uint64_t pool_counter(const struct pool *p, enum counter k)
 {
-	uint64_t sum = p->retired.busy_ns;
+	uint64_t sum = p->retired[k];
 
 	for (uint32_t i = 0; i < p->nthreads; i++)
-		sum += atomic_load_explicit(&p->workers[i]->busy_ns, memory_order_relaxed);
+		sum += atomic_load_explicit(&p->workers[i]->counters[k], memory_order_relaxed);
 	return sum;
+}
+
+uint64_t pool_busy_ns(const struct pool *p)
+{
+	return pool_counter(p, COUNTER_BUSY_NS);
 }
 
 uint64_t pool_decode_errors(const struct pool *p)
 {
-	uint64_t sum = p->retired.decode_errors;
-
-	for (uint32_t i = 0; i < p->nthreads; i++)
-		sum += atomic_load_explicit(&p->workers[i]->decode_errors, memory_order_relaxed);
-	return sum;
+	return pool_counter(p, COUNTER_DECODE_ERRORS);
 }
 
 uint64_t pool_samples_decoded(const struct pool *p)
 {
-	uint64_t sum = p->retired.samples_decoded;
-
-	for (uint32_t i = 0; i < p->nthreads; i++)
-		sum += atomic_load_explicit(&p->workers[i]->samples_decoded, memory_order_relaxed);
-	return sum;
+	return pool_counter(p, COUNTER_SAMPLES_DECODED);
 }
 
 uint64_t pool_samples_copied(const struct pool *p)
 {
-	uint64_t sum = p->retired.samples_copied;
+	return pool_counter(p, COUNTER_SAMPLES_COPIED);
+}
 
-	for (uint32_t i = 0; i < p->nthreads; i++)
-		sum += atomic_load_explicit(&p->workers[i]->samples_copied, memory_order_relaxed);
-	return sum;
+uint64_t pool_boxes_dropped(const struct pool *p)
+{
+	return pool_counter(p, COUNTER_BOXES_DROPPED);
 }

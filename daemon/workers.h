@@ -18,6 +18,7 @@
 #include <uv.h>
 
 #include "augment.h"
+#include "detect.h"
 
 struct dataset;
 struct cache;
@@ -39,6 +40,16 @@ struct batch_job {
 	const uint8_t *copy_from;
 	void *source_owner;
 	uint32_t source_slot;
+	/* Detection: the transform and its parameters for this epoch. Each
+	 * sample writes up to max_boxes rows at boxes + pos * max_boxes rows
+	 * and its row count in labels[pos]; the worker that finishes the job
+	 * packs them into [box_count][6] at `boxes`, image index in column 0. */
+	bool detect;
+	enum detect_transform detect_transform;
+	struct detect_params detect_params;
+	uint32_t max_boxes;
+	float *boxes;
+	uint32_t box_count; /* written before the job is handed back */
 
 	atomic_uint remaining;  /* samples not yet done */
 	atomic_uint replaced;   /* samples replaced by a stand-in */
@@ -91,5 +102,7 @@ uint64_t pool_decode_errors(const struct pool *p);
 /* Samples decoded, and samples copied from another ring. */
 uint64_t pool_samples_decoded(const struct pool *p);
 uint64_t pool_samples_copied(const struct pool *p);
+/* Boxes left out because an image had more than its max_boxes. */
+uint64_t pool_boxes_dropped(const struct pool *p);
 
 #endif

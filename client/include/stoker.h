@@ -144,6 +144,32 @@ uint64_t stoker_batch_index(const struct stoker_batch *b);
 /* Samples of this batch that were unreadable and replaced (see docs). */
 uint32_t stoker_batch_replaced(const struct stoker_batch *b);
 
+/*
+ * Detection (option task=detect, on a YOLO data set: a directory of images
+ * with a parallel labels/ tree, a .txt list of images, or a data.yaml with
+ * option split=train|val|test). Options: transform=mosaic (the training
+ * pipeline, the default) or letterbox (evaluation); Ultralytics'
+ * hyper-parameters by name (hsv_h hsv_s hsv_v degrees translate scale
+ * shear perspective flipud fliplr mosaic mixup), close_mosaic and epochs
+ * (mosaic and mixup stop for epochs >= epochs - close_mosaic), max_boxes
+ * per image (default 1000). Images are uint8 [count, size, size, 3]; the
+ * labels array holds each image's box count.
+ */
+enum stoker_task {
+	STOKER_TASK_CLASSIFY = 0,
+	STOKER_TASK_DETECT = 1,
+};
+enum stoker_task stoker_task(const struct stoker *s);
+/* The batch's boxes: *count rows of 6 floats (image index in the batch,
+ * class, cx, cy, w, h; normalised to the image), ordered by image. NULL
+ * for a classification batch. */
+const float *stoker_batch_boxes(const struct stoker_batch *b, uint32_t *count);
+/* Objects dropped from the data set's label files (malformed lines, values
+ * out of range); the daemon logged each with file and line. */
+uint64_t stoker_label_errors(const struct stoker *s);
+/* A class's name from the data.yaml, or NULL (no yaml, or no such class). */
+const char *stoker_class_name(const struct stoker *s, uint32_t cls);
+
 /* Daemon statistics as a JSON object (malloc'd, caller frees with free()).
  * Works without attaching. */
 int stoker_stats_json(struct stoker *s, char **json_out);

@@ -7,6 +7,13 @@ augments into shared memory.
         for images, labels in loader:   # uint8 [B,H,W,3], int64 [B]
             ...
 
+Detection (YOLO data sets, Ultralytics' transforms):
+
+    loader = stoker.Loader("data/coco/data.yaml", task="detect", transform="mosaic",
+                           image_size=640, batch_size=16, epochs=100)
+    for batch in loader:        # .images uint8 [B,640,640,3], .boxes float32 [N,6]
+        ...                     # boxes rows: (image in batch, class, cx, cy, w, h)
+
 Arrays are read-only, zero-copy views of the daemon's ring. A batch stays
 valid until the next one is taken (or the loader is closed): copy what you
 need to keep longer.
@@ -80,6 +87,10 @@ def _declare(lib):
         "stoker_batch_index": (ctypes.c_uint64, [P]),
         "stoker_batch_replaced": (ctypes.c_uint32, [P]),
         "stoker_batch_dtype": (ctypes.c_int, [P]),
+        "stoker_batch_boxes": (ctypes.c_void_p, [P, ctypes.POINTER(ctypes.c_uint32)]),
+        "stoker_task": (ctypes.c_int, [P]),
+        "stoker_label_errors": (ctypes.c_uint64, [P]),
+        "stoker_class_name": (ctypes.c_char_p, [P, ctypes.c_uint32]),
         "stoker_checkpoint": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.c_size_t]),
         "stoker_restore": (ctypes.c_int, [P, ctypes.c_char_p]),
         "stoker_stats_json": (ctypes.c_int, [P, ctypes.POINTER(P)]),
@@ -177,21 +188,26 @@ class Batch:
     dtype) and .labels int64 [B] (unpack as
     `images, labels = batch`), .indices int64 [B] (the samples actually
     delivered), .epoch, .index (batch number), .replaced (unreadable samples
-    that were replaced). Valid until the loader takes the next batch."""
+    that were replaced). Detection batches also have .boxes, float32 [N, 6]
+    rows (image index in the batch, class, cx, cy, w, h), normalised, as
+    Ultralytics' collate lays them out; .labels then holds each image's box
+    count, and unpacking gives `images, boxes`. Valid until the loader takes
+    the next batch."""
 
-    __slots__ = ("images", "labels", "indices", "epoch", "index", "replaced")
+    __slots__ = ("images", "labels", "indices", "epoch", "index", "replaced", "boxes")
 
-    def __init__(self, images, labels, indices, epoch, index, replaced):
+    def __init__(self, images, labels, indices, epoch, index, replaced, boxes=None):
         self.images = images
         self.labels = labels
         self.indices = indices
         self.epoch = epoch
         self.index = index
         self.replaced = replaced
+        self.boxes = boxes
 
     def __iter__(self):
         yield self.images
-        yield self.labels
+        yield self.labels if self.boxes is None else self.boxes
 
     def __len__(self):
         return len(self.labels)
@@ -203,6 +219,11 @@ class Batch:
 
 # enum stoker_dtype -> numpy; uint8 is HWC, the float types CHW.
 _DTYPES = {0: np.uint8, 1: np.float32, 2: np.float16}
+
+
+# Options of task="detect" (Ultralytics' hyper-parameter names and ours).
+_DETECT_OPTIONS = {"hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective",
+                   "flipud", "fliplr", "mosaic", "mixup", "close_mosaic", "epochs", "max_boxes", "split"}
 
 
 def _opt_text(v):
@@ -225,7 +246,7 @@ class Loader:
     def __init__(self, dataset, socket=None, batch_size=256, image_size=224, seed=0, rank=0,
                  world_size=1, transform="random_resized_crop", shuffle=True, drop_last=False,
                  epoch=0, prefetch=0, timeout=None, dtype="uint8", mean=None, std=None,
-                 coordinated=False):
+                 coordinated=False, task="classify", **detect):
         self._h = None
         self._batch = None
         self._fresh = True  # nothing taken since attach / set_epoch
@@ -234,7 +255,15 @@ class Loader:
         self.timeout = timeout
         self.dataset = os.fspath(dataset)
         lib = load_library()
+        if task == "detect" and transform == "random_resized_crop":
+            transform = "mosaic"  # detection's training pipeline, unless chosen
+        unknown = set(detect) - _DETECT_OPTIONS
+        if unknown:
+            raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
+        if detect and task != "detect":
+            raise TypeError(f"{', '.join(sorted(detect))}: options of task='detect'")
         opts = {
+            "task": task,
             "batch_size": batch_size, "image_size": image_size, "seed": seed, "rank": rank,
             "world_size": world_size, "transform": transform, "shuffle": shuffle,
             "drop_last": drop_last, "epoch": epoch, "prefetch": prefetch, "coordinated": coordinated,
@@ -245,6 +274,7 @@ class Loader:
             opts["mean"] = ",".join(repr(float(v)) for v in mean)
         if std is not None:
             opts["std"] = ",".join(repr(float(v)) for v in std)
+        opts.update((k, v) for k, v in detect.items() if v is not None)
         h = _connect(socket)
         self._h = h
         o = ctypes.c_void_p()
@@ -284,6 +314,28 @@ class Loader:
     @property
     def num_classes(self):
         return int(_lib.stoker_num_classes(self._handle()))
+
+    @property
+    def task(self):
+        """"classify" or "detect"."""
+        return "detect" if _lib.stoker_task(self._handle()) == 1 else "classify"
+
+    @property
+    def label_errors(self):
+        """Detection: objects dropped from the data set's label files
+        (malformed lines, values out of range; the daemon logged each)."""
+        return int(_lib.stoker_label_errors(self._handle()))
+
+    @property
+    def class_names(self):
+        """Detection: the class names of the data.yaml ([] without one)."""
+        h = self._handle()
+        out = []
+        while True:
+            name = _lib.stoker_class_name(h, len(out))
+            if name is None:
+                return out
+            out.append(name.decode())
 
     @property
     def epoch(self):
@@ -361,7 +413,15 @@ class Loader:
                    int(_lib.stoker_batch_channels(b)))
         dtype = _DTYPES[int(_lib.stoker_batch_dtype(b))]
         shape = (n, h, w, c) if dtype == np.uint8 else (n, c, h, w)
+        nboxes = ctypes.c_uint32()
+        boxes_addr = _lib.stoker_batch_boxes(b, ctypes.byref(nboxes))
+        boxes = None
+        if boxes_addr:
+            rows = int(nboxes.value)
+            # A view even when empty: numpy needs some address, any will do.
+            boxes = _view(boxes_addr, (rows, 6), np.float32)
         return Batch(
+            boxes=boxes,
             images=_view(_lib.stoker_batch_images(b), shape, dtype),
             labels=_view(_lib.stoker_batch_labels(b), (n,), np.int64),
             indices=_view(_lib.stoker_batch_indices(b), (n,), np.int64),
