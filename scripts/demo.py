@@ -40,6 +40,25 @@ def wait_for_socket(proc, path, attempts=400):
     raise RuntimeError(f"stokerd did not accept connections on {path}")
 
 
+def detect_demo(sock, data, images):
+    """YOLO training batches: mosaic 640 on real-photo scenes."""
+    subprocess.run([sys.executable, os.path.join(REPO, "scripts", "mkyolo.py"), data, "--kind", "photos",
+                    "--images", str(images)], check=True, stdout=subprocess.DEVNULL)
+    with stoker.Loader(os.path.join(data, "data.yaml"), socket=sock, task="detect", transform="mosaic",
+                       image_size=640, batch_size=16, seed=0) as loader:
+        n, boxes, t0 = 0, 0, time.monotonic()
+        for batch in loader:
+            n += len(batch.images)
+            boxes += len(batch.boxes)
+            if len(batch.boxes) and not (0 <= batch.boxes[:, 2:].min() and batch.boxes[:, 2:].max() <= 1):
+                raise RuntimeError("a box outside the image")
+        dt = time.monotonic() - t0
+        if n != loader.samples_per_epoch:
+            raise RuntimeError(f"detection: {n} samples, expected {loader.samples_per_epoch}")
+        print(f"demo: detection (mosaic 640): {n} images, {boxes} boxes in {dt:.2f}s = {n / dt:.0f} images/s, "
+              f"{loader.num_classes} classes, {loader.label_errors} label errors")
+
+
 def main():
     p = argparse.ArgumentParser(description="stoker demo")
     p.add_argument("--classes", type=int, default=8)
@@ -48,6 +67,8 @@ def main():
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--workers", type=int, default=0, help="stokerd workers (0: daemon default)")
+    p.add_argument("--detect-images", type=int, default=64,
+                   help="real-photo YOLO scenes for the detection part (0: skip it)")
     p.add_argument("--keep", metavar="DIR", help="build the data set here and keep it")
     a = p.parse_args()
 
@@ -86,6 +107,8 @@ def main():
                         raise RuntimeError(f"epoch {epoch}: {n} samples, expected {loader.samples_per_epoch}")
                     print(f"demo: epoch {epoch}: {n} images in {dt:.2f}s = {n / dt:.0f} images/s "
                           f"(checksum {checksum})")
+            if a.detect_images:
+                detect_demo(sock, os.path.join(a.keep or tmp, "yolo"), a.detect_images)
             s = stoker.stats(sock)
             print("demo: stokerd stats:")
             for k, v in s.items():
