@@ -170,3 +170,33 @@ def pytest_runtest_makereport(item, call):
     if rep.when == "call" and rep.failed:
         for i, d in enumerate(getattr(item, "_stokerds", [])):
             rep.sections.append((f"stokerd #{i} stderr", d.stderr() or "(empty)"))
+
+
+MKYOLO = REPO / "scripts" / "mkyolo.py"
+
+
+@pytest.fixture(scope="session")
+def make_yolo(tmp_path_factory):
+    """make_yolo(**mkyolo options) -> (path, manifest dict, stdout lines): a YOLO data set
+    from scripts/mkyolo.py (a tuple value gives several arguments, True a bare flag);
+    cached per options, so a test that changes the files uses options of its own."""
+    cache = {}
+
+    def make(**kw):
+        key = tuple(sorted(kw.items()))
+        if key not in cache:
+            out = tmp_path_factory.mktemp("yolo")
+            args = [sys.executable, str(MKYOLO), str(out)]
+            for k, v in sorted(kw.items()):
+                flag = f"--{k.replace('_', '-')}"
+                if v is True:
+                    args.append(flag)
+                else:
+                    args += [flag] + [str(x) for x in (v if isinstance(v, (tuple, list)) else [v])]
+            r = subprocess.run(args, capture_output=True, text=True, timeout=300)
+            assert r.returncode == 0, f"mkyolo failed:\n{r.stderr}"
+            manifest = json.loads((out / "manifest.json").read_text())
+            cache[key] = (out, manifest, r.stdout.splitlines())
+        return cache[key]
+
+    return make
