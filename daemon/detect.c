@@ -1,0 +1,1017 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Ultralytics' YOLO training transforms (ultralytics/data/augment.py, 8.4):
+ * LetterBox, Mosaic._mosaic4, RandomPerspective, MixUp, RandomHSV and
+ * RandomFlip, in v8_transforms' order, with Philox draws instead of
+ * Python's and numpy's generators.
+ *
+ * Draw order of DETECT_TRAIN. Every draw is always made, whatever the
+ * parameters, so that changing one parameter (say hsv_h from 0 to 0.015)
+ * changes nothing else a sample draws:
+ *
+ *   image 1:  mosaic u; 3 partner indices; yc, xc;
+ *             perspective x, y; angle; scale; shear x, y; translate x, y
+ *   mixup u; mixup partner index
+ *   image 2:  the same 14 draws as image 1
+ *   HSV gains h, s, v
+ *   flipud u; fliplr u
+ *   Beta(32, 32), only when mixup applies: last, because its rejection
+ *   sampler takes a variable number of draws.
+ *
+ * All draws are made before any pixel is touched. Vertical and horizontal
+ * flips are folded into the producers (warp, letterbox copy): MixUp and HSV
+ * are per pixel, so flipping first and flipping last give the same bytes.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "detect.h"
+#include "grow.h"
+
+#define DETECT_MAX_SIZE 16384u
+#define PAD 114
+/* Partners tried (the drawn one, then the next indices) before giving up. */
+#define PARTNER_TRIES 16u
+
+/* A box in pixels, corners (x1, y1) (x2, y2). */
+struct dbox {
+	float cls, x1, y1, x2, y2;
+};
+
+struct detect {
+	uint8_t *canvas; /* the 2size x 2size mosaic */
+	size_t canvas_cap;
+	uint8_t *mix; /* the second image of a mixup */
+	size_t mix_cap;
+	struct dbox *boxes[2]; /* boxes of image 1 and image 2 */
+	size_t boxes_cap[2];
+	/* OpenCV's RGB2HSV_b division tables (hsv_shift 12) */
+	int sdiv[256], hdiv[256];
+};
+
+/* The random choices of one image (mosaic + affine). */
+struct image_draw {
+	bool mosaic;
+	uint64_t partner[3];
+	int64_t xc, yc;
+	double persp_x, persp_y, angle, scale, shear_x, shear_y, trans_x, trans_y;
+};
+
+struct plan {
+	struct image_draw img[2];
+	bool mixup;
+	uint64_t mix_index;
+	double gain[3]; /* HSV gains, already times hsv_h, hsv_s, hsv_v */
+	bool flipud, fliplr;
+	double beta;
+};
+
+/* Where a source image sits in the warp's input plane; outside it is PAD. */
+struct source {
+	const uint8_t *pix;
+	size_t stride;
+	int w, h;
+	int ox, oy;
+};
+
+void detect_params_default(struct detect_params *p)
+{
+	*p = (struct detect_params){
+		.hsv_h = 0.015f,
+		.hsv_s = 0.7f,
+		.hsv_v = 0.4f,
+		.degrees = 0.0f,
+		.translate = 0.1f,
+		.scale = 0.5f,
+		.shear = 0.0f,
+		.perspective = 0.0f,
+		.flipud = 0.0f,
+		.fliplr = 0.5f,
+		.mosaic = 1.0f,
+		.mixup = 0.0f,
+	};
+}
+
+int detect_params_check(const struct detect_params *p, char *why, size_t whylen)
+{
+	/* hi_open: the upper bound is excluded. NaN fails every comparison. */
+	const struct {
+		const char *key;
+		float v, lo, hi;
+		bool hi_open;
+	} k[] = {
+		{ "hsv_h", p->hsv_h, 0, 1, false },
+		{ "hsv_s", p->hsv_s, 0, 1, false },
+		{ "hsv_v", p->hsv_v, 0, 1, false },
+		{ "degrees", p->degrees, 0, 180, false },
+		/* a scale of 1 could draw 0: a degenerate matrix */
+		{ "translate", p->translate, 0, 1, true },
+		{ "scale", p->scale, 0, 1, true },
+		/* tan(90) is infinite */
+		{ "shear", p->shear, 0, 90, true },
+		{ "perspective", p->perspective, 0, 0.1f, false },
+		{ "flipud", p->flipud, 0, 1, false },
+		{ "fliplr", p->fliplr, 0, 1, false },
+		{ "mosaic", p->mosaic, 0, 1, false },
+		{ "mixup", p->mixup, 0, 1, false },
+	};
+
+	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++) {
+		bool ok = k[i].v >= k[i].lo && (k[i].hi_open ? k[i].v < k[i].hi : k[i].v <= k[i].hi);
+
+		if (!ok) {
+			if (why && whylen)
+				snprintf(why, whylen, "%s must be in [%g, %g%s, not %g", k[i].key, (double)k[i].lo,
+					 (double)k[i].hi, k[i].hi_open ? ")" : "]", (double)k[i].v);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
+int detect_new(struct detect **out)
+{
+	struct detect *d;
+
+	if (!out)
+		return -EINVAL;
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return -ENOMEM;
+	/* saturate_cast<int>((255 << 12) / (1. * i)) and the 180-degree hue table, rounded to even */
+	for (int i = 1; i < 256; i++) {
+		d->sdiv[i] = (int)nearbyint((255 << 12) / (double)i);
+		d->hdiv[i] = (int)nearbyint((180 << 12) / (6.0 * i));
+	}
+	*out = d;
+	return 0;
+}
+
+void detect_free(struct detect *d)
+{
+	if (!d)
+		return;
+	free(d->canvas);
+	free(d->mix);
+	free(d->boxes[0]);
+	free(d->boxes[1]);
+	free(d);
+}
+
+size_t detect_scratch_bytes(uint32_t size)
+{
+	size_t s = size;
+
+	/* the mosaic canvas and the mixup image; box arrays are a few KiB */
+	return sizeof(struct detect) + 4 * s * s * 3 + s * s * 3;
+}
+
+/* ---- random draws ---- */
+
+static double rng_normal(struct rng *r)
+{
+	/* Box-Muller, one of the pair; 1 - u keeps the log finite */
+	double u1 = 1.0 - rng_uniform(r), u2 = rng_uniform(r);
+
+	return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
+}
+
+/* Marsaglia and Tsang (2000), for a >= 1. */
+static double rng_gamma(struct rng *r, double a)
+{
+	const double dd = a - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * dd);
+
+	for (;;) {
+		double x, v, u;
+
+		do {
+			x = rng_normal(r);
+			v = 1.0 + c * x;
+		} while (v <= 0);
+		v = v * v * v;
+		u = rng_uniform(r);
+		if (u < 1.0 - 0.0331 * x * x * x * x)
+			return dd * v;
+		if (log(u) < 0.5 * x * x + dd * (1.0 - v + log(v)))
+			return dd * v;
+	}
+}
+
+static double rng_beta(struct rng *r, double a, double b)
+{
+	double x = rng_gamma(r, a), y = rng_gamma(r, b);
+
+	return x / (x + y);
+}
+
+static void draw_image(struct image_draw *im, const struct detect_params *p, uint32_t size, uint64_t count,
+		       struct rng *rng)
+{
+	/* Mosaic's border is -imgsz // 2 (floor); the centre is int(uniform(-border, 2s + border)). */
+	int64_t border = -(((int64_t)size + 1) / 2);
+	double lo = (double)-border, hi = 2.0 * size + (double)border;
+
+	/* BaseMixTransform applies unless uniform(0, 1) > p; < keeps p = 0 from ever applying */
+	im->mosaic = rng_uniform(rng) < p->mosaic;
+	for (int i = 0; i < 3; i++)
+		im->partner[i] = rng_below(rng, count);
+	im->yc = (int64_t)rng_range(rng, lo, hi);
+	im->xc = (int64_t)rng_range(rng, lo, hi);
+	/* _compute_affine_matrix's order */
+	im->persp_x = rng_range(rng, -p->perspective, p->perspective);
+	im->persp_y = rng_range(rng, -p->perspective, p->perspective);
+	im->angle = rng_range(rng, -p->degrees, p->degrees);
+	im->scale = rng_range(rng, 1.0 - p->scale, 1.0 + p->scale);
+	im->shear_x = rng_range(rng, -p->shear, p->shear);
+	im->shear_y = rng_range(rng, -p->shear, p->shear);
+	im->trans_x = rng_range(rng, 0.5 - p->translate, 0.5 + p->translate);
+	im->trans_y = rng_range(rng, 0.5 - p->translate, 0.5 + p->translate);
+}
+
+static void draw_plan(struct plan *pl, const struct detect_params *p, uint32_t size, uint64_t count, struct rng *rng)
+{
+	const double gains[3] = { p->hsv_h, p->hsv_s, p->hsv_v };
+
+	draw_image(&pl->img[0], p, size, count, rng);
+	pl->mixup = rng_uniform(rng) < p->mixup;
+	pl->mix_index = rng_below(rng, count);
+	draw_image(&pl->img[1], p, size, count, rng);
+	for (int i = 0; i < 3; i++)
+		pl->gain[i] = rng_range(rng, -1.0, 1.0) * gains[i];
+	pl->flipud = rng_uniform(rng) < p->flipud;
+	pl->fliplr = rng_uniform(rng) < p->fliplr;
+	pl->beta = pl->mixup ? rng_beta(rng, 32.0, 32.0) : 1.0;
+}
+
+/* ---- matrices ---- */
+
+static void mat3_mul(const double a[9], const double b[9], double out[9])
+{
+	double t[9];
+
+	for (int i = 0; i < 3; i++)
+		for (int j = 0; j < 3; j++)
+			t[i * 3 + j] = a[i * 3] * b[j] + a[i * 3 + 1] * b[3 + j] + a[i * 3 + 2] * b[6 + j];
+	memcpy(out, t, sizeof(t));
+}
+
+/* M = T @ S @ R @ P @ C for an input of in_w x in_h and an output of size x size. */
+static void affine_matrix(const struct image_draw *im, double in_w, double in_h, uint32_t size, double M[9])
+{
+	const double deg = M_PI / 180.0;
+	double a = cos(im->angle * deg) * im->scale, b = sin(im->angle * deg) * im->scale;
+	double C[9] = { 1, 0, -in_w / 2, 0, 1, -in_h / 2, 0, 0, 1 };
+	double P[9] = { 1, 0, 0, 0, 1, 0, im->persp_x, im->persp_y, 1 };
+	/* cv2.getRotationMatrix2D(center=(0, 0), angle, scale) */
+	double R[9] = { a, b, 0, -b, a, 0, 0, 0, 1 };
+	double S[9] = { 1, tan(im->shear_x * deg), 0, tan(im->shear_y * deg), 1, 0, 0, 0, 1 };
+	double T[9] = { 1, 0, im->trans_x * size, 0, 1, im->trans_y * size, 0, 0, 1 };
+
+	mat3_mul(P, C, M);
+	mat3_mul(R, M, M);
+	mat3_mul(S, M, M);
+	mat3_mul(T, M, M);
+}
+
+static bool is_identity(const double M[9])
+{
+	static const double I[9] = { 1, 0, 0, 0, 1, 0, 0, 0, 1 };
+
+	for (int i = 0; i < 9; i++)
+		if (M[i] != I[i])
+			return false;
+	return true;
+}
+
+/* The destination-to-source map, as cv2.warpAffine / warpPerspective invert M. */
+static void invert_map(const double M[9], bool perspective, double inv[9])
+{
+	if (!perspective) {
+		/* cv::invertAffineTransform */
+		double D = M[0] * M[4] - M[1] * M[3];
+
+		D = D != 0 ? 1.0 / D : 0;
+		inv[0] = M[4] * D;
+		inv[1] = -M[1] * D;
+		inv[3] = -M[3] * D;
+		inv[4] = M[0] * D;
+		inv[2] = -inv[0] * M[2] - inv[1] * M[5];
+		inv[5] = -inv[3] * M[2] - inv[4] * M[5];
+		inv[6] = 0;
+		inv[7] = 0;
+		inv[8] = 1;
+	} else {
+		double c0 = M[4] * M[8] - M[5] * M[7], c1 = M[5] * M[6] - M[3] * M[8], c2 = M[3] * M[7] - M[4] * M[6];
+		double D = M[0] * c0 + M[1] * c1 + M[2] * c2;
+
+		D = D != 0 ? 1.0 / D : 0;
+		inv[0] = c0 * D;
+		inv[1] = (M[2] * M[7] - M[1] * M[8]) * D;
+		inv[2] = (M[1] * M[5] - M[2] * M[4]) * D;
+		inv[3] = c1 * D;
+		inv[4] = (M[0] * M[8] - M[2] * M[6]) * D;
+		inv[5] = (M[2] * M[3] - M[0] * M[5]) * D;
+		inv[6] = c2 * D;
+		inv[7] = (M[1] * M[6] - M[0] * M[7]) * D;
+		inv[8] = (M[0] * M[4] - M[1] * M[3]) * D;
+	}
+}
+
+/* ---- pixels ---- */
+
+/* Round half to even for 0 <= v < 2^22 without a libm call (as cvRound). */
+static inline int round_even(float v)
+{
+	const float magic = 0x1.8p23f;
+
+	return (int)((v + magic) - magic);
+}
+
+/*
+ * a * b + c rounded once, as the FMA of OpenCV's vector kernels: the
+ * product of two floats is exact in double, and so is the sum for the
+ * magnitudes here (pixels, coordinates), so one rounding to float remains.
+ * fmaf() would be a libm call without -mfma.
+ */
+static inline float fma_f(float a, float b, float c)
+{
+	return (float)((double)a * b + c);
+}
+
+/* cvFloor for |v| well inside int range. */
+static inline int floor_int(float v)
+{
+	int i = (int)v;
+
+	return i - (v < (float)i);
+}
+
+/* One output pixel whose neighbours straddle the source's edge: outside is PAD. */
+static void warp_edge_pixel(const struct source *s, int ix, int iy, float fx, float fy, uint8_t *o)
+{
+	int p[4][3];
+
+	for (int n = 0; n < 4; n++) {
+		int x = ix + (n & 1), y = iy + (n >> 1);
+		bool in = (unsigned)x < (unsigned)s->w && (unsigned)y < (unsigned)s->h;
+		const uint8_t *q = in ? s->pix + (size_t)y * s->stride + (size_t)x * 3 : NULL;
+
+		for (int c = 0; c < 3; c++)
+			p[n][c] = q ? q[c] : PAD;
+	}
+	for (int c = 0; c < 3; c++) {
+		float v0 = fma_f(fx, (float)(p[1][c] - p[0][c]), (float)p[0][c]);
+		float v1 = fma_f(fx, (float)(p[3][c] - p[2][c]), (float)p[2][c]);
+
+		o[c] = (uint8_t)round_even(fma_f(fy, v1 - v0, v0));
+	}
+}
+
+/*
+ * Warp `s` by the destination-to-source map `inv` into size x size `out`,
+ * flipped as asked. OpenCV 5's warpAffineLinearInvoker_8UC3 vector
+ * arithmetic: single-precision map, bilinear in float
+ * with fused multiply-adds, rounded to even, BORDER_CONSTANT 114. Affine
+ * maps are linear along a row: the row's start is computed once and x * m0
+ * added per pixel.
+ */
+static void warp(const struct source *s, const double inv[9], bool perspective, uint8_t *out, uint32_t size,
+		 bool flipud, bool fliplr)
+{
+	const float m0 = (float)inv[0], m1 = (float)inv[1], m2 = (float)inv[2], m3 = (float)inv[3];
+	const float m4 = (float)inv[4], m5 = (float)inv[5], m6 = (float)inv[6], m7 = (float)inv[7], m8 = (float)inv[8];
+	/* floor(sx) must lie in [ox - 1, ox + w): else all four neighbours are outside */
+	const float lo_x = (float)(s->ox - 1), hi_x = (float)(s->ox + s->w);
+	const float lo_y = (float)(s->oy - 1), hi_y = (float)(s->oy + s->h);
+	const size_t ostride = (size_t)size * 3;
+
+	for (uint32_t y = 0; y < size; y++) {
+		/* the row term in single precision, unfused, as OpenCV writes it */
+		float yf = (float)y, mx = yf * m1 + m2, my = yf * m4 + m5, mw = yf * m7 + m8;
+		uint8_t *o = out + (size_t)(flipud ? size - 1 - y : y) * ostride + (fliplr ? ostride - 3 : 0);
+		ptrdiff_t step = fliplr ? -3 : 3;
+		float xf = 0.0f;
+
+		for (uint32_t x = 0; x < size; x++, xf += 1.0f, o += step) {
+			float sx = fma_f(xf, m0, mx), sy = fma_f(xf, m3, my);
+			int ix, iy;
+			float fx, fy;
+
+			if (perspective) {
+				float w = fma_f(xf, m6, mw);
+
+				sx /= w;
+				sy /= w;
+			}
+			/* NaN and far-away coordinates fail here too */
+			if (!(sx >= lo_x && sx < hi_x && sy >= lo_y && sy < hi_y)) {
+				o[0] = o[1] = o[2] = PAD;
+				continue;
+			}
+			ix = floor_int(sx);
+			iy = floor_int(sy);
+			fx = sx - (float)ix;
+			fy = sy - (float)iy;
+			ix -= s->ox;
+			iy -= s->oy;
+			if ((unsigned)ix < (unsigned)(s->w - 1) && (unsigned)iy < (unsigned)(s->h - 1)) {
+				const uint8_t *p = s->pix + (size_t)iy * s->stride + (size_t)ix * 3, *q = p + s->stride;
+
+				for (int c = 0; c < 3; c++) {
+					float v0 = fma_f(fx, (float)(p[3 + c] - p[c]), (float)p[c]);
+					float v1 = fma_f(fx, (float)(q[3 + c] - q[c]), (float)q[c]);
+
+					o[c] = (uint8_t)round_even(fma_f(fy, v1 - v0, v0));
+				}
+			} else {
+				warp_edge_pixel(s, ix, iy, fx, fy, o);
+			}
+		}
+	}
+}
+
+/* LetterBox's centre padding of a w x h image in a size x size square. */
+static void letterbox_offsets(uint32_t w, uint32_t h, uint32_t size, int *left, int *top)
+{
+	/* round(dw - 0.1) with dw = (size - w) / 2, Python's round (half to even) */
+	*left = (int)nearbyint((size - w) / 2.0 - 0.1);
+	*top = (int)nearbyint((size - h) / 2.0 - 0.1);
+}
+
+/* Copy the sample into size x size `out` at (left, top), PAD around it, flipped as asked. */
+static void letterbox_copy(const struct detect_sample *s, int left, int top, uint8_t *out, uint32_t size,
+			   bool flipud, bool fliplr)
+{
+	const size_t ostride = (size_t)size * 3, sstride = (size_t)s->width * 3;
+	/* a horizontal flip mirrors the padding too */
+	size_t l = (size_t)(fliplr ? (int)(size - s->width) - left : left) * 3;
+
+	for (uint32_t y = 0; y < size; y++) {
+		uint8_t *o = out + (size_t)(flipud ? size - 1 - y : y) * ostride;
+		int sy = (int)y - top;
+
+		if (sy < 0 || sy >= (int)s->height) {
+			memset(o, PAD, ostride);
+			continue;
+		}
+		memset(o, PAD, l);
+		if (!fliplr) {
+			memcpy(o + l, s->pixels + (size_t)sy * sstride, sstride);
+		} else {
+			const uint8_t *p = s->pixels + (size_t)sy * sstride + sstride - 3;
+			uint8_t *q = o + l;
+
+			for (uint32_t x = 0; x < s->width; x++, p -= 3, q += 3) {
+				q[0] = p[0];
+				q[1] = p[1];
+				q[2] = p[2];
+			}
+		}
+		memset(o + l + sstride, PAD, ostride - l - sstride);
+	}
+}
+
+/* image = (image * r + other * (1 - r)).astype(uint8), in double as numpy does. */
+static void blend(uint8_t *image, const uint8_t *other, size_t n, double r)
+{
+	double a[256], b[256];
+
+	for (int i = 0; i < 256; i++) {
+		a[i] = i * r;
+		b[i] = i * (1.0 - r);
+	}
+	for (size_t i = 0; i < n; i++)
+		image[i] = (uint8_t)(a[image[i]] + b[other[i]]);
+}
+
+/* floor(v / 4096), as the arithmetic right shift OpenCV relies on */
+static inline int shr12(int v)
+{
+	return v >= 0 ? v >> 12 : -((-v + 4095) >> 12);
+}
+
+/*
+ * RandomHSV: cv2.cvtColor(RGB2HSV) (OpenCV's 8-bit integer conversion, H in
+ * 0..179), the three LUTs of Ultralytics 8.4, then HSV2RGB in single
+ * precision as OpenCV's HSV2RGB_b does in its SIMD path, which converts all
+ * but a row's last few pixels: truncated, not rounded. Our pixels are RGB
+ * where Ultralytics' are BGR: the same conversion with the other blue index.
+ */
+static void hsv_jitter(const struct detect *d, uint8_t *image, size_t pixels, const double gain[3])
+{
+	static const int sector_data[6][3] = { { 1, 3, 0 }, { 1, 0, 2 }, { 3, 0, 1 },
+					       { 0, 2, 1 }, { 0, 1, 3 }, { 2, 1, 0 } };
+	const float hscale = 6.0f / 180.0f;
+	uint8_t lut_h[256], lut_s[256], lut_v[256];
+	float unit[256], hfrac[256];
+	int sector[256];
+
+	for (int x = 0; x < 256; x++) {
+		/* ((x + r * 180) % 180).astype(uint8): Python's modulo is never negative */
+		double h = fmod(x + gain[0] * 180.0, 180.0), s = x * (gain[1] + 1.0), v = x * (gain[2] + 1.0);
+		float hf;
+
+		if (h < 0)
+			h += 180.0;
+		lut_h[x] = (uint8_t)h;
+		lut_s[x] = (uint8_t)(s < 0 ? 0 : s > 255 ? 255 : s);
+		lut_v[x] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+		/* HSV2RGB_native's sector and fraction for hue x */
+		hf = (float)x * hscale;
+		if (hf >= 6.0f)
+			hf = fmodf(hf, 6.0f);
+		sector[x] = floor_int(hf);
+		hfrac[x] = hf - (float)sector[x];
+		if ((unsigned)sector[x] >= 6u) {
+			sector[x] = 0;
+			hfrac[x] = 0.0f;
+		}
+		unit[x] = (float)x * (1.0f / 255.0f);
+	}
+	lut_s[0] = 0; /* 8.3.79: pure white keeps its colour */
+
+	for (size_t i = 0; i < pixels; i++, image += 3) {
+		int r = image[0], g = image[1], b = image[2];
+		int v = r > g ? r : g, vmin = r < g ? r : g;
+		int diff, vr, vg, s, h;
+		float tab[4], S, V;
+		const int *sd;
+
+		v = v > b ? v : b;
+		vmin = vmin < b ? vmin : b;
+		diff = v - vmin;
+		vr = v == r ? -1 : 0;
+		vg = v == g ? -1 : 0;
+		s = (diff * d->sdiv[v] + (1 << 11)) >> 12;
+		h = (vr & (g - b)) + (~vr & ((vg & (b - r + 2 * diff)) + ((~vg) & (r - g + 4 * diff))));
+		h = shr12(h * d->hdiv[diff] + (1 << 11));
+		h += h < 0 ? 180 : 0;
+
+		h = lut_h[h];
+		S = unit[lut_s[s]];
+		V = unit[lut_v[v]];
+		if (S == 0.0f) {
+			image[0] = image[1] = image[2] = (uint8_t)(V * 255.0f);
+			continue;
+		}
+		tab[0] = V;
+		tab[1] = V * (1.0f - S);
+		/* 1 - S*h fused, as OpenCV's AVX2 build computes it: exact in double, then rounded once */
+		tab[2] = V * (float)(1.0 - (double)S * hfrac[h]);
+		tab[3] = V * (float)(1.0 - (double)S * (1.0f - hfrac[h]));
+		sd = sector_data[sector[h]];
+		/* sector_data lists b, g, r */
+		image[2] = (uint8_t)(tab[sd[0]] * 255.0f);
+		image[1] = (uint8_t)(tab[sd[1]] * 255.0f);
+		image[0] = (uint8_t)(tab[sd[2]] * 255.0f);
+	}
+}
+
+/* ---- loading ---- */
+
+static int load_checked(detect_load_fn load, void *ctx, uint64_t index, uint32_t side, struct detect_sample *s)
+{
+	int r;
+
+	*s = (struct detect_sample){ 0 };
+	r = load(ctx, index, side, s);
+	if (r < 0)
+		return r;
+	/* load_image's contract: long side `side`, neither side beyond it */
+	if (!s->pixels || s->width == 0 || s->height == 0 || s->width > side || s->height > side ||
+	    (s->box_count && !s->boxes))
+		return -EINVAL;
+	return 0;
+}
+
+/* A mosaic or mixup partner: the drawn index, else the next ones that load. */
+static int load_partner(detect_load_fn load, void *ctx, uint64_t index, uint64_t count, uint32_t side,
+			struct detect_sample *s)
+{
+	int r = -EIO;
+
+	for (unsigned t = 0; t < PARTNER_TRIES && t < count; t++) {
+		r = load_checked(load, ctx, index, side, s);
+		if (r >= 0)
+			return 0;
+		if (++index == count)
+			index = 0;
+	}
+	return r;
+}
+
+/* Grow box array `which` to hold `n` more than `have`. */
+static int boxes_reserve(struct detect *d, int which, size_t have, size_t n)
+{
+	void *p = d->boxes[which];
+	int r = grow(&p, &d->boxes_cap[which], have + n, sizeof(struct dbox));
+
+	d->boxes[which] = p;
+	return r;
+}
+
+/*
+ * Append the sample's boxes to box array `which` in pixels: denormalised to
+ * its w x h, clipped to it, shifted by (padw, padh). Boxes with no area are
+ * left out. Returns the new count.
+ */
+static size_t append_boxes(struct detect *d, int which, size_t n, const struct detect_sample *s, double padw,
+			   double padh)
+{
+	struct dbox *out = d->boxes[which];
+
+	for (uint32_t i = 0; i < s->box_count; i++) {
+		const struct detect_box *b = &s->boxes[i];
+		double x1 = fmin(fmax((b->cx - b->w / 2.0) * s->width, 0.0), s->width);
+		double x2 = fmin(fmax((b->cx + b->w / 2.0) * s->width, 0.0), s->width);
+		double y1 = fmin(fmax((b->cy - b->h / 2.0) * s->height, 0.0), s->height);
+		double y2 = fmin(fmax((b->cy + b->h / 2.0) * s->height, 0.0), s->height);
+
+		/* NaN fails here too */
+		if (!(x2 > x1 && y2 > y1))
+			continue;
+		out[n++] = (struct dbox){ b->cls, (float)(x1 + padw), (float)(y1 + padh), (float)(x2 + padw),
+					  (float)(y2 + padh) };
+	}
+	return n;
+}
+
+/* ---- one image: mosaic or letterbox, then RandomPerspective ---- */
+
+struct job {
+	struct detect *d;
+	const struct detect_params *p;
+	uint32_t size;
+	uint64_t count;
+	detect_load_fn load;
+	void *ctx;
+	bool flipud, fliplr;
+};
+
+/* Fill [a, b) of a canvas row with PAD except [c0, c1), the patch's part. */
+static void fill_except(uint8_t *row, int64_t a, int64_t b, int64_t c0, int64_t c1)
+{
+	if (c0 >= c1) {
+		c0 = b;
+		c1 = b;
+	}
+	if (c0 > a)
+		memset(row + a * 3, PAD, (size_t)((c0 < b ? c0 : b) - a) * 3);
+	if (c1 < b)
+		memset(row + (c1 > a ? c1 : a) * 3, PAD, (size_t)(b - (c1 > a ? c1 : a)) * 3);
+}
+
+/*
+ * Mosaic._mosaic4 on the 2size x 2size canvas, boxes into box array
+ * `which`. Only the canvas rectangle [rx0, rx1) x [ry0, ry1) that the warp
+ * reads is written. `primary`: `index` is the sample itself, whose failure
+ * is the caller's error; else a partner, replaced when it fails.
+ */
+static int mosaic4(const struct job *j, const struct image_draw *im, uint64_t index, bool primary, int which,
+		   const int64_t rect[4], size_t *nboxes)
+{
+	struct detect *d = j->d;
+	const int64_t s2 = 2 * (int64_t)j->size, xc = im->xc, yc = im->yc;
+	const size_t cstride = (size_t)s2 * 3;
+	int64_t place[4][4]; /* x1a, y1a, x2a, y2a */
+	size_t n = 0;
+	int r = 0;
+
+	for (int i = 0; i < 4; i++) {
+		struct detect_sample s;
+		int64_t w, h, x1a, y1a, x2a, y2a, x1b, y1b, x0, x1;
+
+		if (i == 0 && primary)
+			r = load_checked(j->load, j->ctx, index, j->size, &s);
+		else
+			r = load_partner(j->load, j->ctx, i == 0 ? index : im->partner[i - 1], j->count, j->size, &s);
+		if (r < 0)
+			goto out;
+		w = s.width;
+		h = s.height;
+		if (i == 0) { /* top left */
+			x1a = xc - w > 0 ? xc - w : 0, y1a = yc - h > 0 ? yc - h : 0, x2a = xc, y2a = yc;
+			x1b = w - (x2a - x1a), y1b = h - (y2a - y1a);
+		} else if (i == 1) { /* top right */
+			x1a = xc, y1a = yc - h > 0 ? yc - h : 0, x2a = xc + w < s2 ? xc + w : s2, y2a = yc;
+			x1b = 0, y1b = h - (y2a - y1a);
+		} else if (i == 2) { /* bottom left */
+			x1a = xc - w > 0 ? xc - w : 0, y1a = yc, x2a = xc, y2a = yc + h < s2 ? yc + h : s2;
+			x1b = w - (x2a - x1a), y1b = 0;
+		} else { /* bottom right */
+			x1a = xc, y1a = yc, x2a = xc + w < s2 ? xc + w : s2, y2a = yc + h < s2 ? yc + h : s2;
+			x1b = 0, y1b = 0;
+		}
+		place[i][0] = x1a;
+		place[i][1] = y1a;
+		place[i][2] = x2a;
+		place[i][3] = y2a;
+
+		/* img4[y1a:y2a, x1a:x2a] = img[y1b:y2b, x1b:x2b], within the rectangle read */
+		x0 = x1a > rect[0] ? x1a : rect[0];
+		x1 = x2a < rect[2] ? x2a : rect[2];
+		for (int64_t y = y1a > rect[1] ? y1a : rect[1]; x0 < x1 && y < y2a && y < rect[3]; y++)
+			memcpy(d->canvas + (size_t)y * cstride + (size_t)x0 * 3,
+			       s.pixels + (size_t)(y - y1a + y1b) * s.width * 3 + (size_t)(x0 - x1a + x1b) * 3,
+			       (size_t)(x1 - x0) * 3);
+
+		r = boxes_reserve(d, which, n, s.box_count);
+		if (r < 0)
+			goto out;
+		n = append_boxes(d, which, n, &s, (double)(x1a - x1b), (double)(y1a - y1b));
+	}
+
+	/* 114 where no patch landed: each row holds a left patch (0 or 2) and a right one (1 or 3) */
+	for (int64_t y = rect[1]; y < rect[3]; y++) {
+		uint8_t *row = d->canvas + (size_t)y * cstride;
+		const int64_t *L = place[y < yc ? 0 : 2], *R = place[y < yc ? 1 : 3];
+		bool inl = y >= L[1] && y < L[3], inr = y >= R[1] && y < R[3];
+		int64_t mid_lo = xc < rect[0] ? rect[0] : xc > rect[2] ? rect[2] : xc;
+
+		fill_except(row, rect[0], mid_lo, inl ? L[0] : 0, inl ? L[2] : 0);
+		fill_except(row, mid_lo, rect[2], inr ? R[0] : 0, inr ? R[2] : 0);
+	}
+
+	/* _cat_labels: clip to the canvas, drop boxes with no area */
+	{
+		struct dbox *b = d->boxes[which];
+		size_t k = 0;
+
+		for (size_t i = 0; i < n; i++) {
+			struct dbox c = b[i];
+
+			c.x1 = fminf(fmaxf(c.x1, 0.0f), (float)s2);
+			c.x2 = fminf(fmaxf(c.x2, 0.0f), (float)s2);
+			c.y1 = fminf(fmaxf(c.y1, 0.0f), (float)s2);
+			c.y2 = fminf(fmaxf(c.y2, 0.0f), (float)s2);
+			if ((c.x2 - c.x1) * (c.y2 - c.y1) > 0)
+				b[k++] = c;
+		}
+		n = k;
+	}
+	*nboxes = n;
+out:
+	return r;
+}
+
+/*
+ * RandomPerspective's boxes: corners through M, min/max, clipped to the
+ * output, kept by box_candidates against the originals times the drawn scale.
+ */
+static size_t perspective_boxes(struct dbox *b, size_t n, const double M[9], bool perspective, double scale,
+				uint32_t size)
+{
+	const double eps = 1e-16;
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		const double cx[4] = { b[i].x1, b[i].x2, b[i].x1, b[i].x2 }, cy[4] = { b[i].y1, b[i].y2, b[i].y2, b[i].y1 };
+		double x1 = INFINITY, y1 = INFINITY, x2 = -INFINITY, y2 = -INFINITY, w1, h1, w2, h2, ar;
+
+		for (int c = 0; c < 4; c++) {
+			double x = M[0] * cx[c] + M[1] * cy[c] + M[2], y = M[3] * cx[c] + M[4] * cy[c] + M[5];
+
+			if (perspective) {
+				double w = M[6] * cx[c] + M[7] * cy[c] + M[8];
+
+				x /= w;
+				y /= w;
+			}
+			x1 = fmin(x1, x);
+			x2 = fmax(x2, x);
+			y1 = fmin(y1, y);
+			y2 = fmax(y2, y);
+		}
+		x1 = fmin(fmax(x1, 0.0), size);
+		x2 = fmin(fmax(x2, 0.0), size);
+		y1 = fmin(fmax(y1, 0.0), size);
+		y2 = fmin(fmax(y2, 0.0), size);
+		w1 = ((double)b[i].x2 - b[i].x1) * scale;
+		h1 = ((double)b[i].y2 - b[i].y1) * scale;
+		w2 = x2 - x1;
+		h2 = y2 - y1;
+		ar = fmax(w2 / (h2 + eps), h2 / (w2 + eps));
+		/* box_candidates(wh_thr=2, ar_thr=100, area_thr=0.1); NaN fails */
+		if (w2 > 2 && h2 > 2 && w2 * h2 / (w1 * h1 + eps) > 0.1 && ar < 100)
+			b[k++] = (struct dbox){ b[i].cls, (float)x1, (float)y1, (float)x2, (float)y2 };
+	}
+	return k;
+}
+
+/* The canvas rectangle [x0, x1) x [y0, y1) an affine warp reads from an in_size square. */
+static void read_rect(const double inv[9], bool perspective, uint32_t size, int64_t in_size, int64_t rect[4])
+{
+	double x0 = INFINITY, y0 = INFINITY, x1 = -INFINITY, y1 = -INFINITY;
+
+	if (perspective) { /* the quadrilateral may wrap through infinity: read it all */
+		rect[0] = rect[1] = 0;
+		rect[2] = rect[3] = in_size;
+		return;
+	}
+	for (int c = 0; c < 4; c++) {
+		double x = (c & 1) ? size - 1.0 : 0.0, y = (c & 2) ? size - 1.0 : 0.0;
+		double sx = inv[0] * x + inv[1] * y + inv[2], sy = inv[3] * x + inv[4] * y + inv[5];
+
+		x0 = fmin(x0, sx);
+		x1 = fmax(x1, sx);
+		y0 = fmin(y0, sy);
+		y1 = fmax(y1, sy);
+	}
+	/* two pixels of margin for single-precision rounding and the bilinear neighbour */
+	x0 = floor(x0) - 2;
+	y0 = floor(y0) - 2;
+	x1 = ceil(x1) + 3;
+	y1 = ceil(y1) + 3;
+	rect[0] = !(x0 > 0) ? 0 : x0 > in_size ? in_size : (int64_t)x0;
+	rect[1] = !(y0 > 0) ? 0 : y0 > in_size ? in_size : (int64_t)y0;
+	rect[2] = !(x1 > 0) ? 0 : x1 > in_size ? in_size : (int64_t)x1;
+	rect[3] = !(y1 > 0) ? 0 : y1 > in_size ? in_size : (int64_t)y1;
+	if (!(x0 == x0 && x1 == x1 && y0 == y0 && y1 == y1)) { /* NaN: a degenerate map */
+		rect[0] = rect[1] = 0;
+		rect[2] = rect[3] = in_size;
+	}
+}
+
+/*
+ * Mosaic (or the letterboxed sample) then RandomPerspective, into size x
+ * size `out`, flipped as asked; its boxes in box array `which`.
+ */
+static int make_image(const struct job *j, const struct image_draw *im, uint64_t index, bool primary, int which,
+		      uint8_t *out, size_t *nboxes)
+{
+	struct detect *d = j->d;
+	const uint32_t size = j->size;
+	/* `if self.perspective:` chooses warpPerspective and the division */
+	bool perspective = j->p->perspective != 0;
+	double M[9], inv[9];
+	size_t n = 0;
+	int r;
+
+	if (im->mosaic) {
+		const int64_t s2 = 2 * (int64_t)size;
+		int64_t rect[4];
+		void *p = d->canvas;
+		struct source src = { .stride = (size_t)s2 * 3, .w = (int)s2, .h = (int)s2 };
+
+		r = grow(&p, &d->canvas_cap, (size_t)s2 * (size_t)s2 * 3, 1);
+		d->canvas = p;
+		if (r < 0)
+			goto out;
+		/* border -size/2 each side: the input is the 2size canvas, the output size */
+		affine_matrix(im, (double)s2, (double)s2, size, M);
+		invert_map(M, perspective, inv);
+		read_rect(inv, perspective, size, s2, rect);
+		r = mosaic4(j, im, index, primary, which, rect, &n);
+		if (r < 0)
+			goto out;
+		src.pix = d->canvas;
+		warp(&src, inv, perspective, out, size, j->flipud, j->fliplr);
+	} else {
+		struct detect_sample s;
+		int left, top;
+
+		if (primary)
+			r = load_checked(j->load, j->ctx, index, size, &s);
+		else
+			r = load_partner(j->load, j->ctx, index, j->count, size, &s);
+		if (r < 0)
+			goto out;
+		letterbox_offsets(s.width, s.height, size, &left, &top);
+		r = boxes_reserve(d, which, 0, s.box_count);
+		if (r < 0)
+			goto out;
+		n = append_boxes(d, which, 0, &s, left, top);
+		affine_matrix(im, size, size, size, M);
+		if (is_identity(M)) {
+			/* Ultralytics skips the warp when the border is 0 and M is I */
+			letterbox_copy(&s, left, top, out, size, j->flipud, j->fliplr);
+		} else {
+			/* the letterbox's padding is 114 as the warp's border is: warp the sample in place */
+			struct source src = { s.pixels, (size_t)s.width * 3, (int)s.width, (int)s.height, left, top };
+
+			invert_map(M, perspective, inv);
+			warp(&src, inv, perspective, out, size, j->flipud, j->fliplr);
+		}
+	}
+	*nboxes = perspective_boxes(d->boxes[which], n, M, perspective, im->scale, size);
+	r = 0;
+out:
+	return r;
+}
+
+/* ---- the output ---- */
+
+/* Rows of (0, cls, cx, cy, w, h), normalised, flipped as asked. */
+static void write_boxes(const struct dbox *b, size_t n, uint32_t size, bool flipud, bool fliplr, float *out,
+			uint32_t max_boxes, uint32_t *written, uint64_t *dropped)
+{
+	const double fs = size;
+	uint32_t k = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		double x1 = b[i].x1, y1 = b[i].y1, x2 = b[i].x2, y2 = b[i].y2;
+		float *o;
+
+		if (!(x2 > x1 && y2 > y1))
+			continue;
+		if (k == max_boxes) {
+			(*dropped)++;
+			continue;
+		}
+		if (fliplr) {
+			double t = x1;
+
+			x1 = fs - x2;
+			x2 = fs - t;
+		}
+		if (flipud) {
+			double t = y1;
+
+			y1 = fs - y2;
+			y2 = fs - t;
+		}
+		o = out + (size_t)k++ * DETECT_BOX_FLOATS;
+		o[0] = 0.0f;
+		o[1] = b[i].cls;
+		o[2] = (float)((x1 + x2) / 2.0 / fs);
+		o[3] = (float)((y1 + y2) / 2.0 / fs);
+		o[4] = (float)((x2 - x1) / fs);
+		o[5] = (float)((y2 - y1) / fs);
+	}
+	*written = k;
+}
+
+int detect_run(struct detect *d, enum detect_transform t, const struct detect_params *p, uint32_t size,
+	       uint64_t index, uint64_t count, struct rng *rng, detect_load_fn load, void *ctx, uint8_t *image,
+	       float *boxes, uint32_t max_boxes, uint32_t *box_count, uint64_t *boxes_dropped)
+{
+	struct job j = { d, p, size, count, load, ctx, false, false };
+	size_t n[2] = { 0, 0 };
+	uint64_t dropped = 0;
+	uint32_t written = 0;
+	struct plan pl;
+	int r;
+
+	if (!d || !load || !image || (!boxes && max_boxes) || !box_count || !boxes_dropped || size == 0 ||
+	    size > DETECT_MAX_SIZE || count == 0 || index >= count || (t != DETECT_LETTERBOX && t != DETECT_TRAIN))
+		return -EINVAL;
+	if (t == DETECT_TRAIN && (!p || !rng || detect_params_check(p, NULL, 0) < 0))
+		return -EINVAL;
+
+	if (t == DETECT_LETTERBOX) {
+		struct detect_sample s;
+		int left, top;
+
+		r = load_checked(load, ctx, index, size, &s);
+		if (r < 0)
+			goto out;
+		letterbox_offsets(s.width, s.height, size, &left, &top);
+		r = boxes_reserve(d, 0, 0, s.box_count);
+		if (r < 0)
+			goto out;
+		n[0] = append_boxes(d, 0, 0, &s, left, top);
+		letterbox_copy(&s, left, top, image, size, false, false);
+		write_boxes(d->boxes[0], n[0], size, false, false, boxes, max_boxes, &written, &dropped);
+		goto done;
+	}
+
+	draw_plan(&pl, p, size, count, rng);
+	j.flipud = pl.flipud;
+	j.fliplr = pl.fliplr;
+	r = make_image(&j, &pl.img[0], index, true, 0, image, &n[0]);
+	if (r < 0)
+		goto out;
+	if (pl.mixup) {
+		size_t bytes = (size_t)size * size * 3;
+		void *m = d->mix;
+
+		r = grow(&m, &d->mix_cap, bytes, 1);
+		d->mix = m;
+		if (r < 0)
+			goto out;
+		r = make_image(&j, &pl.img[1], pl.mix_index, false, 1, d->mix, &n[1]);
+		if (r < 0)
+			goto out;
+		blend(image, d->mix, bytes, pl.beta);
+	}
+	if (p->hsv_h != 0 || p->hsv_s != 0 || p->hsv_v != 0)
+		hsv_jitter(d, image, (size_t)size * size, pl.gain);
+
+	write_boxes(d->boxes[0], n[0], size, pl.flipud, pl.fliplr, boxes, max_boxes, &written, &dropped);
+	if (pl.mixup) {
+		uint32_t more = 0;
+
+		write_boxes(d->boxes[1], n[1], size, pl.flipud, pl.fliplr, boxes ? boxes + (size_t)written * DETECT_BOX_FLOATS : NULL,
+			    max_boxes - written, &more, &dropped);
+		written += more;
+	}
+done:
+	*box_count = written;
+	*boxes_dropped += dropped;
+	r = 0;
+out:
+	return r;
+}
