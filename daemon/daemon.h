@@ -85,6 +85,7 @@ struct daemon {
 	struct pool *pool;
 	struct cache *cache; /* NULL when cache_bytes is 0 */
 	uint64_t ring_bytes; /* all rings alive, against cfg.memory_budget */
+	uint64_t fit_bytes;  /* detection sessions' partner images, against it too */
 	bool pool_full; /* a session waits for queue room */
 	int listen_fd;
 	int reserve_fd; /* spare descriptor, given up to refuse a client clearly at EMFILE */

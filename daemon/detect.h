@@ -19,9 +19,11 @@
  *
  * Every draw comes from the caller's rng (keyed by seed, epoch, sample
  * index), so the output depends on nothing else: not on worker count, not
- * on timing. Mosaic and mixup partners are indices drawn uniformly from the
- * data set; a partner that does not load is replaced by the next index that
- * does (index + 1, + 2, ... modulo count).
+ * on timing. Mosaic and mixup partners are indices drawn uniformly below
+ * `count`; what an index names is the loader's business (stokerd's names
+ * positions in the batch, so partners are the batch's other images). A
+ * partner that does not load is replaced by the next index that does
+ * (index + 1, + 2, ... modulo count).
  *
  * One `struct detect` per worker thread (scratch canvases); not thread safe.
  */

@@ -109,6 +109,10 @@ static void session_free(struct session *s)
 	datasets_put(s->d, s->ds);
 	if (s->ring)
 		s->d->ring_bytes -= s->ring->bytes;
+	s->d->fit_bytes -= s->fit_bytes;
+	free(s->fit_tables);
+	free(s->fit_entries);
+	free(s->fit_pixels);
 	ring_free(s->ring);
 	free(s->slot_state);
 	free(s->waiting_on);
@@ -229,6 +233,12 @@ static void job_prepare(struct session *s, uint32_t slot, uint64_t b)
 			job->detect_params.mixup = 0;
 		}
 		job->max_boxes = s->max_boxes;
+		job->fits = NULL;
+		if (s->fit_tables) {
+			job->fits = &s->fit_tables[slot];
+			for (uint32_t i = 0; i < job->count; i++)
+				atomic_store_explicit(&job->fits->entries[i].state, FIT_EMPTY, memory_order_relaxed);
+		}
 		job->boxes = (float *)(base + s->boxes_offset);
 		job->box_count = 0;
 	}
@@ -430,7 +440,7 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	Stoker__Message msg = STOKER__MESSAGE__INIT;
 	Stoker__Attached at = STOKER__ATTACHED__INIT;
 	struct session *s;
-	uint64_t image_bytes, slot_bytes, ring_bytes;
+	uint64_t image_bytes, slot_bytes, ring_bytes, fit_bytes = 0;
 	uint32_t prefetch = a->prefetch ? a->prefetch : d->cfg.prefetch, slots;
 	int r, fd;
 
@@ -491,6 +501,9 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	slot_bytes = align_up(slot_bytes, (size_t)sysconf(_SC_PAGESIZE));
 	slots = prefetch + 1; /* the batch the client holds, plus those ready ahead */
 	ring_bytes = slot_bytes * slots;
+	/* Mosaic: each slot's batch images, shared as partners (workers.c). */
+	if (s->detect && s->detect_transform == DETECT_TRAIN)
+		fit_bytes = (uint64_t)slots * a->batch_size * a->image_size * a->image_size * 3;
 	if (ring_bytes > d->cfg.max_ring_bytes) {
 		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
 				"a ring of %u slots x %llu bytes exceeds max_ring_bytes (%llu): lower batch_size, "
@@ -499,13 +512,34 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 		goto fail;
 	}
 	/* One budget for the node: the cache's share plus every ring. */
-	if (d->ring_bytes + ring_bytes + d->cfg.cache_bytes > d->cfg.memory_budget) {
+	if (d->ring_bytes + d->fit_bytes + ring_bytes + fit_bytes + d->cfg.cache_bytes > d->cfg.memory_budget) {
 		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
-				"a %llu-byte ring does not fit the node's memory_budget (%llu bytes): the cache takes %llu "
+				"a %llu-byte ring%s does not fit the node's memory_budget (%llu bytes): the cache takes %llu "
 				"and %u clients' rings %llu; lower batch_size, image_size or prefetch, or wait",
-				(unsigned long long)ring_bytes, (unsigned long long)d->cfg.memory_budget,
-				(unsigned long long)d->cfg.cache_bytes, d->nconns, (unsigned long long)d->ring_bytes);
+				(unsigned long long)(ring_bytes + fit_bytes),
+				fit_bytes ? " (with the mosaic's partner images)" : "",
+				(unsigned long long)d->cfg.memory_budget, (unsigned long long)d->cfg.cache_bytes, d->nconns,
+				(unsigned long long)(d->ring_bytes + d->fit_bytes));
 		goto fail;
+	}
+	if (fit_bytes) {
+		/* Pages are touched as workers use them. */
+		s->fit_pixels = malloc(fit_bytes);
+		s->fit_tables = calloc(slots, sizeof(*s->fit_tables));
+		s->fit_entries = calloc((size_t)slots * a->batch_size, sizeof(*s->fit_entries));
+		if (!s->fit_pixels || !s->fit_tables || !s->fit_entries) {
+			conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
+					"out of memory for the mosaic's %llu bytes of partner images",
+					(unsigned long long)fit_bytes);
+			goto fail;
+		}
+		for (uint32_t i = 0; i < slots; i++)
+			s->fit_tables[i] = (struct fit_table){
+				.entries = s->fit_entries + (size_t)i * a->batch_size,
+				.pixels = s->fit_pixels + (size_t)i * a->batch_size * a->image_size * a->image_size * 3,
+			};
+		s->fit_bytes = fit_bytes;
+		d->fit_bytes += fit_bytes;
 	}
 	r = ring_create(slots, slot_bytes, &s->ring);
 	if (r < 0) {

@@ -55,6 +55,10 @@ struct session {
 	uint32_t close_mosaic, max_boxes;
 	uint64_t train_epochs;
 	size_t boxes_offset;
+	struct fit_table *fit_tables; /* [slot_count], mosaic: the batch's images */
+	struct fit_entry *fit_entries;
+	uint8_t *fit_pixels;
+	uint64_t fit_bytes;
 
 	enum slot_state *slot_state;
 	struct slot_source *waiting_on; /* [slot_count], WAITING slots */

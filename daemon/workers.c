@@ -207,43 +207,95 @@ static int report_failure(struct worker *w, struct dataset *ds, uint64_t index, 
 	return r;
 }
 
-struct detect_loader {
-	struct worker *w;
-	struct dataset *ds;
-};
-
-/* detect_load_fn: a sample at long side `side`, from the decoded tier or
- * the file; failures reported here, for partners as for the sample. */
-static int detect_load(void *arg, uint64_t index, uint32_t side, struct detect_sample *out)
+/* Sample `index` at long side `side` into dst (side * side * 3 bytes), from
+ * the decoded tier or the file; failures reported here. */
+static int fit_load(struct worker *w, struct dataset *ds, uint64_t index, uint32_t side, uint8_t *dst,
+		    uint32_t *width, uint32_t *height)
 {
-	struct detect_loader *l = arg;
-	struct worker *w = l->w;
-	struct dataset *ds = l->ds;
 	bool read_failed = false;
-	uint32_t width, height;
 	int64_t len;
 	int r;
 
-	if (index >= ds->count || dataset_is_bad(ds, index))
+	if (dataset_is_bad(ds, index))
 		return -EBADMSG;
-	r = grow((void **)&w->fit, &w->fit_cap, (size_t)side * side * 3, 1);
-	if (r < 0)
-		return r;
 	if (w->pool->settings.decoded_side) {
 		struct pipeline_image img;
 
 		r = sample_image(w, ds, index, &img, &read_failed);
 		if (r == 0)
-			r = pipeline_fit_image(w->pipeline, &img, side, w->fit, &width, &height);
+			r = pipeline_fit_image(w->pipeline, &img, side, dst, width, height);
 	} else {
 		len = sample_bytes(w, ds, index);
 		read_failed = len < 0;
-		r = len < 0 ? (int)len : pipeline_fit(w->pipeline, w->buf, (size_t)len, side, w->fit, &width, &height);
+		r = len < 0 ? (int)len : pipeline_fit(w->pipeline, w->buf, (size_t)len, side, dst, width, height);
+	}
+	return report_failure(w, ds, index, r, read_failed);
+}
+
+/*
+ * detect_run() works on batch positions: the sample is position `self_pos`
+ * (made from data-set index `self_index`, which differs from the plan's when
+ * the planned file was replaced), its partners are other positions of the
+ * batch, as Ultralytics takes them from the images it loaded last. Each
+ * position's image is made once, in the job's fit table, and shared.
+ */
+struct detect_loader {
+	struct worker *w;
+	struct batch_job *job;
+	uint64_t self_pos, self_index;
+};
+
+static int detect_load(void *arg, uint64_t pos, uint32_t side, struct detect_sample *out)
+{
+	struct detect_loader *l = arg;
+	struct worker *w = l->w;
+	struct batch_job *job = l->job;
+	struct dataset *ds = job->ds;
+	uint64_t index = pos == l->self_pos ? l->self_index : job->order[pos];
+	struct fit_entry *e = NULL;
+	uint8_t *dst;
+	uint32_t width, height;
+	int r;
+
+	if (pos >= job->count)
+		return -EINVAL;
+	if (job->fits && index == job->order[pos]) {
+		uint32_t state = FIT_EMPTY;
+
+		e = &job->fits->entries[pos];
+		if (!atomic_compare_exchange_strong_explicit(&e->state, &state, FIT_LOADING, memory_order_acquire,
+							     memory_order_acquire)) {
+			if (state == FIT_FAILED)
+				return e->error;
+			if (state == FIT_READY) {
+				width = e->width;
+				height = e->height;
+				dst = job->fits->pixels + pos * (size_t)side * side * 3;
+				goto done;
+			}
+			e = NULL; /* another worker is making it: make our own, no waiting */
+		}
+	}
+	if (e) {
+		dst = job->fits->pixels + pos * (size_t)side * side * 3;
+	} else {
+		r = grow((void **)&w->fit, &w->fit_cap, (size_t)side * side * 3, 1);
+		if (r < 0)
+			return r;
+		dst = w->fit;
+	}
+	r = fit_load(w, ds, index, side, dst, &width, &height);
+	if (e) {
+		e->width = width;
+		e->height = height;
+		e->error = r;
+		atomic_store_explicit(&e->state, r < 0 ? FIT_FAILED : FIT_READY, memory_order_release);
 	}
 	if (r < 0)
-		return report_failure(w, ds, index, r, read_failed);
+		return r;
+done:
 	*out = (struct detect_sample){
-		.pixels = w->fit,
+		.pixels = dst,
 		.width = width,
 		.height = height,
 		.boxes = ds->boxes + ds->box_off[index],
@@ -253,10 +305,10 @@ static int detect_load(void *arg, uint64_t index, uint32_t side, struct detect_s
 }
 
 /* A detection sample: pixels at dst, its rows at `rows`, their number out. */
-static int produce_detect(struct worker *w, struct batch_job *job, uint64_t index, uint8_t *dst, float *rows,
-			  uint32_t *nrows)
+static int produce_detect(struct worker *w, struct batch_job *job, uint32_t pos, uint64_t index, uint8_t *dst,
+			  float *rows, uint32_t *nrows)
 {
-	struct detect_loader l = {.w = w, .ds = job->ds};
+	struct detect_loader l = {.w = w, .job = job, .self_pos = pos, .self_index = index};
 	uint64_t dropped = 0;
 	struct rng rng;
 	int r;
@@ -267,8 +319,8 @@ static int produce_detect(struct worker *w, struct batch_job *job, uint64_t inde
 			return r;
 	}
 	rng_init(&rng, job->seed, job->epoch, index, RNG_AUGMENT);
-	r = detect_run(w->detect, job->detect_transform, &job->detect_params, job->spec.image_size, index,
-		       job->ds->count, &rng, detect_load, &l, dst, rows, job->max_boxes, nrows, &dropped);
+	r = detect_run(w->detect, job->detect_transform, &job->detect_params, job->spec.image_size, pos, job->count,
+		       &rng, detect_load, &l, dst, rows, job->max_boxes, nrows, &dropped);
 	if (r == 0 && dropped)
 		atomic_fetch_add_explicit(&w->counters[COUNTER_BOXES_DROPPED], dropped, memory_order_relaxed);
 	return r;
@@ -329,8 +381,8 @@ static void produce_sample(struct worker *w, struct batch_job *job, uint32_t pos
 	for (uint32_t attempt = 0; attempt < p->settings.replace_attempts; attempt++) {
 		uint64_t candidate = (index + attempt) % n;
 		uint32_t nrows = 0;
-		int r = job->detect ? produce_detect(w, job, candidate, dst, job->boxes + (size_t)pos * job->max_boxes *
-									       DETECT_BOX_FLOATS, &nrows)
+		int r = job->detect ? produce_detect(w, job, pos, candidate, dst,
+						     job->boxes + (size_t)pos * job->max_boxes * DETECT_BOX_FLOATS, &nrows)
 				    : produce_one(w, job, candidate, dst);
 
 		if (r == 0) {

@@ -23,6 +23,27 @@
 struct dataset;
 struct cache;
 
+/* Detection's shared images: each sample of a batch at long side
+ * image_size, made once by whichever worker needs it first, and used by the
+ * others as a mosaic or mixup partner. */
+enum fit_state {
+	FIT_EMPTY = 0,
+	FIT_LOADING = 1, /* a worker is making it: others make their own copy */
+	FIT_READY = 2,
+	FIT_FAILED = 3,
+};
+
+struct fit_entry {
+	_Atomic uint32_t state; /* enum fit_state; READY/FAILED published with release */
+	uint32_t width, height;
+	int error;
+};
+
+struct fit_table {
+	struct fit_entry *entries; /* [batch_size] */
+	uint8_t *pixels;           /* [batch_size][image_size * image_size * 3] */
+};
+
 /* One batch to fill. Fields above `remaining` are written by the loop thread
  * before submission and only read by workers. */
 struct batch_job {
@@ -48,6 +69,7 @@ struct batch_job {
 	enum detect_transform detect_transform;
 	struct detect_params detect_params;
 	uint32_t max_boxes;
+	struct fit_table *fits; /* mosaic partners come from the batch; NULL: none */
 	float *boxes;
 	uint32_t box_count; /* written before the job is handed back */
 
