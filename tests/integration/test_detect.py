@@ -497,3 +497,112 @@ def test_hyper_parameter_out_of_range_refused(daemon, make_yolo):
         loader(d, train_dir(root), transform="mosaic", fliplr=1.5)
     with loader(d, train_dir(root), transform="mosaic", fliplr=1.0) as ld:   # the daemon still serves
         assert len(take(ld, batches=1)) == 1
+
+
+# -- what the daemon refuses, and hostile files --------------------------------------
+
+@pytest.mark.parametrize("kw, words", [
+    (dict(transform="random_resized_crop"), "detect takes letterbox or mosaic"),
+    (dict(dtype="float32"), "uint8"),
+    (dict(coordinated=True), "coordinated"),
+    (dict(max_boxes=0), "max_boxes"),
+    (dict(max_boxes=10001), "max_boxes"),
+    (dict(degrees=181.0), "degrees"),
+    (dict(mosaic=float("nan")), None),            # the library refuses a NaN before sending it
+    (dict(split="../x"), "split"),
+])
+def test_detect_refusals(daemon, make_yolo, kw, words):
+    root, _, _ = scenes(make_yolo)
+    d = daemon()
+    with pytest.raises(stoker.StokerError) as e:
+        loader(d, train_dir(root), **kw)
+    if words:
+        assert words in str(e.value), str(e.value)
+    # A classification client may not send detection's transform or options.
+    with pytest.raises(stoker.StokerError) as e:
+        stoker.Loader(train_dir(root), socket=d.socket, transform="letterbox")
+    assert "classify" in str(e.value)
+    with pytest.raises(TypeError):
+        stoker.Loader(train_dir(root), socket=d.socket, mosaic=0.5)
+    with loader(d, train_dir(root)) as ld:                 # and the daemon serves on
+        assert len(take(ld, batches=1)) == 1
+
+
+def test_hostile_label_files_and_yaml(daemon, make_yolo, tmp_path):
+    """Label files that are huge, binary, enormous lines, many fields, a label path
+    that is a directory; a yaml that is garbage: counted or refused, never a crash."""
+    src, m, _ = scenes(make_yolo, images=8, seed=91)
+    root = tmp_path / "hostile"
+    import shutil
+    shutil.copytree(src, root)
+    labels = sorted((root / "labels" / "train").glob("*.txt"))
+    labels[0].write_bytes(b"0 0.5 0.5 0.1 0.1\n" * (300000))           # 5.4 MB: over the 4 MiB bound
+    labels[1].write_bytes(bytes(range(256)) * 64)                      # binary, with NUL bytes
+    labels[2].write_text("0 " + "0.5 " * 20000 + "\n1 0.5 0.5 0.2 0.2\n")  # a 20001-value line, then a good one
+    labels[3].write_text("0 0.5 0.5 0.2 0.2 " + "x" * 100000 + "\n")   # a 100 kB field
+    labels[4].unlink()
+    labels[4].mkdir()                                                  # a directory where a file should be
+    labels[5].write_text("1e40 0.5 0.5 0.2 0.2\n0 inf 0.5 0.2 0.2\n0 0.5 0.5 0.2 0.2\n")
+    d = daemon()
+    with loader(d, train_dir(root)) as ld:
+        got = per_image(take(ld))
+        errors = ld.label_errors
+    assert len(got) == 8
+    # 1 (too big) + binary lines (>= 1) + 1 (many values) + 1 (long field) + 1 (directory) + 2 (1e40, inf)
+    assert errors >= 7
+    assert stoker.stats(socket=d.socket)["label_errors"] == errors
+    by_index = {idx: rows for idx, _, rows in got}
+    assert len(by_index[0]) == 0                                       # the huge file: no objects
+    assert len(by_index[2]) == 1 and by_index[2][0][0] == 1            # its good line survived
+    assert len(by_index[5]) == 1
+    log = d.stderr()
+    assert "larger than 4 MiB" in log and "not a number" in log
+    # A yaml that is garbage, or names a split that is not there: refused with the reason.
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b"\x00\x01garbage")
+    with pytest.raises(stoker.StokerError) as e:
+        loader(d, bad)
+    assert "bad.yaml" in str(e.value)
+    with pytest.raises(stoker.StokerError) as e:
+        loader(d, root / "data.yaml", split="test")
+    assert "no 'test' split" in str(e.value)
+    with loader(d, root / "data.yaml", split="val") as ld:            # val: the same images here
+        assert ld.dataset_samples == 8
+
+
+def test_detect_resume_exact(daemon, make_yolo):
+    """A checkpoint taken mid-epoch resumes detection batches byte for byte, in a new
+    loader, on a restarted daemon."""
+    root, _, _ = scenes(make_yolo, images=40, seed=13)
+    kw = dict(transform="mosaic", batch_size=4, shuffle=True, seed=5)
+    d = daemon()
+    with loader(d, train_dir(root), **kw) as ld:
+        ld.set_epoch(1)
+        it = iter(ld)
+        for _ in range(3):
+            next(it)
+        state = ld.state_dict()
+        rest = [dict(images=np.array(b.images), boxes=np.array(b.boxes)) for b in it]
+    d.stop()
+    d2 = daemon()
+    with loader(d2, train_dir(root), **kw) as ld:
+        ld.load_state_dict(state)
+        again = [dict(images=np.array(b.images), boxes=np.array(b.boxes)) for b in ld]
+    assert len(again) == len(rest) == 10 - 3
+    for a, b in zip(rest, again):
+        assert np.array_equal(a["images"], b["images"]) and np.array_equal(a["boxes"], b["boxes"])
+
+
+def test_mosaic_partner_images_within_memory_budget(daemon, make_yolo, tmp_path):
+    """The mosaic's shared partner images count against memory_budget: an attach they
+    would overrun is refused and says why; letterbox, which needs none, fits."""
+    root, _, _ = scenes(make_yolo)
+    conf = tmp_path / "budget.conf"
+    # Ring: 5 slots x 8 x 640x640x3 = 49 MB; partner images as much again.
+    conf.write_text("[stokerd]\nmemory_budget = 80M\ncache_bytes = 0\n")
+    d = daemon(config=conf)
+    with pytest.raises(stoker.StokerError) as e:
+        loader(d, train_dir(root), transform="mosaic", image_size=640)
+    assert "partner images" in str(e.value)
+    with loader(d, train_dir(root), transform="letterbox", image_size=640) as ld:
+        assert len(take(ld, batches=1)) == 1

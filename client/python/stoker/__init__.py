@@ -244,7 +244,7 @@ class Loader:
     _SLICE_MS = 500
 
     def __init__(self, dataset, socket=None, batch_size=256, image_size=224, seed=0, rank=0,
-                 world_size=1, transform="random_resized_crop", shuffle=True, drop_last=False,
+                 world_size=1, transform=None, shuffle=True, drop_last=False,
                  epoch=0, prefetch=0, timeout=None, dtype="uint8", mean=None, std=None,
                  coordinated=False, task="classify", **detect):
         self._h = None
@@ -255,8 +255,8 @@ class Loader:
         self.timeout = timeout
         self.dataset = os.fspath(dataset)
         lib = load_library()
-        if task == "detect" and transform == "random_resized_crop":
-            transform = "mosaic"  # detection's training pipeline, unless chosen
+        if transform is None:  # each task's training transform
+            transform = "mosaic" if task == "detect" else "random_resized_crop"
         unknown = set(detect) - _DETECT_OPTIONS
         if unknown:
             raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
