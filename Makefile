@@ -210,13 +210,14 @@ demo: all
 #   fuzz_dispatch  client bytes into a whole in-process daemon (server_adopt)
 #   fuzz_decode    a file through the workers' decode + augment path
 #   fuzz_client    a hostile daemon's replies into libstoker
+#   fuzz_detect    label files, data.yaml, and the detection transforms
 # `make fuzz` runs each for FUZZ_SECONDS (default 60) and keeps what it
 # finds in $(FB)/corpus/; `make fuzz-smoke` runs each for a few seconds (CI).
 FUZZ_CC      ?= clang
 FB           ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_ARGS    ?=
-FUZZ_TARGETS := dispatch decode client
+FUZZ_TARGETS := dispatch decode client detect
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FB)/fuzz_%)
 FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) -pthread -fno-omit-frame-pointer \
                 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
@@ -233,7 +234,7 @@ $(FB)/proto/stoker.pb-c.o: $(B)/proto/stoker.pb-c.c
 	@mkdir -p $(dir $@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -Wno-missing-prototypes -c $< -o $@
 
-$(FB)/fuzz_dispatch $(FB)/fuzz_decode: $(FB)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_OBJS)
+$(FB)/fuzz_dispatch $(FB)/fuzz_decode $(FB)/fuzz_detect: $(FB)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_OBJS)
 	$(call say,CCLD,$@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJS) $(LIBS_DAEMON)
 
@@ -255,6 +256,10 @@ $(FB)/seeds/.done: $(B)/tests/fuzz_mkseeds $(B)/tests/mkjpeg
 	    $(B)/tests/mkjpeg $$k 61 47 $(FB)/seeds/decode/$$k.jpg; done; \
 	    $(B)/tests/mkjpeg scans 24 16 $(FB)/seeds/decode/scans.jpg 2>/dev/null; \
 	    cp data/photos/rocket.jpg $(FB)/seeds/decode/
+	@mkdir -p $(FB)/seeds/detect
+	$(Q)printf '\0000 0.5 0.5 0.2 0.4\n3 0.1 0.2 0.5 0.2 0.5 0.6 0.1 0.6\n' > $(FB)/seeds/detect/labels
+	$(Q)printf '\001path: /d\ntrain: images/train\nnames:\n  0: a\n  1: b\n' > $(FB)/seeds/detect/yaml
+	$(Q)printf '\002\000\000\000\100\000\000\000\003\000\000\000\011' > $(FB)/seeds/detect/mosaic
 	@touch $@
 
 fuzz-build: $(FUZZ_BINS) $(FB)/seeds/.done

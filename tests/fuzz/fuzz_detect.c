@@ -1,0 +1,161 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * libFuzzer target: detection's untrusted inputs. The first byte picks
+ *   0: a label file's text into labels_parse(),
+ *   1: a data.yaml's text into data_yaml_load() (through a memfd path),
+ *   2: detect_run() with parameters, image sizes and boxes taken from the
+ *      input (whatever detect_params_check() accepts), on small outputs:
+ *      the geometry and box code must never read or write out of bounds,
+ *      and every box it writes must lie inside the image.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "detect.h"
+#include "fuzz_common.h"
+#include "labels.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+struct input {
+	const uint8_t *p;
+	size_t n;
+};
+
+static uint32_t take_u32(struct input *in, uint32_t below)
+{
+	uint32_t v = 0;
+
+	for (int i = 0; i < 4 && in->n; i++, in->p++, in->n--)
+		v = v << 8 | *in->p;
+	return below ? v % below : v;
+}
+
+static float take_unit(struct input *in)
+{
+	return (float)take_u32(in, 1001) / 1000.0f;
+}
+
+struct fake {
+	uint8_t pixels[4][96 * 96 * 3];
+	uint32_t w[4], h[4];
+	struct detect_box boxes[4][8];
+	uint32_t nboxes[4];
+	uint32_t fail_mask;
+};
+
+static int fake_load(void *ctx, uint64_t index, uint32_t side, struct detect_sample *out)
+{
+	struct fake *f = ctx;
+	unsigned k = (unsigned)(index % 4);
+
+	if (f->fail_mask >> k & 1)
+		return -EBADMSG;
+	*out = (struct detect_sample){
+		.pixels = f->pixels[k],
+		.width = f->w[k] < side ? f->w[k] : side,
+		.height = f->h[k] < side ? f->h[k] : side,
+		.boxes = f->boxes[k],
+		.box_count = f->nboxes[k],
+	};
+	return 0;
+}
+
+static void run_detect(struct input *in)
+{
+	static struct detect *d;
+	static struct fake f;
+	struct detect_params p;
+	struct rng rng;
+	char why[160];
+	uint32_t size = 8 + take_u32(in, 89), count = 1 + take_u32(in, 8), nboxes = 0, max_boxes = 1 + take_u32(in, 40);
+	uint64_t dropped = 0;
+	uint8_t *image;
+	float *boxes;
+
+	if (!d && detect_new(&d) < 0)
+		abort();
+	p = (struct detect_params){
+		.hsv_h = take_unit(in), .hsv_s = take_unit(in), .hsv_v = take_unit(in),
+		.degrees = take_unit(in) * 180, .translate = take_unit(in) * 0.99f, .scale = take_unit(in) * 0.99f,
+		.shear = take_unit(in) * 89, .perspective = take_unit(in) * 0.1f, .flipud = take_unit(in),
+		.fliplr = take_unit(in), .mosaic = take_unit(in), .mixup = take_unit(in),
+	};
+	if (detect_params_check(&p, why, sizeof(why)) < 0)
+		return;
+	for (int k = 0; k < 4; k++) {
+		f.w[k] = 1 + take_u32(in, size);
+		f.h[k] = 1 + take_u32(in, size);
+		f.nboxes[k] = take_u32(in, 9);
+		for (uint32_t b = 0; b < f.nboxes[k]; b++)
+			f.boxes[k][b] = (struct detect_box){.cls = (float)take_u32(in, 80), .cx = take_unit(in),
+							    .cy = take_unit(in), .w = take_unit(in),
+							    .h = take_unit(in)};
+		memset(f.pixels[k], (int)take_u32(in, 256), sizeof(f.pixels[k]));
+	}
+	f.fail_mask = take_u32(in, 16);
+	rng_init(&rng, take_u32(in, 0), 0, 0, RNG_AUGMENT);
+	image = malloc((size_t)size * size * 3);
+	boxes = malloc((size_t)max_boxes * DETECT_BOX_FLOATS * sizeof(float));
+	if (!image || !boxes)
+		abort();
+	if (detect_run(d, take_u32(in, 2) ? DETECT_TRAIN : DETECT_LETTERBOX, &p, size, take_u32(in, count), count,
+		       &rng, fake_load, &f, image, boxes, max_boxes, &nboxes, &dropped) == 0) {
+		if (nboxes > max_boxes)
+			abort();
+		for (uint32_t b = 0; b < nboxes; b++) {
+			const float *r = boxes + b * DETECT_BOX_FLOATS;
+
+			if (!(r[4] > 0 && r[5] > 0 && r[2] - r[4] / 2 >= -1e-4f && r[2] + r[4] / 2 <= 1 + 1e-4f &&
+			      r[3] - r[5] / 2 >= -1e-4f && r[3] + r[5] / 2 <= 1 + 1e-4f))
+				abort(); /* a box outside the image */
+		}
+	}
+	free(image);
+	free(boxes);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct input in = {data + 1, size ? size - 1 : 0};
+
+	if (size == 0)
+		return 0;
+	switch (data[0] % 3) {
+	case 0: {
+		struct box_vec v = {0};
+
+		labels_parse((const char *)in.p, in.n, data[0] / 3 % 8, "fuzz.txt", NULL, NULL, &v);
+		for (size_t i = 0; i < v.n; i++)
+			if (!(v.v[i].w > 0 && v.v[i].h > 0 && v.v[i].cx >= 0 && v.v[i].cx <= 1))
+				abort();
+		free(v.v);
+		break;
+	}
+	case 1: {
+		struct data_yaml y = {0};
+		char path[64], err[256];
+		int fd = memfd_create("yaml", MFD_CLOEXEC);
+
+		if (fd < 0 || write(fd, in.p, in.n) != (ssize_t)in.n)
+			abort();
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		if (data_yaml_load(path, data[0] / 3 % 2 ? "val" : "train", &y, err, sizeof(err)) == 0) {
+			for (uint32_t i = 0; i < y.nnames; i++)
+				if (!y.names[i])
+					abort();
+		}
+		data_yaml_clear(&y);
+		close(fd);
+		break;
+	}
+	default:
+		run_detect(&in);
+	}
+	return 0;
+}
