@@ -410,11 +410,36 @@ int pipeline_run(struct pipeline *p, const uint8_t *jpeg, size_t len, const stru
 	return r;
 }
 
+/* Decode all of the open image at the largest DCT reduction that is still
+ * at least need_w x need_h (0 x 0: full size). */
+static int decode_reduced(struct pipeline *p, uint32_t need_w, uint32_t need_h, struct decoded_region *reg,
+			  unsigned *denom_out)
+{
+	unsigned denom = 1;
+	uint32_t sw, sh;
+	int r;
+
+	for (unsigned d = 8; (need_w || need_h) && d > 1; d /= 2) {
+		decoder_scaled_size(p->dec, d, &sw, &sh);
+		if (sw >= need_w && sh >= need_h) {
+			denom = d;
+			break;
+		}
+	}
+	decoder_scaled_size(p->dec, denom, &sw, &sh);
+	r = decoder_read(p->dec, denom, 0, 0, sw, sh, reg);
+	if (r < 0)
+		snprintf(p->error, sizeof(p->error), "%s", decoder_error(p->dec));
+	else
+		*denom_out = denom;
+	return r;
+}
+
 int pipeline_decode_image(struct pipeline *p, const uint8_t *jpeg, size_t len, uint32_t min_side,
 			  struct pipeline_image *out)
 {
 	struct decoded_region reg;
-	uint32_t width, height, sw, sh;
+	uint32_t width, height;
 	unsigned denom = 1;
 	size_t row, bytes;
 	int r;
@@ -427,19 +452,9 @@ int pipeline_decode_image(struct pipeline *p, const uint8_t *jpeg, size_t len, u
 		snprintf(p->error, sizeof(p->error), "%s", decoder_error(p->dec));
 		goto finish;
 	}
-	for (unsigned d = 8; min_side > 0 && d > 1; d /= 2) {
-		decoder_scaled_size(p->dec, d, &sw, &sh);
-		if (sw >= min_side && sh >= min_side) {
-			denom = d;
-			break;
-		}
-	}
-	decoder_scaled_size(p->dec, denom, &sw, &sh);
-	r = decoder_read(p->dec, denom, 0, 0, sw, sh, &reg);
-	if (r < 0) {
-		snprintf(p->error, sizeof(p->error), "%s", decoder_error(p->dec));
+	r = decode_reduced(p, min_side, min_side, &reg, &denom);
+	if (r < 0)
 		goto finish;
-	}
 	/* Our own copy: the decoder's buffer is reused by its next image. */
 	row = (size_t)reg.width * 4;
 	bytes = row * reg.height;
@@ -504,7 +519,7 @@ int pipeline_fit(struct pipeline *p, const uint8_t *jpeg, size_t len, uint32_t s
 		 uint32_t *height)
 {
 	struct decoded_region reg;
-	uint32_t w, h, tw, th, sw, sh;
+	uint32_t w, h, tw, th;
 	unsigned denom = 1;
 	int r;
 
@@ -517,20 +532,9 @@ int pipeline_fit(struct pipeline *p, const uint8_t *jpeg, size_t len, uint32_t s
 		goto finish;
 	}
 	fit_size(w, h, side, &tw, &th);
-	/* The largest DCT reduction that still has every output pixel's worth. */
-	for (unsigned d = 8; d > 1; d /= 2) {
-		decoder_scaled_size(p->dec, d, &sw, &sh);
-		if (sw >= tw && sh >= th) {
-			denom = d;
-			break;
-		}
-	}
-	decoder_scaled_size(p->dec, denom, &sw, &sh);
-	r = decoder_read(p->dec, denom, 0, 0, sw, sh, &reg);
-	if (r < 0) {
-		snprintf(p->error, sizeof(p->error), "%s", decoder_error(p->dec));
+	r = decode_reduced(p, tw, th, &reg, &denom);
+	if (r < 0)
 		goto finish;
-	}
 	r = fit_resize(p, &reg, tw, th, out);
 	if (r == 0) {
 		*width = tw;
