@@ -48,6 +48,8 @@ struct detect {
 	size_t mix_cap;
 	struct dbox *boxes[2]; /* boxes of image 1 and image 2 */
 	size_t boxes_cap[2];
+	void *warp; /* warp_separable's column tables and rows */
+	size_t warp_cap;
 	/* OpenCV's RGB2HSV_b division tables (hsv_shift 12) */
 	int sdiv[256], hdiv[256];
 };
@@ -156,17 +158,25 @@ void detect_free(struct detect *d)
 		return;
 	free(d->canvas);
 	free(d->mix);
+	free(d->warp);
 	free(d->boxes[0]);
 	free(d->boxes[1]);
 	free(d);
+}
+
+/* Bytes of warp scratch for an output of `size` from a source `w` wide. */
+static size_t warp_scratch(uint32_t size, int64_t w)
+{
+	return (size_t)size * (sizeof(int32_t) + sizeof(uint16_t)) + (size_t)(w + 4) * 3 * sizeof(uint16_t) +
+	       (size_t)w * 3;
 }
 
 size_t detect_scratch_bytes(uint32_t size)
 {
 	size_t s = size;
 
-	/* the mosaic canvas and the mixup image; box arrays are a few KiB */
-	return sizeof(struct detect) + 4 * s * s * 3 + s * s * 3;
+	/* the mosaic canvas, the mixup image and the warp's tables; box arrays are a few KiB */
+	return sizeof(struct detect) + 4 * s * s * 3 + s * s * 3 + warp_scratch(size, 2 * (int64_t)s);
 }
 
 /* ---- random draws ---- */
@@ -371,15 +381,14 @@ static void warp_edge_pixel(const struct source *s, int ix, int iy, float fx, fl
 }
 
 /*
- * Warp `s` by the destination-to-source map `inv` into size x size `out`,
- * flipped as asked. OpenCV 5's warpAffineLinearInvoker_8UC3 vector
- * arithmetic: single-precision map, bilinear in float
- * with fused multiply-adds, rounded to even, BORDER_CONSTANT 114. Affine
- * maps are linear along a row: the row's start is computed once and x * m0
- * added per pixel.
+ * The perspective warp (and affine maps too far out for fixed point):
+ * OpenCV 5's warpAffineLinearInvoker_8UC3 vector arithmetic, single-precision
+ * map, bilinear in float with fused multiply-adds, rounded to even,
+ * BORDER_CONSTANT 114. The row's start is computed once and x * m0 added
+ * per pixel.
  */
-static void warp(const struct source *s, const double inv[9], bool perspective, uint8_t *out, uint32_t size,
-		 bool flipud, bool fliplr)
+static void warp_float(const struct source *s, const double inv[9], bool perspective, uint8_t *out, uint32_t size,
+		       bool flipud, bool fliplr)
 {
 	const float m0 = (float)inv[0], m1 = (float)inv[1], m2 = (float)inv[2], m3 = (float)inv[3];
 	const float m4 = (float)inv[4], m5 = (float)inv[5], m6 = (float)inv[6], m7 = (float)inv[7], m8 = (float)inv[8];
@@ -433,6 +442,268 @@ static void warp(const struct source *s, const double inv[9], bool perspective, 
 	}
 }
 
+/*
+ * Affine warps in fixed point: coordinates with FIX fractional bits in
+ * int64, exact sums of integer coefficients, so the bytes depend on no
+ * float evaluation order; bilinear within one unit of the exact value.
+ */
+#define FIX 32
+/* vertical weights: a blend of two bytes times 2^8 fits uint16, exact */
+#define WY_BITS 8
+/* weights of the general path: 255 * 2^(2 * 11) fits uint32 */
+#define WG_BITS 11
+#define WX_BITS 15
+/* coordinates and coefficients whose fixed point fits int64 comfortably */
+#define FIX_LIMIT 16777216.0
+
+static const uint8_t pad_pixel[3] = { PAD, PAD, PAD };
+
+static inline int64_t to_fix(double v)
+{
+	return (int64_t)llround(v * 4294967296.0);
+}
+
+/* floor(v / 2^FIX) without relying on >> of a negative value */
+static inline int64_t fix_floor(int64_t v)
+{
+	return v >= 0 ? v >> FIX : -((-v + ((int64_t)1 << FIX) - 1) >> FIX);
+}
+
+/* The fractional part of v as a `bits`-bit weight. */
+static inline uint32_t fix_weight(int64_t v, int bits)
+{
+	return (uint32_t)(((uint64_t)v >> (FIX - bits)) & ((1u << bits) - 1));
+}
+
+static inline int64_t div_floor(int64_t a, int64_t b)
+{
+	int64_t q = a / b;
+
+	return q - ((a % b != 0) && ((a < 0) != (b < 0)));
+}
+
+/* The integers x with lo <= v0 + a * x <= hi, intersected with [*x0, *x1). */
+static void clip_linear(int64_t v0, int64_t a, int64_t lo, int64_t hi, int64_t *x0, int64_t *x1)
+{
+	int64_t from, to;
+
+	if (a == 0) {
+		if (v0 < lo || v0 > hi)
+			*x1 = *x0;
+		return;
+	}
+	if (a < 0) {
+		a = -a, v0 = -v0;
+		from = -hi, hi = -lo, lo = from;
+	}
+	from = -div_floor(v0 - lo, a); /* ceil((lo - v0) / a) */
+	to = div_floor(hi - v0, a) + 1;
+	/* stay within the old [*x0, *x1): an empty result is empty there */
+	from = from < *x0 ? *x0 : from > *x1 ? *x1 : from;
+	*x1 = to < *x1 ? (to < from ? from : to) : *x1;
+	*x0 = from;
+}
+
+/*
+ * The map of output (x, y) to source coordinates X = a x + b y + c and
+ * Y = d x + e y + f, the source's origin and half a weight unit folded
+ * into c and f so that floor gives the tap and the weight is rounded.
+ * False when the coordinates leave what fixed point holds.
+ */
+static bool fix_map(const struct source *s, const double inv[9], uint32_t size, int wbits, int hbits,
+		    int64_t m[6])
+{
+	for (int c = 0; c < 4; c++) {
+		double x = (c & 1) ? size - 1.0 : 0.0, y = (c & 2) ? size - 1.0 : 0.0;
+		double sx = inv[0] * x + inv[1] * y + inv[2] - s->ox, sy = inv[3] * x + inv[4] * y + inv[5] - s->oy;
+
+		if (!(fabs(sx) < FIX_LIMIT && fabs(sy) < FIX_LIMIT))
+			return false;
+	}
+	for (int i = 0; i < 6; i++) {
+		if (!(fabs(inv[i]) < FIX_LIMIT))
+			return false;
+		m[i] = to_fix(inv[i]);
+	}
+	m[2] += ((int64_t)1 << (FIX - wbits - 1)) - (int64_t)s->ox * ((int64_t)1 << FIX);
+	m[5] += ((int64_t)1 << (FIX - hbits - 1)) - (int64_t)s->oy * ((int64_t)1 << FIX);
+	return true;
+}
+
+/* PAD over output columns [x0, x1) of a row, mirrored when flipped. */
+static void pad_span(uint8_t *row, uint32_t size, bool fliplr, int64_t x0, int64_t x1)
+{
+	if (x1 > x0)
+		memset(row + (size_t)(fliplr ? size - x1 : x0) * 3, PAD, (size_t)(x1 - x0) * 3);
+}
+
+/* The bilinear of four taps with WG_BITS weights, rounded. */
+static inline void bilerp(const uint8_t *p00, const uint8_t *p01, const uint8_t *p10, const uint8_t *p11,
+			  uint32_t wx, uint32_t wy, uint8_t *o)
+{
+	const uint32_t one = 1u << WG_BITS;
+
+	for (int c = 0; c < 3; c++) {
+		uint32_t top = p00[c] * (one - wx) + p01[c] * wx, bot = p10[c] * (one - wx) + p11[c] * wx;
+
+		o[c] = (uint8_t)((top * (one - wy) + bot * wy + (1u << (2 * WG_BITS - 1))) >> (2 * WG_BITS));
+	}
+}
+
+/* A source pixel, or PAD outside. */
+static inline const uint8_t *tap(const struct source *s, int64_t x, int64_t y)
+{
+	if (x < 0 || y < 0 || x >= s->w || y >= s->h)
+		return pad_pixel;
+	return s->pix + (size_t)y * s->stride + (size_t)x * 3;
+}
+
+/* Output columns [x0, x1) of a row from X0 + a x, Y0 + d x; `inside`: all four taps are. */
+static inline void affine_span(const struct source *s, const int64_t m[6], int64_t X0, int64_t Y0, int64_t x0,
+			       int64_t x1, bool inside, uint8_t *o, ptrdiff_t step)
+{
+	for (int64_t x = x0; x < x1; x++, o += step) {
+		int64_t X = X0 + m[0] * x, Y = Y0 + m[3] * x, ix = fix_floor(X), iy = fix_floor(Y);
+		uint32_t wx = fix_weight(X, WG_BITS), wy = fix_weight(Y, WG_BITS);
+
+		if (inside) {
+			const uint8_t *p = s->pix + (size_t)iy * s->stride + (size_t)ix * 3, *q = p + s->stride;
+
+			bilerp(p, p + 3, q, q + 3, wx, wy, o);
+		} else {
+			bilerp(tap(s, ix, iy), tap(s, ix + 1, iy), tap(s, ix, iy + 1), tap(s, ix + 1, iy + 1), wx, wy,
+			       o);
+		}
+	}
+}
+
+/*
+ * Rotation or shear: per row, the output columns whose four taps are all
+ * inside run without checks; those with some inside take tap(); the rest
+ * are PAD.
+ */
+static void warp_affine(const struct source *s, const int64_t m[6], uint8_t *out, uint32_t size, bool flipud,
+			bool fliplr)
+{
+	const int64_t one = (int64_t)1 << FIX;
+	const size_t ostride = (size_t)size * 3;
+	const ptrdiff_t step = fliplr ? -3 : 3;
+
+	for (uint32_t y = 0; y < size; y++) {
+		uint8_t *row = out + (size_t)(flipud ? size - 1 - y : y) * ostride, *o0;
+		int64_t X0 = m[1] * y + m[2], Y0 = m[4] * y + m[5];
+		int64_t a0 = 0, a1 = size, f0, f1;
+
+		/* some tap inside: floor in [-1, w - 1]; all inside: floor in [0, w - 2] */
+		clip_linear(X0, m[0], -one, (int64_t)s->w * one - 1, &a0, &a1);
+		clip_linear(Y0, m[3], -one, (int64_t)s->h * one - 1, &a0, &a1);
+		f0 = a0, f1 = a1;
+		clip_linear(X0, m[0], 0, (int64_t)(s->w - 1) * one - 1, &f0, &f1);
+		clip_linear(Y0, m[3], 0, (int64_t)(s->h - 1) * one - 1, &f0, &f1);
+		if (f0 == f1)
+			f0 = f1 = a1;
+		pad_span(row, size, fliplr, 0, a0);
+		pad_span(row, size, fliplr, a1, size);
+		o0 = row + (fliplr ? ostride - 3 : 0);
+		affine_span(s, m, X0, Y0, a0, f0, false, o0 + a0 * step, step);
+		affine_span(s, m, X0, Y0, f0, f1, true, o0 + f0 * step, step);
+		affine_span(s, m, X0, Y0, f1, a1, false, o0 + f1 * step, step);
+	}
+}
+
+/*
+ * No rotation, shear or perspective (Ultralytics' defaults): X depends on
+ * x only and Y on y only. Each output row blends its two source rows into
+ * `vrow` (exact, 8-bit weight), then each column blends two entries of
+ * that (15-bit weight) at a tap and weight computed once per column.
+ * Taps outside the source read PAD, so edges need no other case.
+ */
+static int warp_separable(struct detect *d, const struct source *s, const int64_t m[6], uint8_t *out, uint32_t size,
+			  bool flipud, bool fliplr)
+{
+	const size_t ostride = (size_t)size * 3;
+	int64_t lo = INT64_MAX, hi = INT64_MIN, c0, c1;
+	int32_t *col;
+	uint16_t *colw, *vrow;
+	uint8_t *padrow;
+	void *p = d->warp;
+	int r = grow(&p, &d->warp_cap, warp_scratch(size, s->w), 1);
+
+	d->warp = p;
+	if (r < 0)
+		return r;
+	col = p;
+	colw = (uint16_t *)(col + size);
+	vrow = colw + size;
+	padrow = (uint8_t *)(vrow + (size_t)(s->w + 4) * 3);
+	memset(padrow, PAD, (size_t)s->w * 3);
+
+	/* per column in output order: the first tap, clamped to where both taps are PAD beyond the edges */
+	for (uint32_t j = 0; j < size; j++) {
+		int64_t X = m[0] * (fliplr ? size - 1 - j : j) + m[2], ix = fix_floor(X);
+
+		ix = ix < -2 ? -2 : ix > s->w ? s->w : ix;
+		col[j] = (int32_t)ix;
+		colw[j] = (uint16_t)fix_weight(X, WX_BITS);
+		lo = ix < lo ? ix : lo;
+		hi = ix > hi ? ix : hi;
+	}
+	hi++;
+	for (uint32_t j = 0; j < size; j++)
+		col[j] = (int32_t)(col[j] - lo) * 3;
+	/* vrow covers source columns [lo, hi]; [c0, c1) of them are inside */
+	c0 = lo < 0 ? 0 : lo;
+	c1 = hi + 1 > s->w ? s->w : hi + 1;
+	for (int64_t c = lo; c <= hi; c++)
+		if (c < c0 || c >= c1)
+			for (int k = 0; k < 3; k++)
+				vrow[(c - lo) * 3 + k] = PAD << WY_BITS;
+
+	for (uint32_t i = 0; i < size; i++) {
+		uint8_t *o = out + (size_t)i * ostride;
+		int64_t Y = m[4] * (flipud ? size - 1 - i : i) + m[5], iy = fix_floor(Y);
+		const uint32_t wy = fix_weight(Y, WY_BITS), wy0 = (1u << WY_BITS) - wy;
+		const uint8_t *a, *b;
+		uint16_t *v = vrow + (c0 - lo) * 3;
+
+		if (iy < -1 || iy >= s->h || c0 >= c1) {
+			memset(o, PAD, ostride);
+			continue;
+		}
+		a = iy >= 0 ? s->pix + (size_t)iy * s->stride + (size_t)c0 * 3 : padrow;
+		b = iy + 1 < s->h ? s->pix + (size_t)(iy + 1) * s->stride + (size_t)c0 * 3 : padrow;
+		for (size_t k = 0; k < (size_t)(c1 - c0) * 3; k++)
+			v[k] = (uint16_t)(a[k] * wy0 + b[k] * wy);
+		for (uint32_t j = 0; j < size; j++, o += 3) {
+			const uint16_t *t = vrow + col[j];
+			const uint32_t wx = colw[j], wx0 = (1u << WX_BITS) - wx;
+
+			for (int k = 0; k < 3; k++)
+				o[k] = (uint8_t)((t[k] * wx0 + t[k + 3] * wx + (1u << (WX_BITS + WY_BITS - 1))) >>
+						 (WX_BITS + WY_BITS));
+		}
+	}
+	return 0;
+}
+
+/*
+ * Warp `s` by the destination-to-source map `inv` into size x size `out`,
+ * flipped as asked, bilinear with BORDER_CONSTANT PAD.
+ */
+static int warp(struct detect *d, const struct source *s, const double inv[9], bool perspective, uint8_t *out,
+		uint32_t size, bool flipud, bool fliplr)
+{
+	int64_t m[6];
+
+	if (!perspective && inv[1] == 0 && inv[3] == 0 && fix_map(s, inv, size, WX_BITS, WY_BITS, m))
+		return warp_separable(d, s, m, out, size, flipud, fliplr);
+	if (!perspective && fix_map(s, inv, size, WG_BITS, WG_BITS, m))
+		warp_affine(s, m, out, size, flipud, fliplr);
+	else
+		warp_float(s, inv, perspective, out, size, flipud, fliplr);
+	return 0;
+}
+
 /* LetterBox's centre padding of a w x h image in a size x size square. */
 static void letterbox_offsets(uint32_t w, uint32_t h, uint32_t size, int *left, int *top)
 {
@@ -474,100 +745,95 @@ static void letterbox_copy(const struct detect_sample *s, int left, int top, uin
 	}
 }
 
-/* image = (image * r + other * (1 - r)).astype(uint8), in double as numpy does. */
+/*
+ * image = (image * r + other * (1 - r)).astype(uint8), with r in 8-bit fixed
+ * point: within one unit of numpy's double, and 16-bit lanes vectorise.
+ */
 static void blend(uint8_t *image, const uint8_t *other, size_t n, double r)
 {
-	double a[256], b[256];
+	const uint16_t a = (uint16_t)lround(r * 256), b = (uint16_t)(256 - a);
 
-	for (int i = 0; i < 256; i++) {
-		a[i] = i * r;
-		b[i] = i * (1.0 - r);
-	}
 	for (size_t i = 0; i < n; i++)
-		image[i] = (uint8_t)(a[image[i]] + b[other[i]]);
+		image[i] = (uint8_t)((uint16_t)(image[i] * a + other[i] * b) >> 8);
 }
 
-/* floor(v / 4096), as the arithmetic right shift OpenCV relies on */
+/* floor(v / 4096) for |v| < 2^20, as the arithmetic right shift OpenCV relies on; no branch: hue signs are random */
 static inline int shr12(int v)
 {
-	return v >= 0 ? v >> 12 : -((-v + 4095) >> 12);
+	return ((v + (1 << 20)) >> 12) - (1 << 8);
 }
 
+/* The per-call tables of hsv_jitter. */
+struct hsv_tables {
+	const int *sdiv, *hdiv;
+	int32_t lut_s[256], lut_v[256], sector[256], frac[256];
+};
+
 /*
- * RandomHSV: cv2.cvtColor(RGB2HSV) (OpenCV's 8-bit integer conversion, H in
- * 0..179), the three LUTs of Ultralytics 8.4, then HSV2RGB in single
- * precision as OpenCV's HSV2RGB_b does in its SIMD path, which converts all
- * but a row's last few pixels: truncated, not rounded. Our pixels are RGB
- * where Ultralytics' are BGR: the same conversion with the other blue index.
+ * RGB2HSV, LUTs and HSV2RGB per pixel, branch-free (hue signs and sectors
+ * are random); integers, so every build gives the same bytes.
  */
-static void hsv_jitter(const struct detect *d, uint8_t *image, size_t pixels, const double gain[3])
+static void hsv_pixels(const struct hsv_tables *t, uint8_t *image, size_t pixels)
 {
-	static const int sector_data[6][3] = { { 1, 3, 0 }, { 1, 0, 2 }, { 3, 0, 1 },
-					       { 0, 2, 1 }, { 0, 1, 3 }, { 2, 1, 0 } };
-	const float hscale = 6.0f / 180.0f;
-	uint8_t lut_h[256], lut_s[256], lut_v[256];
-	float unit[256], hfrac[256];
-	int sector[256];
+	/* H / 30 is the sector, H % 30 / 30 the fraction f: V (1 - S k) = V (7650 - S k) / 7650 */
+	const uint32_t den = 255 * 30;
 
-	for (int x = 0; x < 256; x++) {
-		/* ((x + r * 180) % 180).astype(uint8): Python's modulo is never negative */
-		double h = fmod(x + gain[0] * 180.0, 180.0), s = x * (gain[1] + 1.0), v = x * (gain[2] + 1.0);
-		float hf;
-
-		if (h < 0)
-			h += 180.0;
-		lut_h[x] = (uint8_t)h;
-		lut_s[x] = (uint8_t)(s < 0 ? 0 : s > 255 ? 255 : s);
-		lut_v[x] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
-		/* HSV2RGB_native's sector and fraction for hue x */
-		hf = (float)x * hscale;
-		if (hf >= 6.0f)
-			hf = fmodf(hf, 6.0f);
-		sector[x] = floor_int(hf);
-		hfrac[x] = hf - (float)sector[x];
-		if ((unsigned)sector[x] >= 6u) {
-			sector[x] = 0;
-			hfrac[x] = 0.0f;
-		}
-		unit[x] = (float)x * (1.0f / 255.0f);
-	}
-	lut_s[0] = 0; /* 8.3.79: pure white keeps its colour */
-
-	for (size_t i = 0; i < pixels; i++, image += 3) {
-		int r = image[0], g = image[1], b = image[2];
+	for (size_t i = 0; i < pixels; i++) {
+		int r = image[3 * i], g = image[3 * i + 1], b = image[3 * i + 2];
 		int v = r > g ? r : g, vmin = r < g ? r : g;
-		int diff, vr, vg, s, h;
-		float tab[4], S, V;
-		const int *sd;
+		int diff, vr, vg, s, h, sec;
+		uint32_t sv, vv, f, p, q, u;
 
 		v = v > b ? v : b;
 		vmin = vmin < b ? vmin : b;
 		diff = v - vmin;
 		vr = v == r ? -1 : 0;
 		vg = v == g ? -1 : 0;
-		s = (diff * d->sdiv[v] + (1 << 11)) >> 12;
+		s = (diff * t->sdiv[v] + (1 << 11)) >> 12;
 		h = (vr & (g - b)) + (~vr & ((vg & (b - r + 2 * diff)) + ((~vg) & (r - g + 4 * diff))));
-		h = shr12(h * d->hdiv[diff] + (1 << 11));
+		h = shr12(h * t->hdiv[diff] + (1 << 11));
 		h += h < 0 ? 180 : 0;
 
-		h = lut_h[h];
-		S = unit[lut_s[s]];
-		V = unit[lut_v[v]];
-		if (S == 0.0f) {
-			image[0] = image[1] = image[2] = (uint8_t)(V * 255.0f);
-			continue;
-		}
-		tab[0] = V;
-		tab[1] = V * (1.0f - S);
-		/* 1 - S*h fused, as OpenCV's AVX2 build computes it: exact in double, then rounded once */
-		tab[2] = V * (float)(1.0 - (double)S * hfrac[h]);
-		tab[3] = V * (float)(1.0 - (double)S * (1.0f - hfrac[h]));
-		sd = sector_data[sector[h]];
-		/* sector_data lists b, g, r */
-		image[2] = (uint8_t)(tab[sd[0]] * 255.0f);
-		image[1] = (uint8_t)(tab[sd[1]] * 255.0f);
-		image[0] = (uint8_t)(tab[sd[2]] * 255.0f);
+		sv = (uint32_t)t->lut_s[s];
+		vv = (uint32_t)t->lut_v[v];
+		f = (uint32_t)t->frac[h];
+		sec = t->sector[h];
+		p = vv * (den - sv * 30) / den;    /* V (1 - S) */
+		q = vv * (den - sv * f) / den;     /* V (1 - S f) */
+		u = vv * (den - sv * (30 - f)) / den; /* V (1 - S (1 - f)) */
+		/* sectors 0..5 take (r, g, b) = (v, u, p) (q, v, p) (p, v, u) (p, q, v) (u, p, v) (v, p, q) */
+		image[3 * i] = (uint8_t)(((sec == 0) | (sec == 5)) ? vv : sec == 1 ? q : sec == 4 ? u : p);
+		image[3 * i + 1] = (uint8_t)(((sec == 1) | (sec == 2)) ? vv : sec == 0 ? u : sec == 3 ? q : p);
+		image[3 * i + 2] = (uint8_t)(((sec == 3) | (sec == 4)) ? vv : sec == 2 ? u : sec == 5 ? q : p);
 	}
+}
+
+/*
+ * RandomHSV: cv2.cvtColor(RGB2HSV) (OpenCV's 8-bit integer conversion, H in
+ * 0..179), the three LUTs of Ultralytics 8.4, then HSV2RGB's sector formula
+ * in integers, truncated as OpenCV's vector path does (its float arithmetic
+ * can land one below). Our pixels are RGB where Ultralytics' are BGR: the
+ * same conversion with the other blue index.
+ */
+static void hsv_jitter(const struct detect *d, uint8_t *image, size_t pixels, const double gain[3])
+{
+	struct hsv_tables t = { .sdiv = d->sdiv, .hdiv = d->hdiv };
+
+	for (int x = 0; x < 256; x++) {
+		/* ((x + r * 180) % 180).astype(uint8): Python's modulo is never negative */
+		double h = fmod(x + gain[0] * 180.0, 180.0), s = x * (gain[1] + 1.0), v = x * (gain[2] + 1.0);
+		int hi;
+
+		if (h < 0)
+			h += 180.0;
+		hi = (int)h % 180;
+		t.sector[x] = hi / 30;
+		t.frac[x] = hi % 30;
+		t.lut_s[x] = (int32_t)(s < 0 ? 0 : s > 255 ? 255 : s);
+		t.lut_v[x] = (int32_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+	}
+	t.lut_s[0] = 0; /* 8.3.79: pure white keeps its colour */
+	hsv_pixels(&t, image, pixels);
 }
 
 /* ---- loading ---- */
@@ -868,7 +1134,9 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 		if (r < 0)
 			goto out;
 		src.pix = d->canvas;
-		warp(&src, inv, perspective, out, size, j->flipud, j->fliplr);
+		r = warp(d, &src, inv, perspective, out, size, j->flipud, j->fliplr);
+		if (r < 0)
+			goto out;
 	} else {
 		struct detect_sample s;
 		int left, top;
@@ -893,7 +1161,9 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 			struct source src = { s.pixels, (size_t)s.width * 3, (int)s.width, (int)s.height, left, top };
 
 			invert_map(M, perspective, inv);
-			warp(&src, inv, perspective, out, size, j->flipud, j->fliplr);
+			r = warp(d, &src, inv, perspective, out, size, j->flipud, j->fliplr);
+			if (r < 0)
+				goto out;
 		}
 	}
 	*nboxes = perspective_boxes(d->boxes[which], n, M, perspective, im->scale, size);
