@@ -269,11 +269,14 @@ static int names_entry(struct data_yaml *y, char *item, bool mapping, long *next
 		if (!colon)
 			return -EINVAL;
 		*colon = '\0';
+		errno = 0;
 		index = strtol(trim(item), &end, 10);
-		if (*trim(item) == '\0' || *end)
+		if (*trim(item) == '\0' || *end || errno)
 			return -EINVAL;
 		item = colon + 1;
 	}
+	if (index < 0 || index >= (long)LABELS_MAX_CLASSES)
+		return -EINVAL;
 	*next_index = index + 1;
 	return names_set(y, index, unquote(item));
 }

@@ -190,6 +190,11 @@ static void test_yaml_errors(void **state)
 	assert_non_null(strstr(err, "class 1"));
 	unlink(path);
 	free(path);
+	/* An index past any class count (fuzz_detect found its +1 overflowing). */
+	path = write_yaml("train: a\nnames:\n  9223372036854775807: x\n  99999999999999999999: y\n");
+	assert_int_equal(data_yaml_load(path, "train", &y, err, sizeof(err)), -EINVAL);
+	unlink(path);
+	free(path);
 	data_yaml_clear(NULL);
 }
 
