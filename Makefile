@@ -180,6 +180,9 @@ check-tsan:
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" STOKER_STOKERD=$(abspath build-tsan/stokerd) \
 	STOKER_FAULT_ITERATIONS=200 STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) \
 	    $(PYTHON) -m pytest -q $(TSAN_TESTS) -k "not inject and not memfd and not reopen and not malloc and not accept and not sendmsg and not real_fd"
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" STOKER_STOKERD=$(abspath build-tsan/stokerd) \
+	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) \
+	    $(PYTHON) -m pytest -q tests/integration/test_detect.py -k "mosaic or deterministic or mixup or resume"
 
 # valgrind memcheck under every integration test's stokerd (not in CI: an
 # hour's worth of slowdown). libjpeg-turbo's SIMD code confuses memcheck.
