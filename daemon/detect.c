@@ -31,6 +31,27 @@
 #include "detect.h"
 #include "grow.h"
 
+/*
+ * The HSV pass and the separable warp's blends have AVX2 kernels, picked at
+ * detect_new() where the CPU has AVX2. They do the portable code's integer
+ * arithmetic (divisions and tables replaced by exact stand-ins, checked over
+ * every input they see), so the bytes do not depend on the CPU. The portable
+ * code finishes what a kernel leaves (row ends, the last pixels).
+ */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define DETECT_X86 1
+#include <immintrin.h>
+#define TARGET_AVX2 __attribute__((target("avx2")))
+#define INLINE_AVX2 static inline __attribute__((always_inline, target("avx2")))
+#else
+#define DETECT_X86 0
+#endif
+
+/* detect_force_isa()'s choices */
+#define ISA_AUTO 0
+#define ISA_SCALAR 1
+#define ISA_AVX2 2
+
 #define DETECT_MAX_SIZE 16384u
 #define PAD 114
 /* Partners tried (the drawn one, then the next indices) before giving up. */
@@ -52,6 +73,7 @@ struct detect {
 	size_t warp_cap;
 	/* OpenCV's RGB2HSV_b division tables (hsv_shift 12) */
 	int sdiv[256], hdiv[256];
+	bool avx2; /* the AVX2 kernels */
 };
 
 /* The random choices of one image (mosaic + affine). */
@@ -134,6 +156,47 @@ int detect_params_check(const struct detect_params *p, char *why, size_t whylen)
 	return 0;
 }
 
+/*
+ * Test hooks, declared here and by the unit test (not the daemon's
+ * interface, so not in detect.h). detect_force_isa: detects created from
+ * now on use the portable code (ISA_SCALAR) or the AVX2 kernels (ISA_AVX2);
+ * ISA_AUTO restores the default. -ENOTSUP where the CPU cannot run them; not
+ * thread safe against a concurrent detect_new(). detect_check_arith: see
+ * its definition.
+ */
+int detect_force_isa(int isa);
+long detect_check_arith(void);
+
+static int forced_isa = ISA_AUTO;
+
+static bool avx2_runs(void)
+{
+#if DETECT_X86
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("avx2");
+#else
+	return false;
+#endif
+}
+
+int detect_force_isa(int isa)
+{
+	if (isa != ISA_AUTO && isa != ISA_SCALAR && !(isa == ISA_AVX2 && avx2_runs()))
+		return -ENOTSUP;
+	forced_isa = isa;
+	return 0;
+}
+
+/* saturate_cast<int>((255 << 12) / (1. * i)) and the 180-degree hue table, rounded to even */
+static void div_tables(int sdiv[256], int hdiv[256])
+{
+	sdiv[0] = hdiv[0] = 0;
+	for (int i = 1; i < 256; i++) {
+		sdiv[i] = (int)nearbyint((255 << 12) / (double)i);
+		hdiv[i] = (int)nearbyint((180 << 12) / (6.0 * i));
+	}
+}
+
 int detect_new(struct detect **out)
 {
 	struct detect *d;
@@ -143,11 +206,8 @@ int detect_new(struct detect **out)
 	d = calloc(1, sizeof(*d));
 	if (!d)
 		return -ENOMEM;
-	/* saturate_cast<int>((255 << 12) / (1. * i)) and the 180-degree hue table, rounded to even */
-	for (int i = 1; i < 256; i++) {
-		d->sdiv[i] = (int)nearbyint((255 << 12) / (double)i);
-		d->hdiv[i] = (int)nearbyint((180 << 12) / (6.0 * i));
-	}
+	div_tables(d->sdiv, d->hdiv);
+	d->avx2 = forced_isa == ISA_AUTO ? avx2_runs() : forced_isa == ISA_AVX2;
 	*out = d;
 	return 0;
 }
@@ -164,11 +224,12 @@ void detect_free(struct detect *d)
 	free(d);
 }
 
-/* Bytes of warp scratch for an output of `size` from a source `w` wide. */
+/* Bytes of warp scratch for an output of `size` from a source `w` wide (VROW_SLACK: see warp_separable). */
+#define VROW_SLACK 8
 static size_t warp_scratch(uint32_t size, int64_t w)
 {
-	return (size_t)size * (sizeof(int32_t) + sizeof(uint16_t)) + (size_t)(w + 4) * 3 * sizeof(uint16_t) +
-	       (size_t)w * 3;
+	return (size_t)size * (sizeof(int32_t) + sizeof(uint32_t)) +
+	       ((size_t)(w + 4) * 3 + VROW_SLACK) * sizeof(uint16_t) + (size_t)w * 3;
 }
 
 size_t detect_scratch_bytes(uint32_t size)
@@ -611,6 +672,104 @@ static void warp_affine(const struct source *s, const int64_t m[6], uint8_t *out
 	}
 }
 
+/* The separable warp's column tables and row, in d->warp. */
+struct sep {
+	const int32_t *col;   /* per output column (in output order), its first tap's index in vrow */
+	const uint32_t *colw; /* its 15-bit weight wx as wx << 16 | (uint16_t)-wx, pmaddwd's pair */
+	const uint16_t *vrow; /* the row's vertical blends, 3 per source column */
+	uint32_t size;
+};
+
+/* v[k] = a[k] wy0 + b[k] wy for k in [k, n): at most 255 << WY_BITS, exact in 16 bits. */
+static inline void sep_vblend(const uint8_t *a, const uint8_t *b, uint16_t *v, size_t k, size_t n, uint32_t wy)
+{
+	const uint32_t wy0 = (1u << WY_BITS) - wy;
+
+	for (; k < n; k++)
+		v[k] = (uint16_t)(a[k] * wy0 + b[k] * wy);
+}
+
+/* Output pixels [j, size) of the row: two taps of vrow, rounded. */
+static inline void sep_hblend(const struct sep *t, uint32_t j, uint8_t *o)
+{
+	for (; j < t->size; j++) {
+		const uint16_t *v = t->vrow + t->col[j];
+		const uint32_t wx = t->colw[j] >> 16, wx0 = (1u << WX_BITS) - wx;
+
+		for (int k = 0; k < 3; k++)
+			o[3 * j + k] = (uint8_t)((v[k] * wx0 + v[k + 3] * wx + (1u << (WX_BITS + WY_BITS - 1))) >>
+						 (WX_BITS + WY_BITS));
+	}
+}
+
+#if DETECT_X86
+/* Store 8 pixels, one a 32-bit lane (R in its low byte, the top byte unused), as 24 bytes. */
+INLINE_AVX2 void store_rgb8_avx2(uint8_t *o, __m256i px)
+{
+	/* per lane, 4 pixels of 4 bytes to 12 bytes; then the two 12s together */
+	const __m256i pack = _mm256_broadcastsi128_si256(
+		_mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1));
+	__m256i p = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(px, pack), _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 7, 7));
+
+	_mm_storeu_si128((__m128i *)o, _mm256_castsi256_si128(p));
+	_mm_storel_epi64((__m128i *)(o + 16), _mm256_extracti128_si256(p, 1));
+}
+
+/*
+ * sep_vblend and sep_hblend, 16 and 8 outputs a step. Horizontal: one
+ * unaligned 16-byte load per output pixel holds both taps' three channels
+ * (v0..v5, and two more that VROW_SLACK keeps inside the scratch); the
+ * blend v0 wx0 + v3 wx is (v0 << 15) + (v3 - v0) wx, whose second term is
+ * one pmaddwd of (v0, v3) - 0x8000 each (the bias cancels, so values up to
+ * 65280 fit int16) with (-wx, wx): |v3 - v0| wx < 2^31. Two pixels a
+ * vector, one per 128-bit lane.
+ */
+TARGET_AVX2 static void sep_row_avx2(const struct sep *t, const uint8_t *a, const uint8_t *b, uint16_t *v, size_t n,
+				     uint32_t wy, uint8_t *o)
+{
+	const __m256i w0 = _mm256_set1_epi16((short)((1 << WY_BITS) - wy)), w1 = _mm256_set1_epi16((short)wy);
+	/* per lane: the pairs (v0, v3) (v1, v4) (v2, v5) and a spare; v0 v1 v2 as 32 bits */
+	const __m256i pairs = _mm256_broadcastsi128_si256(_mm_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, 0, 1, 6, 7));
+	const __m256i first = _mm256_broadcastsi128_si256(
+		_mm_setr_epi8(0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, -1, -1, -1, -1));
+	const __m256i bias = _mm256_set1_epi16(-32768), round = _mm256_set1_epi32(1 << (WX_BITS + WY_BITS - 1));
+	const __m256i lanes = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+	const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+	size_t k = 0;
+	uint32_t j = 0;
+
+	for (; k + 16 <= n; k += 16) {
+		__m256i x = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(a + k)));
+		__m256i y = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(b + k)));
+
+		_mm256_storeu_si256((__m256i *)(v + k),
+				    _mm256_add_epi16(_mm256_mullo_epi16(x, w0), _mm256_mullo_epi16(y, w1)));
+	}
+	sep_vblend(a, b, v, k, n, wy);
+
+	for (; j + 8 <= t->size; j += 8) {
+		__m256i px[4], p;
+
+		for (int m = 0; m < 4; m++) {
+			const uint32_t i = j + 2 * (uint32_t)m;
+			__m256i x = _mm256_inserti128_si256(
+				_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(t->vrow + t->col[i]))),
+				_mm_loadu_si128((const __m128i *)(t->vrow + t->col[i + 1])), 1);
+			__m256i w = _mm256_permutevar8x32_epi32(
+				_mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(t->colw + i))), lanes);
+			__m256i d = _mm256_madd_epi16(_mm256_xor_si256(_mm256_shuffle_epi8(x, pairs), bias), w);
+			__m256i s = _mm256_add_epi32(_mm256_slli_epi32(_mm256_shuffle_epi8(x, first), WX_BITS), d);
+
+			px[m] = _mm256_srli_epi32(_mm256_add_epi32(s, round), WX_BITS + WY_BITS);
+		}
+		/* lane 0 holds pixels j, j + 2, .., lane 1 j + 1, j + 3, ..: back in order */
+		p = _mm256_packus_epi16(_mm256_packs_epi32(px[0], px[1]), _mm256_packs_epi32(px[2], px[3]));
+		store_rgb8_avx2(o + 3 * (size_t)j, _mm256_permutevar8x32_epi32(p, order));
+	}
+	sep_hblend(t, j, o);
+}
+#endif
+
 /*
  * No rotation, shear or perspective (Ultralytics' defaults): X depends on
  * x only and Y on y only. Each output row blends its two source rows into
@@ -624,27 +783,32 @@ static int warp_separable(struct detect *d, const struct source *s, const int64_
 	const size_t ostride = (size_t)size * 3;
 	int64_t lo = INT64_MAX, hi = INT64_MIN, c0, c1;
 	int32_t *col;
-	uint16_t *colw, *vrow;
+	uint32_t *colw;
+	uint16_t *vrow;
 	uint8_t *padrow;
 	void *p = d->warp;
 	int r = grow(&p, &d->warp_cap, warp_scratch(size, s->w), 1);
+	struct sep t;
 
 	d->warp = p;
 	if (r < 0)
 		return r;
 	col = p;
-	colw = (uint16_t *)(col + size);
-	vrow = colw + size;
-	padrow = (uint8_t *)(vrow + (size_t)(s->w + 4) * 3);
+	colw = (uint32_t *)(col + size);
+	vrow = (uint16_t *)(colw + size);
+	/* the AVX2 kernel reads up to 5 entries past vrow's last: the slack, set so its reads are defined */
+	padrow = (uint8_t *)(vrow + (size_t)(s->w + 4) * 3 + VROW_SLACK);
 	memset(padrow, PAD, (size_t)s->w * 3);
+	t = (struct sep){ col, colw, vrow, size };
 
 	/* per column in output order: the first tap, clamped to where both taps are PAD beyond the edges */
 	for (uint32_t j = 0; j < size; j++) {
 		int64_t X = m[0] * (fliplr ? size - 1 - j : j) + m[2], ix = fix_floor(X);
+		uint32_t wx = fix_weight(X, WX_BITS);
 
 		ix = ix < -2 ? -2 : ix > s->w ? s->w : ix;
 		col[j] = (int32_t)ix;
-		colw[j] = (uint16_t)fix_weight(X, WX_BITS);
+		colw[j] = wx << 16 | (uint16_t)-wx;
 		lo = ix < lo ? ix : lo;
 		hi = ix > hi ? ix : hi;
 	}
@@ -658,11 +822,13 @@ static int warp_separable(struct detect *d, const struct source *s, const int64_
 		if (c < c0 || c >= c1)
 			for (int k = 0; k < 3; k++)
 				vrow[(c - lo) * 3 + k] = PAD << WY_BITS;
+	memset(vrow + (hi + 1 - lo) * 3, 0, VROW_SLACK * sizeof(uint16_t));
 
 	for (uint32_t i = 0; i < size; i++) {
 		uint8_t *o = out + (size_t)i * ostride;
 		int64_t Y = m[4] * (flipud ? size - 1 - i : i) + m[5], iy = fix_floor(Y);
-		const uint32_t wy = fix_weight(Y, WY_BITS), wy0 = (1u << WY_BITS) - wy;
+		const uint32_t wy = fix_weight(Y, WY_BITS);
+		const size_t n = (size_t)(c1 - c0) * 3;
 		const uint8_t *a, *b;
 		uint16_t *v = vrow + (c0 - lo) * 3;
 
@@ -672,16 +838,14 @@ static int warp_separable(struct detect *d, const struct source *s, const int64_
 		}
 		a = iy >= 0 ? s->pix + (size_t)iy * s->stride + (size_t)c0 * 3 : padrow;
 		b = iy + 1 < s->h ? s->pix + (size_t)(iy + 1) * s->stride + (size_t)c0 * 3 : padrow;
-		for (size_t k = 0; k < (size_t)(c1 - c0) * 3; k++)
-			v[k] = (uint16_t)(a[k] * wy0 + b[k] * wy);
-		for (uint32_t j = 0; j < size; j++, o += 3) {
-			const uint16_t *t = vrow + col[j];
-			const uint32_t wx = colw[j], wx0 = (1u << WX_BITS) - wx;
-
-			for (int k = 0; k < 3; k++)
-				o[k] = (uint8_t)((t[k] * wx0 + t[k + 3] * wx + (1u << (WX_BITS + WY_BITS - 1))) >>
-						 (WX_BITS + WY_BITS));
+#if DETECT_X86
+		if (d->avx2) {
+			sep_row_avx2(&t, a, b, v, n, wy, o);
+			continue;
 		}
+#endif
+		sep_vblend(a, b, v, 0, n, wy);
+		sep_hblend(&t, 0, o);
 	}
 	return 0;
 }
@@ -763,10 +927,11 @@ static inline int shr12(int v)
 	return ((v + (1 << 20)) >> 12) - (1 << 8);
 }
 
-/* The per-call tables of hsv_jitter. */
+/* The per-call tables of hsv_jitter, and the AVX2 kernel's arithmetic for the last four (hsv_arith). */
 struct hsv_tables {
 	const int *sdiv, *hdiv;
 	int32_t lut_s[256], lut_v[256], sector[256], frac[256];
+	uint32_t mul_s, mul_v, hue_shift;
 };
 
 /*
@@ -809,16 +974,184 @@ static void hsv_pixels(const struct hsv_tables *t, uint8_t *image, size_t pixels
 }
 
 /*
+ * The multiplier M with min(x M >> 16, 255) == lut[x] for every x, lut a
+ * clipped floor(x c): the least M the lower bounds lut[x] 2^16 / x allow.
+ * The c that give the table lie between two fractions of denominators up
+ * to 255, at least 1 / (255 * 254) > 2^-16 apart, so an M fits, unless
+ * some x c rounded onto an integer in double (c = 0.35 - 2^-54: the table
+ * is no c's); false then.
+ */
+static bool lut_mul(const int32_t *lut, uint32_t *mul)
+{
+	uint32_t m = 0;
+
+	for (uint32_t x = 1; x < 256; x++) {
+		uint32_t need = ((uint32_t)lut[x] * 65536 + x - 1) / x;
+
+		m = need > m ? need : m;
+	}
+	for (uint32_t x = 0; x < 256; x++) {
+		uint32_t y = x * m >> 16;
+
+		if ((y > 255 ? 255 : y) != (uint32_t)lut[x])
+			return false;
+	}
+	*mul = m;
+	return true;
+}
+
+/*
+ * The LUTs as arithmetic: saturation and value as lut_mul, hue as a shift
+ * mod 180 (H never reaches 180). False, for the portable code, if the
+ * tables are not exactly that.
+ */
+static bool hsv_arith(struct hsv_tables *t)
+{
+	t->hue_shift = (uint32_t)(t->sector[0] * 30 + t->frac[0]);
+	for (uint32_t x = 0; x < 180; x++)
+		if ((uint32_t)(t->sector[x] * 30 + t->frac[x]) != (x + t->hue_shift) % 180)
+			return false;
+	return lut_mul(t->lut_s, &t->mul_s) && lut_mul(t->lut_v, &t->mul_v);
+}
+
+#if DETECT_X86
+/*
+ * sdiv[x] and hdiv[x] (num 255 << 12 or 180 << 12 / 6) for 1 <= x <= 255:
+ * round(num / x) without a tie, and the float quotient, correctly rounded,
+ * stays on the same side of every half (checked: detect_check_arith).
+ */
+INLINE_AVX2 __m256i div_table_avx2(float num, __m256i x)
+{
+	return _mm256_cvtps_epi32(_mm256_div_ps(_mm256_set1_ps(num), _mm256_cvtepi32_ps(x)));
+}
+
+/*
+ * ceil(n / 7650) for integers 0 <= n <= 255 * 7650 held exactly in floats:
+ * (n + 7649.5) / 7650 is at least 0.5 / 7650 from an integer, farther than
+ * the reciprocal's product errs (256 * 2^-23); checked for every n.
+ */
+INLINE_AVX2 __m256i ceil_den_avx2(__m256 n)
+{
+	return _mm256_cvttps_epi32(
+		_mm256_mul_ps(_mm256_add_ps(n, _mm256_set1_ps(7649.5f)), _mm256_set1_ps(1.0f / 7650.0f)));
+}
+
+/* V - ceil(S V k / 7650) for 0 <= k <= 30, in 32-bit lanes: S V k < 2^21 is exact in floats. */
+INLINE_AVX2 __m256i hsv_channel_avx2(__m256i vv, __m256 svv, __m256i k)
+{
+	return _mm256_sub_epi32(vv, ceil_den_avx2(_mm256_mul_ps(svv, _mm256_cvtepi32_ps(k))));
+}
+
+/*
+ * hsv_pixels, 8 pixels a step in 32-bit lanes (4 per 128-bit lane), with
+ * the division tables, LUTs and HSV2RGB's divisions by 7650 replaced by the
+ * exact stand-ins above. HSV2RGB without sectors: each channel is
+ * V (7650 - S k) / 7650 with k (30, f or 30 - f as the sector picks p, q
+ * or u; 0 for V) the hue's distance from the channel's own, less 30,
+ * clamped to [0, 30]. Returns the pixels done; reads 4 bytes past them.
+ */
+TARGET_AVX2 static size_t hsv_avx2(const struct hsv_tables *t, uint8_t *image, size_t pixels)
+{
+	const __m256i get_r = _mm256_broadcastsi128_si256(
+		_mm_setr_epi8(0, -1, -1, -1, 3, -1, -1, -1, 6, -1, -1, -1, 9, -1, -1, -1));
+	const __m256i get_g = _mm256_broadcastsi128_si256(
+		_mm_setr_epi8(1, -1, -1, -1, 4, -1, -1, -1, 7, -1, -1, -1, 10, -1, -1, -1));
+	const __m256i get_b = _mm256_broadcastsi128_si256(
+		_mm_setr_epi8(2, -1, -1, -1, 5, -1, -1, -1, 8, -1, -1, -1, 11, -1, -1, -1));
+	const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(1 << 11), zero = _mm256_setzero_si256();
+	const __m256i c179 = _mm256_set1_epi32(179), c180 = _mm256_set1_epi32(180), c255 = _mm256_set1_epi32(255);
+	const __m256i c30 = _mm256_set1_epi32(30), c60 = _mm256_set1_epi32(60), c120 = _mm256_set1_epi32(120);
+	const __m256i mul_s = _mm256_set1_epi32((int)t->mul_s), mul_v = _mm256_set1_epi32((int)t->mul_v);
+	const __m256i shift = _mm256_set1_epi32((int)t->hue_shift);
+	size_t i = 0;
+
+	for (; pixels - i >= 10; i += 8) {
+		uint8_t *px = image + 3 * i;
+		__m256i x = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)px)),
+						    _mm_loadu_si128((const __m128i *)(px + 12)), 1);
+		__m256i r = _mm256_shuffle_epi8(x, get_r), g = _mm256_shuffle_epi8(x, get_g);
+		__m256i b = _mm256_shuffle_epi8(x, get_b);
+		__m256i v = _mm256_max_epi32(_mm256_max_epi32(r, g), b);
+		__m256i diff = _mm256_sub_epi32(v, _mm256_min_epi32(_mm256_min_epi32(r, g), b));
+		__m256i vr = _mm256_cmpeq_epi32(v, r), vg = _mm256_cmpeq_epi32(v, g);
+		__m256i s, h, sv, vv, kr, kg, kb, o;
+		__m256 svv;
+
+		/* a grey's diff is 0, whatever the divisor: 1 keeps the division finite */
+		s = _mm256_mullo_epi32(diff, div_table_avx2(255 << 12, _mm256_max_epi32(v, one)));
+		s = _mm256_srli_epi32(_mm256_add_epi32(s, half), 12);
+		h = _mm256_blendv_epi8(_mm256_sub_epi32(_mm256_add_epi32(r, _mm256_slli_epi32(diff, 2)), g),
+				       _mm256_sub_epi32(_mm256_add_epi32(b, _mm256_add_epi32(diff, diff)), r), vg);
+		h = _mm256_blendv_epi8(h, _mm256_sub_epi32(g, b), vr);
+		h = _mm256_mullo_epi32(h, div_table_avx2((180 << 12) / 6, _mm256_max_epi32(diff, one)));
+		h = _mm256_srai_epi32(_mm256_add_epi32(h, half), 12);
+		h = _mm256_add_epi32(h, _mm256_and_si256(_mm256_cmpgt_epi32(zero, h), c180));
+
+		sv = _mm256_min_epu32(_mm256_srli_epi32(_mm256_mullo_epi32(s, mul_s), 16), c255);
+		vv = _mm256_min_epu32(_mm256_srli_epi32(_mm256_mullo_epi32(v, mul_v), 16), c255);
+		h = _mm256_add_epi32(h, shift);
+		h = _mm256_sub_epi32(h, _mm256_and_si256(_mm256_cmpgt_epi32(h, c179), c180));
+
+		/* red's hue is 0 (and 180), green's 60, blue's 120 */
+		kr = _mm256_sub_epi32(_mm256_min_epi32(h, _mm256_sub_epi32(c180, h)), c30);
+		kg = _mm256_sub_epi32(_mm256_abs_epi32(_mm256_sub_epi32(h, c60)), c30);
+		kb = _mm256_sub_epi32(_mm256_abs_epi32(_mm256_sub_epi32(h, c120)), c30);
+		svv = _mm256_cvtepi32_ps(_mm256_mullo_epi16(sv, vv));
+		r = hsv_channel_avx2(vv, svv, _mm256_min_epi32(_mm256_max_epi32(kr, zero), c30));
+		g = hsv_channel_avx2(vv, svv, _mm256_min_epi32(_mm256_max_epi32(kg, zero), c30));
+		b = hsv_channel_avx2(vv, svv, _mm256_min_epi32(_mm256_max_epi32(kb, zero), c30));
+		o = _mm256_or_si256(r, _mm256_or_si256(_mm256_slli_epi32(g, 8), _mm256_slli_epi32(b, 16)));
+		store_rgb8_avx2(px, o);
+	}
+	return i;
+}
+
+/* The stand-ins' exact ones, one value a lane; false where any lane differs. */
+TARGET_AVX2 static bool avx2_matches(__m256i got, const int32_t want[8])
+{
+	return _mm256_movemask_epi8(_mm256_cmpeq_epi32(got, _mm256_loadu_si256((const __m256i *)want))) == -1;
+}
+
+/* detect_check_arith's AVX2 part: the stand-ins over all their inputs. */
+TARGET_AVX2 static long check_arith_avx2(void)
+{
+	int sdiv[256], hdiv[256];
+	long bad = 0;
+
+	div_tables(sdiv, hdiv);
+	for (int x = 1; x < 256; x += 8) {
+		int32_t in[8], ws[8], wh[8];
+
+		for (int k = 0; k < 8; k++) {
+			in[k] = x + k < 256 ? x + k : 255;
+			ws[k] = sdiv[in[k]];
+			wh[k] = hdiv[in[k]];
+		}
+		bad += !avx2_matches(div_table_avx2(255 << 12, _mm256_loadu_si256((const __m256i *)in)), ws);
+		bad += !avx2_matches(div_table_avx2((180 << 12) / 6, _mm256_loadu_si256((const __m256i *)in)), wh);
+	}
+	for (int32_t n = 0; n <= 255 * 7650; n += 8) {
+		int32_t in[8], want[8];
+
+		for (int k = 0; k < 8; k++) {
+			in[k] = n + k <= 255 * 7650 ? n + k : 255 * 7650;
+			want[k] = (in[k] + 7649) / 7650;
+		}
+		bad += !avx2_matches(ceil_den_avx2(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)in))), want);
+	}
+	return bad;
+}
+#endif
+
+/*
  * RandomHSV: cv2.cvtColor(RGB2HSV) (OpenCV's 8-bit integer conversion, H in
  * 0..179), the three LUTs of Ultralytics 8.4, then HSV2RGB's sector formula
  * in integers, truncated as OpenCV's vector path does (its float arithmetic
  * can land one below). Our pixels are RGB where Ultralytics' are BGR: the
  * same conversion with the other blue index.
  */
-static void hsv_jitter(const struct detect *d, uint8_t *image, size_t pixels, const double gain[3])
+static void hsv_tables_fill(struct hsv_tables *t, const double gain[3])
 {
-	struct hsv_tables t = { .sdiv = d->sdiv, .hdiv = d->hdiv };
-
 	for (int x = 0; x < 256; x++) {
 		/* ((x + r * 180) % 180).astype(uint8): Python's modulo is never negative */
 		double h = fmod(x + gain[0] * 180.0, 180.0), s = x * (gain[1] + 1.0), v = x * (gain[2] + 1.0);
@@ -827,13 +1160,53 @@ static void hsv_jitter(const struct detect *d, uint8_t *image, size_t pixels, co
 		if (h < 0)
 			h += 180.0;
 		hi = (int)h % 180;
-		t.sector[x] = hi / 30;
-		t.frac[x] = hi % 30;
-		t.lut_s[x] = (int32_t)(s < 0 ? 0 : s > 255 ? 255 : s);
-		t.lut_v[x] = (int32_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+		t->sector[x] = hi / 30;
+		t->frac[x] = hi % 30;
+		t->lut_s[x] = (int32_t)(s < 0 ? 0 : s > 255 ? 255 : s);
+		t->lut_v[x] = (int32_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 	}
-	t.lut_s[0] = 0; /* 8.3.79: pure white keeps its colour */
-	hsv_pixels(&t, image, pixels);
+	t->lut_s[0] = 0; /* 8.3.79: pure white keeps its colour */
+}
+
+static void hsv_jitter(const struct detect *d, uint8_t *image, size_t pixels, const double gain[3])
+{
+	struct hsv_tables t = { .sdiv = d->sdiv, .hdiv = d->hdiv };
+	size_t done = 0;
+
+	hsv_tables_fill(&t, gain);
+#if DETECT_X86
+	if (d->avx2 && hsv_arith(&t))
+		done = hsv_avx2(&t, image, pixels);
+#endif
+	hsv_pixels(&t, image + 3 * done, pixels - done);
+}
+
+/*
+ * For the unit test: the AVX2 kernels' stand-ins (division tables, the
+ * division by 7650) against the exact values over every input they can
+ * see, and hsv_arith's cover of drawn gains (where it fails, the portable
+ * code runs: slower, the same bytes). The number of mismatches and
+ * failures, or -ENOTSUP without AVX2.
+ */
+long detect_check_arith(void)
+{
+	struct rng r;
+	long bad = 0;
+
+	if (!avx2_runs())
+		return -ENOTSUP;
+	rng_init(&r, 7, 0, 0, RNG_AUGMENT);
+	for (uint32_t k = 0; k < 100000; k++) {
+		double gain[3] = { rng_range(&r, -1, 1), rng_range(&r, -1, 1), rng_range(&r, -1, 1) };
+		struct hsv_tables t;
+
+		hsv_tables_fill(&t, gain);
+		bad += !hsv_arith(&t);
+	}
+#if DETECT_X86
+	bad += check_arith_avx2();
+#endif
+	return bad;
 }
 
 /* ---- loading ---- */

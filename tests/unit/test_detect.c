@@ -13,6 +13,13 @@
 
 #include "detect.h"
 
+/* detect.c's test hooks (not in detect.h): the kernels of detects created next, and its arithmetic check */
+#define ISA_AUTO 0
+#define ISA_SCALAR 1
+#define ISA_AVX2 2
+int detect_force_isa(int isa);
+long detect_check_arith(void);
+
 /*
  * A fake data set over synthetic images: a background with solid-colour
  * rectangles, each with its box. detect.c's contract is the loader
@@ -844,6 +851,155 @@ static void test_hsv(void **state)
 	detect_free(d);
 }
 
+/* ---- the AVX2 kernels against the portable code ---- */
+
+/* A detect with the portable code and one with the AVX2 kernels; false (test skipped) without AVX2. */
+static bool isa_pair(struct detect **scalar, struct detect **avx2)
+{
+	assert_int_equal(detect_force_isa(ISA_SCALAR), 0);
+	assert_int_equal(detect_new(scalar), 0);
+	if (detect_force_isa(ISA_AVX2) < 0) {
+		detect_free(*scalar);
+		assert_int_equal(detect_force_isa(ISA_AUTO), 0);
+		return false;
+	}
+	assert_int_equal(detect_new(avx2), 0);
+	assert_int_equal(detect_force_isa(ISA_AUTO), 0);
+	return true;
+}
+
+/* detect_run of `index` at `size` by both detects: the same bytes and boxes. */
+static void same_bytes(struct detect *a, struct detect *b, const struct detect_params *p, uint32_t size,
+		       uint64_t seed, uint64_t index, struct fake *f, uint8_t *ia, uint8_t *ib)
+{
+	float ba[MAX_BOXES * DETECT_BOX_FLOATS], bb[MAX_BOXES * DETECT_BOX_FLOATS];
+	uint32_t na, nb;
+	uint64_t dropped = 0;
+	struct rng r;
+
+	rng_init(&r, seed, 0, index, RNG_AUGMENT);
+	assert_int_equal(detect_run(a, DETECT_TRAIN, p, size, index, f->count, &r, fake_load, f, ia, ba, MAX_BOXES,
+				    &na, &dropped),
+			 0);
+	rng_init(&r, seed, 0, index, RNG_AUGMENT);
+	assert_int_equal(detect_run(b, DETECT_TRAIN, p, size, index, f->count, &r, fake_load, f, ib, bb, MAX_BOXES,
+				    &nb, &dropped),
+			 0);
+	for (size_t i = 0; i < (size_t)size * size * 3; i++)
+		if (ia[i] != ib[i])
+			fail_msg("size %u seed %llu: byte %zu portable %d, AVX2 %d", size, (unsigned long long)seed, i,
+				 ia[i], ib[i]);
+	assert_int_equal(na, nb);
+	assert_memory_equal(ba, bb, na * DETECT_BOX_FLOATS * sizeof(float));
+}
+
+/*
+ * HSV, the AVX2 kernel against the portable code: every RGB colour (a
+ * 4096 x 4096 image, which the letterbox copies unwarped) under several
+ * drawn gains, full range.
+ */
+static void test_isa_hsv(void **state)
+{
+	const uint32_t side = 4096;
+	size_t bytes = (size_t)side * side * 3;
+	struct detect *a, *b;
+	struct fake *f = fake_new(4);
+	struct detect_params p = zero_params();
+	uint8_t *raw = malloc(bytes), *ia = malloc(bytes), *ib = malloc(bytes);
+
+	(void)state;
+	assert_true(raw && ia && ib);
+	if (!isa_pair(&a, &b)) {
+		printf("[ SKIPPED  ] no AVX2\n");
+		goto out;
+	}
+	for (size_t i = 0; i < (size_t)side * side; i++) {
+		raw[3 * i] = (uint8_t)(i >> 16);
+		raw[3 * i + 1] = (uint8_t)(i >> 8);
+		raw[3 * i + 2] = (uint8_t)i;
+	}
+	f->raw = raw;
+	f->raw_w = side;
+	f->raw_h = side;
+	p.hsv_h = p.hsv_s = p.hsv_v = 1;
+	for (uint64_t seed = 0; seed < 4; seed++)
+		same_bytes(a, b, &p, side, seed, seed % f->count, f, ia, ib);
+	/* the defaults' gains too */
+	p.hsv_h = 0.015f, p.hsv_s = 0.7f, p.hsv_v = 0.4f;
+	same_bytes(a, b, &p, side, 9, 1, f, ia, ib);
+	detect_free(a);
+	detect_free(b);
+out:
+	free(raw);
+	free(ia);
+	free(ib);
+	fake_free(f);
+}
+
+/*
+ * The whole transform, the AVX2 kernels (separable warp, HSV) against the
+ * portable code on noise: mosaics and letterboxes, zoomed in and out,
+ * flipped, mixed up, at sizes that leave the kernels a remainder.
+ */
+static void test_isa_transform(void **state)
+{
+	static const uint32_t sizes[] = { 256, 203, 64, 13 };
+	struct detect *a, *b;
+	struct fake *f = fake_new(8);
+	uint8_t *raw = malloc(256 * 256 * 3), *ia = malloc(256 * 256 * 3), *ib = malloc(256 * 256 * 3);
+	uint32_t st = 99;
+
+	(void)state;
+	assert_true(raw && ia && ib);
+	if (!isa_pair(&a, &b)) {
+		printf("[ SKIPPED  ] no AVX2\n");
+		goto out;
+	}
+	for (size_t i = 0; i < 256 * 256 * 3; i++) {
+		st = st * 1103515245u + 12345u;
+		raw[i] = (uint8_t)(st >> 16);
+	}
+	f->raw = raw;
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		for (int mode = 0; mode < 4; mode++) {
+			struct detect_params p;
+
+			detect_params_default(&p);
+			p.mosaic = mode & 1;
+			p.mixup = mode & 2 ? 0.5f : 0;
+			p.scale = 0.9f;
+			p.translate = 0.3f;
+			p.flipud = 0.5f;
+			/* noise of an odd width: rows do not start 16-byte aligned */
+			f->raw_w = sizes[k] - (sizes[k] > 13 ? 7 : 0);
+			f->raw_h = sizes[k] * 3 / 4;
+			for (uint64_t seed = 0; seed < 6; seed++)
+				same_bytes(a, b, &p, sizes[k], seed, seed % f->count, f, ia, ib);
+		}
+	}
+	detect_free(a);
+	detect_free(b);
+out:
+	free(raw);
+	free(ia);
+	free(ib);
+	fake_free(f);
+}
+
+/* The AVX2 kernels' exact stand-ins for division and tables, over every input they can see. */
+static void test_isa_arith(void **state)
+{
+	long bad = detect_check_arith();
+
+	(void)state;
+	if (bad == -ENOTSUP) {
+		printf("[ SKIPPED  ] no AVX2\n");
+		return;
+	}
+	assert_int_equal(bad, 0);
+	assert_int_equal(detect_force_isa(99), -ENOTSUP);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -857,6 +1013,9 @@ int main(void)
 		cmocka_unit_test(test_max_boxes),
 		cmocka_unit_test(test_params_check),
 		cmocka_unit_test(test_hsv),
+		cmocka_unit_test(test_isa_hsv),
+		cmocka_unit_test(test_isa_transform),
+		cmocka_unit_test(test_isa_arith),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
