@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -112,7 +113,8 @@ static void session_free(struct session *s)
 	s->d->fit_bytes -= s->fit_bytes;
 	free(s->fit_tables);
 	free(s->fit_entries);
-	free(s->fit_pixels);
+	if (s->fit_pixels)
+		munmap(s->fit_pixels, s->fit_bytes);
 	ring_free(s->ring);
 	free(s->slot_state);
 	free(s->waiting_on);
@@ -523,8 +525,14 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 		goto fail;
 	}
 	if (fit_bytes) {
-		/* Pages are touched as workers use them. */
-		s->fit_pixels = malloc(fit_bytes);
+		/* Populated now, as rings are, so workers take no first-touch faults. */
+		void *m = mmap(NULL, fit_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+
+		if (m != MAP_FAILED) {
+			s->fit_pixels = m;
+			s->fit_bytes = fit_bytes; /* session_free() unmaps and gives it back */
+			d->fit_bytes += fit_bytes;
+		}
 		s->fit_tables = calloc(slots, sizeof(*s->fit_tables));
 		s->fit_entries = calloc((size_t)slots * a->batch_size, sizeof(*s->fit_entries));
 		if (!s->fit_pixels || !s->fit_tables || !s->fit_entries) {
@@ -538,8 +546,6 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 				.entries = s->fit_entries + (size_t)i * a->batch_size,
 				.pixels = s->fit_pixels + (size_t)i * a->batch_size * a->image_size * a->image_size * 3,
 			};
-		s->fit_bytes = fit_bytes;
-		d->fit_bytes += fit_bytes;
 	}
 	r = ring_create(slots, slot_bytes, &s->ring);
 	if (r < 0) {
