@@ -102,3 +102,15 @@ def read_line(proc, attempts=600, step=0.1):
         if proc.poll() is not None:
             break
     raise AssertionError(f"client printed nothing (rc={proc.poll()}): {proc.stderr.read() if proc.poll() is not None else ''}")
+
+
+def assert_none_decode(paths):
+    """Each file must fail to decode with Pillow (the generators' corrupt files)."""
+    from PIL import Image
+
+    for p in paths:
+        try:
+            Image.open(p).load()
+        except Exception:
+            continue
+        raise AssertionError(f"{p} decodes")
