@@ -68,7 +68,7 @@ Q := @
 say = @printf '  %-8s %s\n' $(1) $(2)
 endif
 
-.PHONY: all clean check check-unit check-integration check-sanitize demo bench install uninstall FORCE \
+.PHONY: all clean check check-unit check-integration check-sanitize demo bench bench-detect install uninstall FORCE \
         fuzz fuzz-build fuzz-smoke check-tsan check-valgrind check-faults
 all: $(B)/stokerd $(B)/stokerctl $(LIB_SO) $(B)/libstoker.so $(B)/libstoker.a $(B)/stoker.pc $(UNIT_BINS) $(FAULT_BINS)
 
@@ -288,6 +288,11 @@ BENCH_BINS   := $(B)/bench/jpeg_limit $(B)/bench/stoker_rtt $(B)/bench/profile_p
 
 bench: all $(BENCH_BINS)
 	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) bench/run.py $(BENCH_ARGS)
+
+# YOLO detection: stoker mosaic/letterbox 640 against Ultralytics' own
+# loaders, bench/out/detect.json. Options: BENCH_DETECT_ARGS="--help".
+bench-detect: all $(B)/bench/jpeg_limit
+	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) bench/detect.py $(BENCH_DETECT_ARGS)
 
 $(B)/bench/jpeg_limit: bench/jpeg_limit.c
 	@mkdir -p $(dir $@)

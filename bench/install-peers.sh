@@ -1,7 +1,9 @@
 #!/bin/sh
-# Install the peers `make bench` compares stoker with, from PyPI:
+# Install the peers `make bench` and `make bench-detect` compare stoker with, from PyPI:
 #   torch + torchvision  (PyTorch DataLoader with torchvision transforms)
 #   nvidia-dali-cuda120  (NVIDIA DALI; the bench uses only its CPU pipeline)
+#   ultralytics          (YOLO's own training data loader, for bench/detect.py;
+#                         pulls in opencv-python and pyyaml)
 # Each is optional: the bench prints "not installed" for a missing peer.
 # The default torch wheel on x86_64 Linux pulls in the CUDA runtime wheels
 # (several GB); that is fine for a benchmark machine.
@@ -21,10 +23,11 @@ pipi() {
 
 pipi torch torchvision
 pipi nvidia-dali-cuda120
+pipi ultralytics
 
 "$PY" - <<'PY'
 import importlib
-for m in ("torch", "torchvision", "nvidia.dali"):
+for m in ("torch", "torchvision", "nvidia.dali", "ultralytics"):
     try:
         mod = importlib.import_module(m)
         print(f"install-peers: {m} {getattr(mod, '__version__', '?')}")
