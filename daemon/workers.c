@@ -254,7 +254,7 @@ static int detect_load(void *arg, uint64_t pos, uint32_t side, struct detect_sam
 	uint64_t index = pos == l->self_pos ? l->self_index : job->order[pos];
 	struct fit_entry *e = NULL;
 	uint8_t *dst;
-	uint32_t width, height;
+	uint32_t width = 0, height = 0;
 	int r;
 
 	if (pos >= job->count)
