@@ -25,7 +25,7 @@ static const float imagenet_std[3] = {0.229f, 0.224f, 0.225f};
 #define SESSION_DEFAULT_MAX_BOXES 1000u
 #define SESSION_MAX_BOXES 10000u
 /* Label errors logged per data set; the rest are counted. */
-#define SESSION_MAX_LABEL_LOGS 20u
+#define SESSION_MAX_LABEL_LOGS 100u
 
 /* Data sets larger than this are refused (the plan holds 8 bytes a sample). */
 #define SESSION_MAX_SAMPLES (1ull << 32)
