@@ -70,7 +70,7 @@ struct builder {
 	uint64_t n, cap, max;
 };
 
-static int builder_add(struct builder *b, const char *name, int32_t label)
+static int builder_add_sample(struct builder *b, const char *name, int32_t label)
 {
 	size_t len = strlen(name) + 1;
 
@@ -128,6 +128,19 @@ static void set_err(char *errbuf, size_t errlen, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(errbuf, errlen, fmt, ap);
 	va_end(ap);
+}
+
+/* builder_add_sample(), saying in errbuf why it failed. */
+static int builder_add(struct builder *b, const char *name, int32_t label, const char *path, char *errbuf,
+		       size_t errlen)
+{
+	int r = builder_add_sample(b, name, label);
+
+	if (r == -EFBIG)
+		set_err(errbuf, errlen, "%s: more than %llu samples", path, (unsigned long long)b->max);
+	else if (r < 0)
+		set_err(errbuf, errlen, "%s: %s", path, strerror(-r));
+	return r;
 }
 
 /* Open directory `rel` under `rootfd` for reading its entries. */
@@ -270,13 +283,9 @@ static int scan_image_folder(int rootfd, const char *path, struct builder *b, ui
 					r = -ENAMETOOLONG;
 					goto out;
 				}
-				r = builder_add(b, rel, (int32_t)c);
-				if (r < 0) {
-					if (r == -EFBIG)
-						set_err(errbuf, errlen, "%s: more than %llu samples", path,
-							(unsigned long long)b->max);
+				r = builder_add(b, rel, (int32_t)c, path, errbuf, errlen);
+				if (r < 0)
 					goto out;
-				}
 			}
 			strvec_free(&files);
 		}
@@ -348,12 +357,9 @@ static int scan_list_file(const char *path, struct builder *b, uint32_t *num_cla
 		while (sep > label_start && (sep[-1] == ' ' || sep[-1] == '\t'))
 			sep--;
 		*sep = '\0';
-		r = builder_add(b, label_start, (int32_t)label);
-		if (r < 0) {
-			if (r == -EFBIG)
-				set_err(errbuf, errlen, "%s: more than %llu samples", path, (unsigned long long)b->max);
+		r = builder_add(b, label_start, (int32_t)label, path, errbuf, errlen);
+		if (r < 0)
 			goto out;
-		}
 		if (label > max_label)
 			max_label = label;
 	}
@@ -504,11 +510,9 @@ static int scan_image_tree(int rootfd, const char *path, struct builder *b, char
 	}
 	strvec_sort(&all);
 	for (size_t i = 0; i < all.n; i++) {
-		r = builder_add(b, all.v[i], 0);
-		if (r < 0) {
-			set_err(errbuf, errlen, "%s: more than %llu samples", path, (unsigned long long)b->max);
+		r = builder_add(b, all.v[i], 0, path, errbuf, errlen);
+		if (r < 0)
 			goto out;
-		}
 	}
 	if (b->n == 0) {
 		set_err(errbuf, errlen, "dataset %s: no .jpg/.jpeg files under it", path);
@@ -547,11 +551,9 @@ static int scan_image_list(const char *path, struct builder *b, char *errbuf, si
 			continue;
 		if (strncmp(p, "./", 2) == 0)
 			p += 2;
-		r = builder_add(b, p, 0);
-		if (r < 0) {
-			set_err(errbuf, errlen, "%s: more than %llu samples", path, (unsigned long long)b->max);
+		r = builder_add(b, p, 0, path, errbuf, errlen);
+		if (r < 0)
 			goto out;
-		}
 	}
 	if (b->n == 0) {
 		set_err(errbuf, errlen, "%s: no images listed", path);
