@@ -294,7 +294,7 @@ bench: all $(BENCH_BINS)
 bench-detect: all $(B)/bench/jpeg_limit
 	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) bench/detect.py $(BENCH_DETECT_ARGS)
 
-$(B)/bench/jpeg_limit: bench/jpeg_limit.c
+$(B)/bench/jpeg_limit: bench/jpeg_limit.c bench/bench_files.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(LIBS_DAEMON) $(LDFLAGS_ALL)
 
@@ -302,7 +302,7 @@ $(B)/bench/stoker_rtt: bench/stoker_rtt.c client/include/stoker.h $(LIB_SO)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< -L$(B) -l:libstoker.so.$(SOVERSION) -Wl,-rpath,'$$ORIGIN/..' $(LDFLAGS_ALL)
 
-$(B)/bench/profile_pipeline: bench/profile_pipeline.c $(B)/libstokerd.a
+$(B)/bench/profile_pipeline: bench/profile_pipeline.c bench/bench_files.h $(B)/libstokerd.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Idaemon -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 

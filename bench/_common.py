@@ -10,6 +10,20 @@ import sys
 import time
 
 
+def peer_arguments():
+    """The arguments every peer takes (data set, batch, image size, how long);
+    the caller adds its own and parses."""
+    import argparse
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--min-seconds", type=float, default=10.0)
+    return p
+
+
 def result(**fields):
     """Print the peer's result line and exit 0."""
     print("RESULT " + json.dumps(fields), flush=True)

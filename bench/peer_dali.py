@@ -11,22 +11,16 @@ fairest DALI counterpart of stoker's crop-aware decode. Not in the issue's
 list; reported as an extra row.
 """
 
-import argparse
 import math
 import sys
 
-from _common import log_to_stderr, measure, result, unavailable
+from _common import log_to_stderr, measure, peer_arguments, result, unavailable
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--dataset", required=True)
+    p = peer_arguments()
     p.add_argument("--cores", type=int, required=True)
     p.add_argument("--variant", default="spec", choices=["spec", "fused"])
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--image-size", type=int, default=224)
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--min-seconds", type=float, default=10.0)
     a = p.parse_args()
     log = log_to_stderr(f"dali {a.variant}")
 

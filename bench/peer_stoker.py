@@ -7,22 +7,16 @@ Every batch is really taken (released and the next one received) and a
 small slice of it is read, as a trainer would hand it on; no full copy.
 """
 
-import argparse
 import errno
 import sys
 
-from _common import log_to_stderr, measure, result, unavailable
+from _common import log_to_stderr, measure, peer_arguments, result, unavailable
 
 
 def main():
-    p = argparse.ArgumentParser()
+    p = peer_arguments()
     p.add_argument("--socket", required=True)
-    p.add_argument("--dataset", required=True)
     p.add_argument("--dtype", default="uint8", choices=["uint8", "float32"])
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--image-size", type=int, default=224)
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--min-seconds", type=float, default=10.0)
     a = p.parse_args()
     log = log_to_stderr(f"stoker {a.dtype}")
 

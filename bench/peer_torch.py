@@ -6,23 +6,17 @@ ImageNet Normalize), num_workers = cores, persistent workers, batch 256.
     peer_torch.py --dataset DIR --cores N [--dtype uint8|float32] ...
 """
 
-import argparse
 import sys
 
-from _common import log_to_stderr, measure, result, unavailable
+from _common import log_to_stderr, measure, peer_arguments, result, unavailable
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--dataset", required=True)
+    p = peer_arguments()
     p.add_argument("--cores", type=int, required=True)
     p.add_argument("--dtype", default="uint8", choices=["uint8", "float32"])
-    p.add_argument("--batch-size", type=int, default=256)
-    p.add_argument("--image-size", type=int, default=224)
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--min-seconds", type=float, default=10.0)
     a = p.parse_args()
     log = log_to_stderr(f"torch {a.dtype}")
 
