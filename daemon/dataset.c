@@ -565,48 +565,63 @@ out:
 	return r;
 }
 
-/* Read sample i's label file (bounded) into *text; 0 with *len 0 when
- * there is none. */
-static int read_label_file(const char *path, char **text, size_t *cap, size_t *len)
+/*
+ * Read `path` (relative to dirfd) whole into *buf (grown as needed, never
+ * beyond max_bytes): its length, -EFBIG over max_bytes, -EINVAL when it is
+ * not a regular file, or -errno.
+ */
+static int64_t read_bounded(int dirfd, const char *path, uint8_t **buf, size_t *cap, uint64_t max_bytes)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY), r = 0;
 	struct stat st;
+	size_t len = 0;
+	int fd, r;
 
-	*len = 0;
+	fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0)
-		return errno == ENOENT ? 0 : -errno;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		r = fstat(fd, &st) < 0 ? -errno : -EINVAL;
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
 		goto out;
 	}
-	if (st.st_size > LABELS_MAX_FILE_BYTES) {
+	if (!S_ISREG(st.st_mode)) {
+		r = -EINVAL;
+		goto out;
+	}
+	if ((uint64_t)st.st_size > max_bytes) {
 		r = -EFBIG;
 		goto out;
 	}
-	r = grow((void **)text, cap, (size_t)st.st_size + 1, 1);
-	while (r == 0 && *len < (size_t)st.st_size) {
-		ssize_t n = read(fd, *text + *len, (size_t)st.st_size - *len);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			r = n < 0 ? -errno : 0;
-			break;
+	/* One byte more than the size, to notice a file that grew. */
+	r = grow((void **)buf, cap, (size_t)st.st_size + 1, 1);
+	if (r < 0)
+		goto out;
+	/* Read to EOF (or the buffer's end): the file may have changed size. */
+	while (len < *cap) {
+		ssize_t n = read(fd, *buf + len, *cap - len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			r = -errno;
+			goto out;
 		}
-		*len += (size_t)n;
+		if (n == 0)
+			break;
+		len += (size_t)n;
 	}
+	r = 0;
 out:
 	close(fd);
-	return r;
+	return r < 0 ? r : (int64_t)len;
 }
 
 /* Every sample's objects, in sample order. */
 static int read_labels(struct dataset *ds, label_report_fn report, void *ctx, char *errbuf, size_t errlen)
 {
 	struct box_vec boxes = {0};
-	char *text = NULL;
-	size_t cap = 0, len;
+	uint8_t *text = NULL;
+	size_t cap = 0;
 	int32_t max_class = -1;
+	int64_t len;
 	int r = 0;
 
 	ds->box_off = calloc(ds->count + 1, sizeof(*ds->box_off));
@@ -626,18 +641,22 @@ static int read_labels(struct dataset *ds, label_report_fn report, void *ctx, ch
 			ds->label_errors++;
 			continue;
 		}
-		r = read_label_file(label, &text, &cap, &len);
-		if (r < 0) {
-			if (r == -ENOMEM)
+		len = read_bounded(AT_FDCWD, label, &text, &cap, LABELS_MAX_FILE_BYTES);
+		if (len == -ENOENT) {
+			ds->label_files_missing++; /* no objects */
+			continue;
+		}
+		if (len < 0) {
+			if (len == -ENOMEM)
 				goto nomem;
 			if (report)
-				report(ctx, label, 0, r == -EFBIG ? "larger than 4 MiB: not a label file" : strerror(-r));
+				report(ctx, label, 0,
+				       len == -EFBIG ? "larger than 4 MiB: not a label file" : strerror((int)-len));
 			ds->label_errors++;
 			continue;
 		}
-		if (len == 0 && access(label, F_OK) < 0)
-			ds->label_files_missing++;
-		r = labels_parse(text, len, ds->class_names ? ds->num_classes : 0, label, report, ctx, &boxes);
+		r = labels_parse((const char *)text, (size_t)len, ds->class_names ? ds->num_classes : 0, label, report,
+				 ctx, &boxes);
 		if (r < 0)
 			goto nomem;
 		ds->label_errors += (uint64_t)r;
@@ -770,48 +789,9 @@ void dataset_unref(struct dataset *ds)
 
 int64_t dataset_read(const struct dataset *ds, uint64_t index, uint8_t **buf, size_t *cap, uint64_t max_bytes)
 {
-	struct stat st;
-	size_t len = 0;
-	int fd, r;
-
 	if (index >= ds->count)
 		return -ERANGE;
-	fd = openat(ds->dirfd, dataset_name(ds, index), O_RDONLY | O_CLOEXEC | O_NOCTTY);
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &st) < 0) {
-		r = -errno;
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		r = -EINVAL;
-		goto out;
-	}
-	if ((uint64_t)st.st_size > max_bytes) {
-		r = -EFBIG;
-		goto out;
-	}
-	/* One byte more than the size, to notice a file that grew. */
-	r = grow((void **)buf, cap, (size_t)st.st_size + 1, 1);
-	if (r < 0)
-		goto out;
-	/* Read to EOF (or the buffer's end): the file may have changed size. */
-	while (len < *cap) {
-		ssize_t n = read(fd, *buf + len, *cap - len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			r = -errno;
-			goto out;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	r = 0;
-out:
-	close(fd);
-	return r < 0 ? r : (int64_t)len;
+	return read_bounded(ds->dirfd, dataset_name(ds, index), buf, cap, max_bytes);
 }
 
 int dataset_stat(const struct dataset *ds, uint64_t index, uint64_t *size, int64_t *mtime_ns)
