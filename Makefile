@@ -68,7 +68,7 @@ Q := @
 say = @printf '  %-8s %s\n' $(1) $(2)
 endif
 
-.PHONY: all clean check check-unit check-integration check-sanitize demo bench bench-detect install uninstall FORCE \
+.PHONY: all clean check check-unit check-integration check-sanitize check-torch demo bench bench-detect install uninstall FORCE \
         fuzz fuzz-build fuzz-smoke check-tsan check-valgrind check-faults
 all: $(B)/stokerd $(B)/stokerctl $(LIB_SO) $(B)/libstoker.so $(B)/libstoker.a $(B)/stoker.pc $(UNIT_BINS) $(FAULT_BINS)
 
@@ -154,6 +154,7 @@ check: all
 	$(MAKE) --no-print-directory check-unit
 	$(MAKE) --no-print-directory check-integration
 ifeq ($(SANITIZE),)
+	$(MAKE) --no-print-directory check-torch
 	$(MAKE) --no-print-directory check-sanitize
 	$(MAKE) --no-print-directory check-tsan
 	$(MAKE) --no-print-directory fuzz-smoke
@@ -203,6 +204,15 @@ check-unit: $(UNIT_BINS)
 
 check-integration: all
 	$(SANITIZE_ENV) STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) -m pytest -q tests/integration
+
+# PyTorch (tests/torch/, once per `make check`): stoker.torch's tensors and
+# defaults, and examples/torch/train.py under torchrun with two ranks (DDP,
+# gloo on the CPU, ResNet-18), stopped mid-epoch and resumed. torch and
+# torchvision come from PyPI when the interpreter lacks them.
+check-torch: all
+	@$(PYTHON) -c 'import torch, torchvision' 2>/dev/null || $(PYTHON) -m pip install -q torch torchvision 2>/dev/null || \
+	    $(PYTHON) -m pip install -q --break-system-packages torch torchvision
+	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) -m pytest -q tests/torch
 
 demo: all
 	$(PYTHON) scripts/demo.py

@@ -246,3 +246,53 @@ def test_iterator_continues_and_stale_iterator_stops(daemon, dataset):
         assert next(new).index == 0
         assert list(old) == []
         assert [b.index for b in new] == list(range(1, len(ld)))
+
+
+def token_fields(ld):
+    return dict(kv.split("=", 1) for kv in ld.state_dict()["token"].split()[1:])
+
+
+@pytest.mark.parametrize("env,want", [
+    ({}, ("0", "1")),
+    ({"RANK": "1", "WORLD_SIZE": "2"}, ("1", "2")),                                # torchrun
+    ({"SLURM_PROCID": "2", "SLURM_NTASKS": "3"}, ("2", "3")),                      # srun
+    ({"RANK": "0", "WORLD_SIZE": "2", "SLURM_PROCID": "3", "SLURM_NTASKS": "4"}, ("0", "2")),  # torchrun in srun
+], ids=["none", "torchrun", "slurm", "torchrun-over-slurm"])
+def test_rank_and_world_size_follow_the_launcher(daemon, dataset, monkeypatch, env, want):
+    for k in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    n = len(expected_samples(dataset))
+    d = daemon()
+    monkeypatch.setenv("STOKER_SOCKET", d.socket)  # the socket from the environment, too
+    with stoker.Loader(dataset, **SMALL) as ld:
+        f = token_fields(ld)
+        assert (f["rank"], f["world_size"]) == want
+        assert ld.samples_per_epoch == math.ceil(n / int(want[1]))
+    assert stoker.launcher_rank() == (None if not env else tuple(map(int, want)))
+
+
+def test_explicit_rank_wins_over_the_launcher(daemon, dataset, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    d = daemon()
+    with stoker.Loader(dataset, socket=d.socket, rank=0, world_size=2, **SMALL) as ld:
+        assert (token_fields(ld)["rank"], token_fields(ld)["world_size"]) == ("0", "2")
+    with stoker.Loader(dataset, socket=d.socket, rank=3, **SMALL) as ld:  # world_size from RANK/WORLD_SIZE
+        assert (token_fields(ld)["rank"], token_fields(ld)["world_size"]) == ("3", "4")
+
+
+@pytest.mark.parametrize("env,what", [
+    ({"RANK": "1"}, "WORLD_SIZE is not"),
+    ({"SLURM_NTASKS": "2"}, "SLURM_PROCID is not"),
+    ({"RANK": "x", "WORLD_SIZE": "2"}, "not integers"),
+    ({"RANK": "2", "WORLD_SIZE": "2"}, "not a rank"),
+])
+def test_bad_launcher_environment(monkeypatch, env, what):
+    for k in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(ValueError, match=what):
+        stoker.launcher_rank()

@@ -28,7 +28,7 @@ import os
 import numpy as np
 
 __all__ = ["Loader", "Batch", "StokerError", "stats", "metrics", "config", "set_config", "reload", "drain",
-           "library_version", "load_library"]
+           "library_version", "load_library", "launcher_rank"]
 
 _ERR_NO_LIBRARY = "libstoker not found (set STOKER_LIB, or STOKER_BUILD to the build directory)"
 
@@ -161,25 +161,29 @@ def _connect(socket):
     return h
 
 
-class _ReadOnlyView:
-    """Exposes a read-only __array_interface__ over foreign memory."""
+class _ForeignView:
+    """Exposes an __array_interface__ over foreign memory."""
 
     __slots__ = ("__array_interface__",)
 
-    def __init__(self, addr, shape, typestr):
+    def __init__(self, addr, shape, typestr, readonly):
         self.__array_interface__ = {
             "version": 3,
             "shape": shape,
             "typestr": typestr,
-            "data": (addr, True),  # True: read-only
+            "data": (addr, readonly),
         }
 
 
-def _view(addr, shape, dtype):
+def _view(addr, shape, dtype, readonly=True):
+    """A numpy array over the ring's memory. readonly=False only drops the
+    flag (for frameworks that warn about it, such as torch.from_numpy): the
+    mapping itself is PROT_READ, so a write still faults."""
     if not addr:
         raise StokerError(_errno.EPROTO, "libstoker returned a NULL batch pointer")
-    arr = np.asarray(_ReadOnlyView(addr, shape, np.dtype(dtype).str))
-    arr.flags.writeable = False
+    arr = np.asarray(_ForeignView(addr, shape, np.dtype(dtype).str, readonly))
+    if readonly:
+        arr.flags.writeable = False
     return arr
 
 
@@ -221,6 +225,33 @@ class Batch:
 _DTYPES = {0: np.uint8, 1: np.float32, 2: np.float16}
 
 
+class _BatchMemory:
+    """Where a batch's arrays lie in the ring and what they hold: addresses,
+    shapes and numpy dtypes, for whichever framework wraps them."""
+
+    __slots__ = ("count", "images", "image_shape", "image_dtype", "labels", "label_dtype", "indices",
+                 "boxes", "box_rows", "epoch", "index", "replaced")
+
+    def __init__(self, b):
+        n = int(_lib.stoker_batch_count(b))
+        h, w, c = (int(_lib.stoker_batch_height(b)), int(_lib.stoker_batch_width(b)),
+                   int(_lib.stoker_batch_channels(b)))
+        self.count = n
+        self.image_dtype = _DTYPES[int(_lib.stoker_batch_dtype(b))]
+        self.image_shape = (n, h, w, c) if self.image_dtype == np.uint8 else (n, c, h, w)
+        self.images = _lib.stoker_batch_images(b)
+        self.labels = _lib.stoker_batch_labels(b)
+        self.label_dtype = np.int64  # stoker.h: int64_t labels
+        self.indices = _lib.stoker_batch_indices(b)
+        nboxes = ctypes.c_uint32()
+        # A detection batch has an address even with no rows; NULL otherwise.
+        self.boxes = _lib.stoker_batch_boxes(b, ctypes.byref(nboxes)) or None
+        self.box_rows = int(nboxes.value)
+        self.epoch = int(_lib.stoker_batch_epoch(b))
+        self.index = int(_lib.stoker_batch_index(b))
+        self.replaced = int(_lib.stoker_batch_replaced(b))
+
+
 # Options of task="detect" (Ultralytics' hyper-parameter names and ours).
 _DETECT_OPTIONS = {"hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective",
                    "flipud", "fliplr", "mosaic", "mixup", "close_mosaic", "epochs", "max_boxes", "split"}
@@ -232,19 +263,60 @@ def _opt_text(v):
     return str(v)
 
 
+# Launchers' variables for (rank, world size), first match wins: torchrun
+# (and torch.distributed's env:// init), then Slurm's srun.
+_LAUNCHER_ENV = (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS"))
+
+
+def launcher_rank(environ=None):
+    """(rank, world_size) as the launcher set them in the environment:
+    RANK/WORLD_SIZE (torchrun), else SLURM_PROCID/SLURM_NTASKS (srun);
+    None when neither pair is set. ValueError for half a pair or a value
+    that is not a rank of the world."""
+    env = os.environ if environ is None else environ
+    for rank_var, world_var in _LAUNCHER_ENV:
+        rank, world = env.get(rank_var), env.get(world_var)
+        if rank is None and world is None:
+            continue
+        if rank is None or world is None:
+            have, miss = (rank_var, world_var) if world is None else (world_var, rank_var)
+            raise ValueError(f"{have} is set but {miss} is not: pass rank= and world_size= explicitly")
+        try:
+            r, w = int(rank), int(world)
+        except ValueError:
+            raise ValueError(f"{rank_var}={rank!r} {world_var}={world!r}: not integers") from None
+        if w < 1 or not 0 <= r < w:
+            raise ValueError(f"{rank_var}={r} is not a rank of {world_var}={w}")
+        return r, w
+    return None
+
+
+def _rank_defaults(rank, world_size, launcher=None):
+    """Explicit arguments win, then `launcher` (a callable giving (rank,
+    world) or None), then the environment, then a single process."""
+    if rank is not None and world_size is not None:
+        return int(rank), int(world_size)
+    found = (launcher() if launcher else None) or launcher_rank() or (0, 1)
+    return (found[0] if rank is None else int(rank)), (found[1] if world_size is None else int(world_size))
+
+
 class Loader:
     """Attach to stokerd and iterate one epoch per pass.
 
     timeout: seconds to wait for a batch (None: forever); on expiry
     StokerError(ETIMEDOUT). socket None: $STOKER_SOCKET or the default.
+    rank, world_size None: from the launcher (launcher_rank(): torchrun's
+    RANK/WORLD_SIZE, Slurm's SLURM_PROCID/SLURM_NTASKS), else 0 and 1.
     One thread at a time; not picklable (create one per process).
     """
 
     # While waiting "forever", wake up this often so Ctrl-C is handled.
     _SLICE_MS = 500
+    # A framework layer's (rank, world_size) source, before the environment.
+    _launcher_rank = None
 
-    def __init__(self, dataset, socket=None, batch_size=256, image_size=224, seed=0, rank=0,
-                 world_size=1, transform=None, shuffle=True, drop_last=False,
+    def __init__(self, dataset, socket=None, batch_size=256, image_size=224, seed=0, rank=None,
+                 world_size=None, transform=None, shuffle=True, drop_last=False,
                  epoch=0, prefetch=0, timeout=None, dtype="uint8", mean=None, std=None,
                  coordinated=False, task="classify", **detect):
         self._h = None
@@ -262,6 +334,7 @@ class Loader:
             raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
         if detect and task != "detect":
             raise TypeError(f"{', '.join(sorted(detect))}: options of task='detect'")
+        rank, world_size = _rank_defaults(rank, world_size, self._launcher_rank)
         opts = {
             "task": task,
             "batch_size": batch_size, "image_size": image_size, "seed": seed, "rank": rank,
@@ -408,26 +481,17 @@ class Loader:
         if rc < 0:
             raise _error(rc, h, "next batch")
         self._batch = b = out.value
-        n = int(_lib.stoker_batch_count(b))
-        h, w, c = (int(_lib.stoker_batch_height(b)), int(_lib.stoker_batch_width(b)),
-                   int(_lib.stoker_batch_channels(b)))
-        dtype = _DTYPES[int(_lib.stoker_batch_dtype(b))]
-        shape = (n, h, w, c) if dtype == np.uint8 else (n, c, h, w)
-        nboxes = ctypes.c_uint32()
-        boxes_addr = _lib.stoker_batch_boxes(b, ctypes.byref(nboxes))
-        boxes = None
-        if boxes_addr:
-            rows = int(nboxes.value)
-            # A view even when empty: numpy needs some address, any will do.
-            boxes = _view(boxes_addr, (rows, 6), np.float32)
+        return self._make_batch(_BatchMemory(b))
+
+    def _make_batch(self, mem):
+        """The Batch the iteration yields, from the batch's memory (numpy
+        views here; stoker.torch makes tensors)."""
         return Batch(
-            boxes=boxes,
-            images=_view(_lib.stoker_batch_images(b), shape, dtype),
-            labels=_view(_lib.stoker_batch_labels(b), (n,), np.int64),
-            indices=_view(_lib.stoker_batch_indices(b), (n,), np.int64),
-            epoch=int(_lib.stoker_batch_epoch(b)),
-            index=int(_lib.stoker_batch_index(b)),
-            replaced=int(_lib.stoker_batch_replaced(b)),
+            boxes=None if mem.boxes is None else _view(mem.boxes, (mem.box_rows, 6), np.float32),
+            images=_view(mem.images, mem.image_shape, mem.image_dtype),
+            labels=_view(mem.labels, (mem.count,), mem.label_dtype),
+            indices=_view(mem.indices, (mem.count,), np.int64),
+            epoch=mem.epoch, index=mem.index, replaced=mem.replaced,
         )
 
     def _release(self):

@@ -1,0 +1,99 @@
+"""stoker for PyTorch: batches as torch tensors, zero-copy, and the
+launcher's rank and world size by default.
+
+    import stoker.torch
+    loader = stoker.torch.Loader("/data/imagenet/train", batch_size=256)
+    for epoch in range(start_epoch, epochs):
+        loader.set_epoch(epoch)                # as DistributedSampler.set_epoch
+        for images, labels in loader:         # uint8 [B,3,H,W] channels_last, int64 [B]
+            ...
+
+Under torchrun (or any launcher), rank and world_size come from
+torch.distributed when it is initialised, else from RANK/WORLD_SIZE or
+SLURM_PROCID/SLURM_NTASKS; explicit arguments win. The socket is
+$STOKER_SOCKET unless given.
+
+Tensors are views of the daemon's ring, not copies:
+
+- uint8 images are NCHW in torch.channels_last memory format: the permuted
+  view of the ring's NHWC slot, which is exactly that layout.
+  `images.is_contiguous(memory_format=torch.channels_last)` is true, and a
+  channels_last model reads them without a copy.
+- float32/float16 images (dtype="float32", normalised by the daemon) are
+  contiguous NCHW.
+- labels are int64 [B]; the ring stores int64, so they are views too (a
+  ring with narrower labels would cost one B-element copy per batch).
+- detection boxes are float32 [N, 6] (image in batch, class, cx, cy, w, h).
+
+What the caller may not do: write into them (the ring is mapped read-only:
+an in-place op such as `images.sub_(...)` or `labels[0] = 1` faults
+the process with SIGSEGV), or use them after the next batch is taken (the
+daemon refills the slot; after close() the memory is unmapped). To keep
+one, copy it: `images.clone()`, or move it (`images.to("cuda")`,
+`images.float()`), which makes a new tensor anyway.
+"""
+
+import numpy as np
+import torch
+
+import stoker as _core
+from stoker import StokerError, launcher_rank  # noqa: F401  (re-exported)
+
+__all__ = ["Loader", "Batch", "StokerError", "distributed_rank", "launcher_rank"]
+
+
+def distributed_rank():
+    """(rank, world_size) of the initialised default process group, or None."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return None
+
+
+def _tensor(addr, shape, dtype):
+    # The array only lacks numpy's writeable flag, so torch.from_numpy()
+    # shares it without its per-call warning; the pages stay read-only.
+    return torch.from_numpy(_core._view(addr, shape, dtype, readonly=False))
+
+
+class Batch(tuple):
+    """One batch as the default collate gives it: `images, labels = batch`,
+    batch[0], batch[1], len(batch) == 2 (for detection: images, boxes).
+    Also .images, .labels (int64 [B]; detection: each image's box count),
+    .boxes (detection: float32 [N, 6], else None), .indices (int64 [B], the
+    samples delivered), .epoch, .index (batch number in the epoch),
+    .replaced (unreadable samples replaced). Valid until the next batch."""
+
+    def __new__(cls, images, labels, indices, epoch, index, replaced, boxes=None):
+        self = super().__new__(cls, (images, labels if boxes is None else boxes))
+        self.images, self.labels, self.indices, self.boxes = images, labels, indices, boxes
+        self.epoch, self.index, self.replaced = epoch, index, replaced
+        return self
+
+    def __repr__(self):
+        return (f"<stoker.torch.Batch epoch={self.epoch} index={self.index} "
+                f"images={tuple(self.images.shape)} {self.images.dtype} replaced={self.replaced}>")
+
+
+class Loader(_core.Loader):
+    """stoker.Loader yielding torch tensors (see the module's doc for their
+    layout and lifetime). Same arguments; rank and world_size default to
+    torch.distributed's when it is initialised, then the launcher's
+    environment. len(loader) is this rank's batches per epoch;
+    set_epoch(), state_dict() and load_state_dict() as in stoker.Loader."""
+
+    _launcher_rank = staticmethod(distributed_rank)
+
+    def _make_batch(self, mem):
+        images = _tensor(mem.images, mem.image_shape, mem.image_dtype)
+        if mem.image_dtype == np.uint8:
+            images = images.permute(0, 3, 1, 2)  # NHWC memory: NCHW, channels_last
+        labels = _tensor(mem.labels, (mem.count,), mem.label_dtype)
+        if labels.dtype != torch.int64:
+            labels = labels.to(torch.int64)
+        boxes = None if mem.boxes is None else _tensor(mem.boxes, (mem.box_rows, 6), np.float32)
+        return Batch(images=images, labels=labels, indices=_tensor(mem.indices, (mem.count,), np.int64),
+                     epoch=mem.epoch, index=mem.index, replaced=mem.replaced, boxes=boxes)
+
+    def __repr__(self):
+        return "<stoker.torch" + super().__repr__()[len("<stoker"):]
