@@ -224,13 +224,14 @@ demo: all
 #   fuzz_decode    a file through the workers' decode + augment path
 #   fuzz_client    a hostile daemon's replies into libstoker
 #   fuzz_detect    label files, data.yaml, and the detection transforms
+#   fuzz_tar       tar shard headers (the member index), brace patterns, keys
 # `make fuzz` runs each for FUZZ_SECONDS (default 60) and keeps what it
 # finds in $(FB)/corpus/; `make fuzz-smoke` runs each for a few seconds (CI).
 FUZZ_CC      ?= clang
 FB           ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_ARGS    ?=
-FUZZ_TARGETS := dispatch decode client detect
+FUZZ_TARGETS := dispatch decode client detect tar
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FB)/fuzz_%)
 FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) -pthread -fno-omit-frame-pointer \
                 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
@@ -247,7 +248,7 @@ $(FB)/proto/stoker.pb-c.o: $(B)/proto/stoker.pb-c.c
 	@mkdir -p $(dir $@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -Wno-missing-prototypes -c $< -o $@
 
-$(FB)/fuzz_dispatch $(FB)/fuzz_decode $(FB)/fuzz_detect: $(FB)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_OBJS)
+$(FB)/fuzz_dispatch $(FB)/fuzz_decode $(FB)/fuzz_detect $(FB)/fuzz_tar: $(FB)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_OBJS)
 	$(call say,CCLD,$@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJS) $(LIBS_DAEMON)
 
@@ -274,6 +275,8 @@ $(FB)/seeds/.done: $(B)/tests/fuzz_mkseeds $(B)/tests/mkjpeg
 	$(Q)printf '\0000 0.5 0.5 0.2 0.4\n3 0.1 0.2 0.5 0.2 0.5 0.6 0.1 0.6\n' > $(FB)/seeds/detect/labels
 	$(Q)printf '\001path: /d\ntrain: images/train\nnames:\n  0: a\n  1: b\n' > $(FB)/seeds/detect/yaml
 	$(Q)printf '\002\000\000\000\100\000\000\000\003\000\000\000\011' > $(FB)/seeds/detect/mosaic
+	@mkdir -p $(FB)/seeds/tar
+	$(Q)cp tests/fuzz/regressions/tar-* $(FB)/seeds/tar/
 	@touch $@
 
 fuzz-build: $(FUZZ_BINS) $(FB)/seeds/.done

@@ -80,6 +80,7 @@ struct stoker {
 	uint64_t seed;
 	uint32_t rank, world_size;
 	bool shuffle, drop_last;
+	uint32_t shard_buffer; /* shard order's shuffle buffer + 1; 0: sample order */
 
 	uint64_t epoch;
 	uint32_t generation;
@@ -465,6 +466,7 @@ struct checkpoint {
 	uint64_t epoch, batch, seed, samples;
 	uint32_t rank, world_size, batch_size;
 	bool shuffle, drop_last;
+	uint32_t shard_buffer; /* as in struct stoker */
 };
 
 #define CHECKPOINT_FORMAT                                                                                   \
@@ -480,11 +482,21 @@ static int checkpoint_parse(const char *token, struct checkpoint *out)
 		return -EINVAL;
 	if (sscanf(token, CHECKPOINT_FORMAT, &c.epoch, &c.batch, &c.seed, &c.rank, &c.world_size, &c.batch_size,
 		   &shuffle, &drop_last, &c.samples, &end) != 9 ||
-	    end < 0 || token[end] != '\0' || c.world_size == 0 || c.rank >= c.world_size || c.batch_size == 0 ||
+	    end < 0 || c.world_size == 0 || c.rank >= c.world_size || c.batch_size == 0 ||
 	    (shuffle != 0 && shuffle != 1) || (drop_last != 0 && drop_last != 1))
 		return -EINVAL;
 	c.shuffle = shuffle;
 	c.drop_last = drop_last;
+	c.shard_buffer = 0;
+	/* Shard order adds its buffer; tokens without it are sample order. */
+	if (token[end] != '\0') {
+		int more = -1;
+
+		if (sscanf(token + end, " order=shards shuffle_buffer=%" SCNu32 "%n", &c.shard_buffer, &more) != 1 ||
+		    more < 0 || token[end + more] != '\0' || c.shard_buffer == UINT32_MAX)
+			return -EINVAL;
+		c.shard_buffer++;
+	}
 	*out = c;
 	return 0;
 }
@@ -500,6 +512,8 @@ STOKER_API int stoker_checkpoint(const struct stoker *s, char *buf, size_t size)
 		     " world_size=%" PRIu32 " batch_size=%" PRIu32 " shuffle=%d drop_last=%d samples=%" PRIu64,
 		     s->epoch, s->first_batch + s->taken, s->seed, s->rank,
 		     s->world_size, s->batch_size, (int)s->shuffle, (int)s->drop_last, s->dataset_samples);
+	if (n >= 0 && (size_t)n < size && s->shard_buffer)
+		n += snprintf(buf + n, size - (size_t)n, " order=shards shuffle_buffer=%" PRIu32, s->shard_buffer - 1);
 	if (n < 0 || (size_t)n >= size)
 		return -ENOBUFS;
 	return 0;
@@ -658,7 +672,15 @@ STOKER_API int stoker_opts_set(struct stoker_opts *o, const char *key, const cha
 	SET_U32(rank)
 	SET_U32(world_size)
 	SET_U32(prefetch)
+	SET_U32(shuffle_buffer)
 #undef SET_U32
+	if (!strcmp(key, "order")) {
+		if (strcmp(value, "samples") && strcmp(value, "shards"))
+			return -EINVAL;
+		a->shard_order = value[1] == 'h';
+		a->has_shard_order = true;
+		return 0;
+	}
 	if (!strcmp(key, "seed") || !strcmp(key, "epoch")) {
 		r = parse_u64(value, UINT64_MAX, &v);
 		if (r < 0)
@@ -731,6 +753,9 @@ STOKER_API int stoker_opts_set(struct stoker_opts *o, const char *key, const cha
 		a->shuffle = c.shuffle;
 		a->drop_last = c.drop_last;
 		a->expect_samples = c.samples;
+		a->shard_order = c.shard_buffer != 0;
+		a->shuffle_buffer = c.shard_buffer ? c.shard_buffer - 1 : a->shuffle_buffer;
+		a->has_shard_order = a->has_shuffle_buffer = true;
 		a->has_epoch = a->has_first_batch = a->has_seed = a->has_rank = a->has_world_size = true;
 		a->has_batch_size = a->has_shuffle = a->has_drop_last = a->has_expect_samples = true;
 		return 0;
@@ -887,6 +912,7 @@ STOKER_API int stoker_attach(struct stoker *s, const char *dataset, const struct
 	s->world_size = a.world_size;
 	s->shuffle = a.shuffle;
 	s->drop_last = a.drop_last;
+	s->shard_buffer = a.shard_order ? a.shuffle_buffer + 1 : 0;
 	s->attached = true;
 	r = 0;
 out:
@@ -970,11 +996,13 @@ STOKER_API int stoker_restore(struct stoker *s, const char *token)
 	if (checkpoint_parse(token, &c) < 0)
 		return set_error(s, -EINVAL, "not a stoker checkpoint token");
 	if (c.seed != s->seed || c.rank != s->rank || c.world_size != s->world_size || c.batch_size != s->batch_size ||
-	    c.shuffle != s->shuffle || c.drop_last != s->drop_last || c.samples != s->dataset_samples)
+	    c.shuffle != s->shuffle || c.drop_last != s->drop_last || c.samples != s->dataset_samples ||
+	    c.shard_buffer != s->shard_buffer)
 		return set_error(s, -EINVAL,
 				 "the checkpoint's plan (seed %" PRIu64 ", rank %" PRIu32 "/%" PRIu32 ", batch_size %" PRIu32
-				 ", %" PRIu64 " samples) differs from this attachment's",
-				 c.seed, c.rank, c.world_size, c.batch_size, c.samples);
+				 ", %" PRIu64 " samples, %s order%s) differs from this attachment's",
+				 c.seed, c.rank, c.world_size, c.batch_size, c.samples, c.shard_buffer ? "shard" : "sample",
+				 c.shard_buffer ? " and its shuffle buffer" : "");
 	if (c.batch > s->batches_per_epoch)
 		return set_error(s, -EINVAL, "the checkpoint's batch %" PRIu64 " is past the epoch's end", c.batch);
 	return start_epoch(s, c.epoch, c.batch);

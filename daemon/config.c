@@ -129,6 +129,7 @@ static const struct config_key config_keys[] = {
 	STR("metrics_textfile", metrics_textfile, LIVE),
 	U32(metrics_interval_ms, 100, 3600000, LIVE),
 	STR("metrics_listen", metrics_listen, RESTART),
+	STR("shard_index_dir", shard_index_dir, RESTART),
 	{"log_level", KEY_LOG_LEVEL, offsetof(struct config, log_level), 0, 0, LIVE},
 };
 #define NKEYS (sizeof(config_keys) / sizeof(config_keys[0]))
@@ -518,6 +519,10 @@ int config_validate(const struct config *c, char *err, size_t errsize)
 	}
 	if (c->admin_group[0] && config_group_id(c->admin_group, &gid) < 0) {
 		snprintf(err, errsize, "admin_group '%s': no such group", c->admin_group);
+		return -EINVAL;
+	}
+	if (c->shard_index_dir[0] && c->shard_index_dir[0] != '/') {
+		snprintf(err, errsize, "shard_index_dir '%s' must be an absolute path", c->shard_index_dir);
 		return -EINVAL;
 	}
 	if (c->metrics_textfile[0] && c->metrics_textfile[0] != '/') {

@@ -52,6 +52,7 @@ struct config {
 	char metrics_textfile[CONFIG_VALUE_MAX]; /* "": none */
 	uint32_t metrics_interval_ms;
 	char metrics_listen[64]; /* "": none; else a loopback host:port */
+	char shard_index_dir[CONFIG_VALUE_MAX]; /* tar shard indexes; "": $CACHE_DIRECTORY/shards, or none */
 	enum log_level log_level;
 };
 

@@ -14,52 +14,11 @@
 
 #include "dataset.h"
 #include "grow.h"
+#include "shards.h"
+#include "strvec.h"
 
 /* os.walk with followlinks can loop; real trees are nowhere near this deep. */
 #define DATASET_MAX_DEPTH 64
-
-struct strvec {
-	char **v;
-	size_t n, cap;
-};
-
-static void strvec_free(struct strvec *s)
-{
-	for (size_t i = 0; i < s->n; i++)
-		free(s->v[i]);
-	free(s->v);
-	memset(s, 0, sizeof(*s));
-}
-
-static int strvec_push(struct strvec *s, const char *str)
-{
-	char *copy;
-
-	if (s->n == s->cap) {
-		size_t cap = s->cap ? 2 * s->cap : 64;
-		char **v = realloc(s->v, cap * sizeof(*v));
-		if (!v)
-			return -ENOMEM;
-		s->v = v;
-		s->cap = cap;
-	}
-	copy = strdup(str);
-	if (!copy)
-		return -ENOMEM;
-	s->v[s->n++] = copy;
-	return 0;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-static void strvec_sort(struct strvec *s)
-{
-	if (s->n > 1) /* an empty vector has no array to hand qsort */
-		qsort(s->v, s->n, sizeof(char *), cmp_str);
-}
 
 /* Growing sample table under construction. */
 struct builder {
@@ -399,10 +358,7 @@ static int open_parent(const char *file, int *dirfd, char *errbuf, size_t errlen
 	return 0;
 }
 
-/* The data set the builder's samples make; takes over b's arrays and
- * dirfd on success. */
-static int dataset_make(struct builder *b, const char *root, const char *key, int dirfd, uint32_t num_classes,
-			struct dataset **out)
+int dataset_new(const char *root, const char *key, uint64_t count, struct dataset **out)
 {
 	struct dataset *ds = calloc(1, sizeof(*ds));
 
@@ -410,7 +366,7 @@ static int dataset_make(struct builder *b, const char *root, const char *key, in
 		return -ENOMEM;
 	ds->root = strdup(root);
 	ds->key = strdup(key);
-	ds->bad = calloc(b->n / 64 + 1, sizeof(*ds->bad));
+	ds->bad = calloc(count / 64 + 1, sizeof(*ds->bad));
 	if (!ds->root || !ds->key || !ds->bad) {
 		free(ds->root);
 		free(ds->key);
@@ -418,16 +374,38 @@ static int dataset_make(struct builder *b, const char *root, const char *key, in
 		free(ds);
 		return -ENOMEM;
 	}
+	ds->dirfd = -1;
+	ds->count = count;
+	ds->refs = 1;
+	*out = ds;
+	return 0;
+}
+
+/* The data set the builder's samples make; takes over b's arrays and
+ * dirfd on success. */
+static int dataset_make(struct builder *b, const char *root, const char *key, int dirfd, uint32_t num_classes,
+			struct dataset **out)
+{
+	struct dataset *ds;
+	int r = dataset_new(root, key, b->n, &ds);
+
+	if (r < 0)
+		return r;
 	ds->dirfd = dirfd;
-	ds->count = b->n;
 	ds->num_classes = num_classes;
 	ds->names = b->names;
 	ds->name_off = b->off;
 	ds->labels = b->labels;
-	ds->refs = 1;
 	memset(b, 0, sizeof(*b));
 	*out = ds;
 	return 0;
+}
+
+int dataset_realpath(const char *path, char real[PATH_MAX])
+{
+	if (shards_realpath(path, real))
+		return 0;
+	return realpath(path, real) ? 0 : -errno;
 }
 
 int dataset_open(const char *path, uint64_t max_samples, struct dataset **out, char *errbuf, size_t errlen)
@@ -439,6 +417,8 @@ int dataset_open(const char *path, uint64_t max_samples, struct dataset **out, c
 	struct stat st;
 	int r, dirfd = -1;
 
+	if (shards_spec(path))
+		return shards_open(path, false, 0, max_samples, NULL, NULL, out, errbuf, errlen);
 	if (!realpath(path, real) || stat(real, &st) < 0) {
 		r = -errno;
 		set_err(errbuf, errlen, "dataset %s: %s", path, strerror(errno));
@@ -680,6 +660,35 @@ out:
 	return r;
 }
 
+/* A detection data set of shards: its key says "detect" and the split, and
+ * the yaml's names (taken over) name its classes. */
+static int detect_shards(const char *path, const char *split, struct data_yaml *yaml, uint64_t max_samples,
+			 label_report_fn report, void *report_ctx, struct dataset **out, char *errbuf, size_t errlen)
+{
+	struct dataset *ds;
+	char *key;
+	int r;
+
+	r = shards_open(path, true, yaml->nnames, max_samples, report, report_ctx, &ds, errbuf, errlen);
+	if (r < 0)
+		return r;
+	if (asprintf(&key, "detect:%s:%s", split, ds->key) < 0) {
+		dataset_unref(ds);
+		set_err(errbuf, errlen, "dataset %s: out of memory", path);
+		return -ENOMEM;
+	}
+	free(ds->key);
+	ds->key = key;
+	if (yaml->names) {
+		ds->class_names = yaml->names;
+		ds->num_classes = yaml->nnames;
+		yaml->names = NULL;
+		yaml->nnames = 0;
+	}
+	*out = ds;
+	return 0;
+}
+
 int dataset_open_detect(const char *path, const char *split, uint64_t max_samples, label_report_fn report,
 			void *report_ctx, struct dataset **out, char *errbuf, size_t errlen)
 {
@@ -691,6 +700,8 @@ int dataset_open_detect(const char *path, const char *split, uint64_t max_sample
 	struct stat st;
 	int r, dirfd = -1;
 
+	if (shards_spec(path))
+		return detect_shards(path, split, &yaml, max_samples, report, report_ctx, out, errbuf, errlen);
 	if (!realpath(path, real)) {
 		r = -errno;
 		set_err(errbuf, errlen, "dataset %s: %s", path, strerror(-r));
@@ -708,6 +719,12 @@ int dataset_open_detect(const char *path, const char *split, uint64_t max_sample
 				strerror(-r));
 			goto fail;
 		}
+	}
+	if (shards_spec(yaml.split_path ? yaml.split_path : path)) {
+		r = detect_shards(yaml.split_path ? yaml.split_path : path, split, &yaml, max_samples, report,
+				  report_ctx, out, errbuf, errlen);
+		data_yaml_clear(&yaml);
+		return r;
 	}
 	if (stat(images, &st) < 0) {
 		r = -errno;
@@ -772,7 +789,9 @@ void dataset_unref(struct dataset *ds)
 {
 	if (!ds || --ds->refs > 0)
 		return;
-	close(ds->dirfd);
+	if (ds->dirfd >= 0)
+		close(ds->dirfd);
+	shardset_free(ds->shards);
 	free(ds->root);
 	free(ds->key);
 	free(ds->boxes);
@@ -791,6 +810,8 @@ int64_t dataset_read(const struct dataset *ds, uint64_t index, uint8_t **buf, si
 {
 	if (index >= ds->count)
 		return -ERANGE;
+	if (ds->shards)
+		return shards_read(ds->shards, index, buf, cap, max_bytes);
 	return read_bounded(ds->dirfd, dataset_name(ds, index), buf, cap, max_bytes);
 }
 
@@ -800,6 +821,8 @@ int dataset_stat(const struct dataset *ds, uint64_t index, uint64_t *size, int64
 
 	if (index >= ds->count)
 		return -ERANGE;
+	if (ds->shards)
+		return shards_stat(ds->shards, index, size, mtime_ns);
 	if (fstatat(ds->dirfd, dataset_name(ds, index), &st, 0) < 0)
 		return -errno;
 	*size = (uint64_t)st.st_size;

@@ -13,6 +13,7 @@
  *   directory (every .jpg/.jpeg under it, sorted by path), a .txt list of
  *   image paths, or a data.yaml naming a split; each image's objects from
  *   its label file (labels.h). A missing label file means no objects.
+ * - WebDataset tar shards (shards.h), for either task.
  * A sample's index is its position in that order.
  *
  * Opened once (a blocking scan, run off the loop thread), then read-only and
@@ -22,6 +23,7 @@
 #ifndef STOKER_DATASET_H
 #define STOKER_DATASET_H
 
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -49,7 +51,13 @@ struct dataset {
 	uint64_t label_errors; /* objects dropped from label files */
 	uint64_t label_files_missing;
 	char **class_names;   /* [num_classes] from the yaml, else NULL */
+	/* Tar shards (shards.h): samples are members; NULL for files. */
+	struct shardset *shards;
 };
+
+/* realpath() of a data set's name; for a shard pattern, of its directory
+ * (the pattern stays). 0 or -errno. */
+int dataset_realpath(const char *path, char real[PATH_MAX]);
 
 /* Scan `path`. On failure, a message for the client goes to errbuf. */
 int dataset_open(const char *path, uint64_t max_samples, struct dataset **out, char *errbuf, size_t errlen);
@@ -61,6 +69,9 @@ int dataset_open(const char *path, uint64_t max_samples, struct dataset **out, c
 int dataset_open_detect(const char *path, const char *split, uint64_t max_samples, label_report_fn report,
 			void *report_ctx, struct dataset **out, char *errbuf, size_t errlen);
 struct dataset *dataset_ref(struct dataset *ds);
+/* An empty data set of `count` samples (no directory: dirfd -1) for the
+ * scanners to fill; 0 or -ENOMEM. */
+int dataset_new(const char *root, const char *key, uint64_t count, struct dataset **out);
 /* Drop a reference; frees on the last. Accepts NULL. */
 void dataset_unref(struct dataset *ds);
 

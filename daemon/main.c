@@ -5,17 +5,41 @@
  * libuv loop until it is stopped (service.c: SIGTERM, SIGINT, a drain).
  */
 #include <errno.h>
+#include <limits.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cache.h"
 #include "daemon.h"
 #include "log.h"
 #include "paths.h"
+#include "shards.h"
 #include "workers.h"
+
+/* Where tar shard indexes are kept: shard_index_dir, else the service's
+ * cache directory (systemd's CacheDirectory=), else nowhere (rebuilt on
+ * each open; data directories may be read-only, so never beside them). */
+static void setup_shard_index_dir(const struct config *cfg)
+{
+	char dir[PATH_MAX];
+	const char *cache = getenv("CACHE_DIRECTORY");
+
+	if (cfg->shard_index_dir[0])
+		snprintf(dir, sizeof(dir), "%s", cfg->shard_index_dir);
+	else if (cache && cache[0] == '/')
+		snprintf(dir, sizeof(dir), "%.*s/shards", (int)strcspn(cache, ":"), cache);
+	else
+		return;
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		log_warning("shard index directory %s: %s; tar shards are indexed on each open", dir, strerror(errno));
+		return;
+	}
+	shards_set_index_dir(dir);
+}
 
 static void usage(FILE *f)
 {
@@ -128,6 +152,7 @@ int main(int argc, char **argv)
 	d.cfg = d.conf.raw;
 	config_resolve_memory(&d.cfg);
 	log_setup(d.cfg.log_level);
+	setup_shard_index_dir(&d.cfg);
 	signal(SIGPIPE, SIG_IGN);
 	if (d.cfg.cache_bytes > 0) {
 		r = cache_new(d.cfg.cache_bytes, (enum cache_policy)d.cfg.cache_policy, &d.cache);

@@ -9,6 +9,8 @@ int plan_validate(const struct plan_spec *s)
 {
 	if (s->samples == 0 || s->world_size == 0 || s->rank >= s->world_size || s->batch_size == 0)
 		return -EINVAL;
+	if (s->shard_starts && (s->shards == 0 || s->shard_starts[s->shards] != s->samples))
+		return -EINVAL;
 	if (plan_batches_per_epoch(s) == 0)
 		return -EINVAL;
 	return 0;
@@ -42,11 +44,94 @@ uint32_t plan_batch_count(const struct plan_spec *s, uint64_t b)
 	return n - start < s->batch_size ? (uint32_t)(n - start) : s->batch_size;
 }
 
+/* Shard order: this rank's contiguous run of the shard sequence, then
+ * the shuffle buffer over it. */
+static int shard_order(const struct plan_spec *s, uint64_t epoch, uint64_t mine, uint64_t *result)
+{
+	uint64_t first = (uint64_t)s->rank * mine, k = 0, pos = 0, held = 0, cap;
+	uint32_t *perm = malloc((s->shards ? s->shards : 1) * sizeof(*perm));
+	uint64_t *buf = NULL;
+	struct rng r;
+
+	if (!perm)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < s->shards; i++)
+		perm[i] = i;
+	if (s->shuffle) {
+		/* Index 1: a stream apart from sample order's (index 0). */
+		rng_init(&r, s->seed, epoch, 1, RNG_PERMUTATION);
+		for (uint32_t i = s->shards - 1; i > 0; i--) {
+			uint32_t j = (uint32_t)rng_below(&r, (uint64_t)i + 1), t = perm[i];
+			perm[i] = perm[j];
+			perm[j] = t;
+		}
+	}
+	/* Position p of the sequence is sequence[p mod n] (the padding repeats
+	 * its start); walk the shards to the rank's first position. */
+	for (uint64_t done = 0; k < mine;) {
+		for (uint32_t i = 0; i < s->shards && k < mine; i++) {
+			uint64_t a = s->shard_starts[perm[i]], b = s->shard_starts[perm[i] + 1];
+
+			for (uint64_t x = a; x < b && k < mine; x++, done++)
+				if (done >= first)
+					result[k++] = x;
+		}
+		if (done == 0)
+			break; /* no samples at all (plan_validate refuses that) */
+	}
+	cap = s->shuffle && s->shuffle_buffer > 1 ? s->shuffle_buffer : 0;
+	if (cap > mine)
+		cap = mine;
+	if (cap < 2) {
+		free(perm);
+		return 0;
+	}
+	buf = malloc(cap * sizeof(*buf));
+	if (!buf) {
+		free(perm);
+		return -ENOMEM;
+	}
+	rng_init(&r, s->seed, epoch, 2 + (uint64_t)s->rank, RNG_PERMUTATION);
+	/* In place: outputs never overtake inputs (pos <= k). */
+	for (k = 0; k < mine; k++) {
+		buf[held++] = result[k];
+		if (held == cap) {
+			uint64_t j = rng_below(&r, held);
+
+			result[pos++] = buf[j];
+			buf[j] = buf[--held];
+		}
+	}
+	while (held) {
+		uint64_t j = rng_below(&r, held);
+
+		result[pos++] = buf[j];
+		buf[j] = buf[--held];
+	}
+	free(buf);
+	free(perm);
+	return 0;
+}
+
 int plan_epoch_order(const struct plan_spec *s, uint64_t epoch, uint64_t **out)
 {
 	uint64_t n = s->samples, total = plan_total(s), mine = total / s->world_size;
 	uint64_t *order, *result;
 
+	if (s->shard_starts) {
+		int r;
+
+		result = malloc((mine ? mine : 1) * sizeof(*result));
+		if (!result)
+			return -ENOMEM;
+		r = shard_order(s, epoch, mine, result);
+		if (r < 0) {
+			free(result);
+			return r;
+		}
+		*out = result;
+		return 0;
+	}
 	order = malloc(n * sizeof(*order));
 	result = malloc((mine ? mine : 1) * sizeof(*result));
 	if (!order || !result) {

@@ -8,6 +8,16 @@
  *   else:      total = ceil(N/W)*W, padded by repeating the order from its
  *              start;
  *   rank r takes order[r], order[r+W], ... (r < total).
+ *
+ * Shard order (WebDataset's, for storage slow at random reads), when
+ * shard_starts is set: the shards are shuffled (if shuffle), their samples
+ * laid end to end into one sequence, padded or truncated to `total` as
+ * above, and cut into W contiguous runs: rank r takes run r, so each rank
+ * reads whole stretches of shards. Within its run, a buffer of
+ * shuffle_buffer samples shuffles the order (if shuffle): fill it, emit a
+ * random one, refill. Every draw is keyed by (seed, epoch) (and the rank,
+ * for the buffer), so any worker count gives the same order, and the ranks
+ * together still cover the data set exactly once (padding aside).
  */
 #ifndef STOKER_PLAN_H
 #define STOKER_PLAN_H
@@ -21,6 +31,11 @@ struct plan_spec {
 	uint32_t rank, world_size;
 	uint32_t batch_size;
 	bool shuffle, drop_last;
+	/* Shard order: shard i holds samples shard_starts[i] ..
+	 * shard_starts[i+1] - 1; NULL for sample order. */
+	const uint64_t *shard_starts;
+	uint32_t shards;
+	uint32_t shuffle_buffer; /* samples; 0 or 1: none */
 };
 
 /* -EINVAL for an impossible spec (world_size 0, rank >= world_size, ...). */

@@ -10,6 +10,7 @@
 #include "daemon.h"
 #include "dataset.h"
 #include "detect.h"
+#include "shards.h"
 #include "log.h"
 #include "ring.h"
 #include "session.h"
@@ -29,6 +30,8 @@ static const float imagenet_std[3] = {0.229f, 0.224f, 0.225f};
 
 /* Data sets larger than this are refused (the plan holds 8 bytes a sample). */
 #define SESSION_MAX_SAMPLES (1ull << 32)
+/* A shard-order shuffle buffer holds at most this many samples. */
+#define SESSION_MAX_SHUFFLE_BUFFER (1u << 22)
 
 struct attach_request {
 	uv_work_t work;
@@ -166,7 +169,8 @@ static bool same_group(const struct session *a, const struct session *b)
 
 	return a->coordinated && b->coordinated && a->ds == b->ds && p->seed == q->seed && p->rank == q->rank &&
 	       p->world_size == q->world_size && p->batch_size == q->batch_size && p->shuffle == q->shuffle &&
-	       p->drop_last == q->drop_last && x->kind == y->kind && x->image_size == y->image_size &&
+	       p->drop_last == q->drop_last && p->shard_starts == q->shard_starts &&
+	       p->shuffle_buffer == q->shuffle_buffer && x->kind == y->kind && x->image_size == y->image_size &&
 	       x->dtype == y->dtype && !memcmp(x->mean, y->mean, sizeof(x->mean)) &&
 	       !memcmp(x->std, y->std, sizeof(x->std)) && a->epoch == b->epoch;
 }
@@ -464,6 +468,16 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 		.shuffle = a->shuffle,
 		.drop_last = a->drop_last,
 	};
+	if (a->shard_order && !ds->shards) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT,
+				"shard order needs a data set of tar shards; %s is loose files", ds->root);
+		goto fail;
+	}
+	if (a->shard_order) {
+		s->plan.shard_starts = ds->shards->starts;
+		s->plan.shards = ds->shards->n;
+		s->plan.shuffle_buffer = a->shuffle_buffer;
+	}
 	s->spec.kind = a->transform == STOKER__TRANSFORM__CENTER_CROP ? TRANSFORM_CENTER_CROP
 								       : TRANSFORM_RANDOM_RESIZED_CROP;
 	s->spec.image_size = a->image_size;
@@ -602,6 +616,10 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	at.epoch = a->epoch;
 	at.has_dtype = true;
 	at.dtype = a->dtype;
+	if (ds->shards) {
+		at.has_shards = true;
+		at.shards = ds->shards->n;
+	}
 	if (s->detect) {
 		size_t names_bytes = 0;
 
@@ -659,6 +677,18 @@ static void log_label_error(void *ctx, const char *path, unsigned long line, con
 	}
 }
 
+/* What a scan of tar shards found. */
+static void log_shards(const struct attach_request *req)
+{
+	const struct shardset *set = req->err == 0 ? req->result->shards : NULL;
+
+	if (set)
+		log_info("data set %s: %llu samples in %u tar shard%s (%llu indexed now, the rest from the index "
+			 "directory); %llu keys without an image skipped",
+			 req->path, (unsigned long long)req->result->count, set->n, set->n == 1 ? "" : "s",
+			 (unsigned long long)set->indexed, (unsigned long long)set->skipped);
+}
+
 /* Runs on libuv's thread pool. */
 static void attach_scan(uv_work_t *w)
 {
@@ -667,10 +697,12 @@ static void attach_scan(uv_work_t *w)
 
 	if (req->params.task != STOKER__TASK__DETECT) {
 		req->err = dataset_open(req->path, SESSION_MAX_SAMPLES, &req->result, req->errbuf, sizeof(req->errbuf));
+		log_shards(req);
 		return;
 	}
 	req->err = dataset_open_detect(req->path, req->split, SESSION_MAX_SAMPLES, log_label_error, &l, &req->result,
 				       req->errbuf, sizeof(req->errbuf));
+	log_shards(req);
 	if (req->err == 0) {
 		struct dataset *ds = req->result;
 
@@ -846,12 +878,17 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 				d->cfg.max_prefetch);
 		return;
 	}
+	if (a->shard_order && a->shuffle_buffer > SESSION_MAX_SHUFFLE_BUFFER) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "shuffle_buffer %u is over %u samples",
+				a->shuffle_buffer, SESSION_MAX_SHUFFLE_BUFFER);
+		return;
+	}
 	if (!a->dataset || !a->dataset[0] || strlen(a->dataset) >= PATH_MAX) {
 		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "no data set path given");
 		return;
 	}
-	if (!realpath(a->dataset, real)) {
-		r = errno;
+	r = -dataset_realpath(a->dataset, real);
+	if (r) {
 		conn_send_error(c, r == ENOENT ? STOKER__ERROR_CODE__NOT_FOUND : STOKER__ERROR_CODE__INVALID_ARGUMENT,
 				"data set %s: %s", a->dataset, strerror(r));
 		return;

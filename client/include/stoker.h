@@ -70,8 +70,13 @@ const char *stoker_last_error(const struct stoker *s);
  *   coordinated true|false: jobs attached with the same data set, plan and
  *               transform and this set receive the very same batches, each
  *               decoded once                                     (false)
+ *   order       samples | shards: tar shard data sets only; shards is
+ *               WebDataset's order (shards shuffled, each rank a contiguous
+ *               run of them, a bounded shuffle buffer) for storage slow at
+ *               random reads                                   (samples)
+ *   shuffle_buffer  samples in shard order's shuffle buffer    (1000)
  *   resume      a token from stoker_checkpoint(): sets epoch, seed, rank,
- *               world_size, batch_size, shuffle and drop_last as they were,
+ *               world_size, batch_size, shuffle, drop_last and order as they were,
  *               and starts at the batch after the last one taken. Set it
  *               last: later keys override what it set.
  * -EINVAL for an unknown key or a value that does not parse. */

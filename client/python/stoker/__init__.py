@@ -308,6 +308,8 @@ class Loader:
     rank, world_size None: from the launcher (launcher_rank(): torchrun's
     RANK/WORLD_SIZE, Slurm's SLURM_PROCID/SLURM_NTASKS), else 0 and 1.
     One thread at a time; not picklable (create one per process).
+    order: "samples" (DistributedSampler's order) or "shards" (tar shard data
+    sets: WebDataset's shard order with a shuffle_buffer of samples).
     """
 
     # While waiting "forever", wake up this often so Ctrl-C is handled.
@@ -318,7 +320,7 @@ class Loader:
     def __init__(self, dataset, socket=None, batch_size=256, image_size=224, seed=0, rank=None,
                  world_size=None, transform=None, shuffle=True, drop_last=False,
                  epoch=0, prefetch=0, timeout=None, dtype="uint8", mean=None, std=None,
-                 coordinated=False, task="classify", **detect):
+                 coordinated=False, task="classify", order="samples", shuffle_buffer=1000, **detect):
         self._h = None
         self._batch = None
         self._fresh = True  # nothing taken since attach / set_epoch
@@ -340,6 +342,7 @@ class Loader:
             "batch_size": batch_size, "image_size": image_size, "seed": seed, "rank": rank,
             "world_size": world_size, "transform": transform, "shuffle": shuffle,
             "drop_last": drop_last, "epoch": epoch, "prefetch": prefetch, "coordinated": coordinated,
+            "order": order, "shuffle_buffer": shuffle_buffer,
             "dtype": np.dtype(dtype).name if not isinstance(dtype, str) else dtype,
         }
         # Float output: CHW, (x/255 - mean)/std, as ToTensor()+Normalize().
