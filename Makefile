@@ -30,6 +30,8 @@ PYTHONDIR    ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(P
 MANPAGES     := man/stokerd.8 man/stokerctl.1 man/stoker.conf.5 man/libstoker.3
 
 PKGS_DAEMON  := libuv libturbojpeg libjpeg libprotobuf-c libsystemd inih
+# The image formats beside JPEG (daemon/image.h): PNG, WebP, TIFF.
+PKGS_DAEMON  += spng libwebp libwebpdemux libtiff-4
 PKGS_CLIENT  := libprotobuf-c
 PKG_CFLAGS   := $(shell pkg-config --cflags $(PKGS_DAEMON) cmocka)
 LIBS_DAEMON  := $(shell pkg-config --libs $(PKGS_DAEMON)) -lm -pthread
@@ -56,6 +58,8 @@ UNIT_SRCS    := $(wildcard tests/unit/test_*.c)
 UNIT_BINS    := $(UNIT_SRCS:tests/unit/%.c=$(B)/tests/%)
 # Helpers of the fault tests: a small C client, the failure-injection shim.
 FAULT_BINS   := $(B)/tests/fault_client $(B)/tests/libinject.so $(B)/tests/mkjpeg
+# The image decoders' output, whole, for the pixel tests (tests/integration/test_formats.py).
+FAULT_BINS   += $(B)/tests/imgdecode
 
 LIB_SO       := $(B)/libstoker.so.$(SOVERSION)
 
@@ -140,6 +144,11 @@ $(B)/tests/mkjpeg: tests/fault/mkjpeg.c
 	@mkdir -p $(dir $@)
 	$(call say,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $< $(LIBS_DAEMON) $(LDFLAGS_ALL)
+
+$(B)/tests/imgdecode: tests/tools/imgdecode.c $(B)/libstokerd.a
+	@mkdir -p $(dir $@)
+	$(call say,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) -Idaemon -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 
 # Never instrumented: it is preloaded after the sanitizer runtimes.
 $(B)/tests/libinject.so: tests/fault/inject.c

@@ -8,6 +8,7 @@
 #include "augment.h"
 #include "decode.h"
 #include "grow.h"
+#include "image.h"
 #include "resize.h"
 
 /* Outputs larger than this are a caller's bug, not a request (the daemon caps image_size far lower). */
@@ -15,6 +16,7 @@
 
 struct pipeline {
 	struct decoder *dec;
+	struct image_buf other; /* formats other than JPEG, decoded whole */
 	struct resizer *rs;
 	uint8_t *rgb; /* the 8-bit image, for float outputs */
 	size_t rgb_cap;
@@ -43,6 +45,7 @@ int pipeline_new(const struct decode_limits *limits, struct pipeline **out)
 	p = calloc(1, sizeof(*p));
 	if (!p)
 		return -ENOMEM;
+	p->other.max_pixels = limits ? limits->max_pixels : 0;
 	r = decoder_new(limits ? limits->max_pixels : 0, limits ? limits->max_scans : 0, &p->dec);
 	if (r >= 0)
 		r = resizer_new(&p->rs);
@@ -59,6 +62,7 @@ void pipeline_free(struct pipeline *p)
 	if (!p)
 		return;
 	decoder_free(p->dec);
+	image_buf_release(&p->other);
 	resizer_free(p->rs);
 	free(p->rgb);
 	free(p->image);
@@ -389,23 +393,70 @@ static int transform(struct pipeline *p, const struct pipeline_image *img, uint3
 	return r;
 }
 
-int pipeline_run(struct pipeline *p, const uint8_t *jpeg, size_t len, const struct transform_spec *spec,
+/*
+ * Start on a file: a JPEG is opened (header read, *whole NULL) for the
+ * crop-aware decoder; any other format is decoded whole into *whole (at
+ * full size: denom 1), from which the same crop and resize code works.
+ * The JPEG decoder needs decoder_finish() afterwards either way.
+ */
+static int open_file(struct pipeline *p, const uint8_t *data, size_t len, uint32_t *width, uint32_t *height,
+		     struct pipeline_image *whole, bool *is_whole)
+{
+	enum image_format f = image_sniff(data, len);
+	struct decoded_region reg;
+	int r;
+
+	*is_whole = false;
+	if (f == IMAGE_JPEG || len == 0) {
+		r = decoder_open(p->dec, data, len, width, height);
+		if (r < 0)
+			snprintf(p->error, sizeof(p->error), "%s", decoder_error(p->dec));
+		return r;
+	}
+	if (f == IMAGE_UNKNOWN) {
+		snprintf(p->error, sizeof(p->error),
+			 "Not an image format stoker reads (JPEG, PNG, WebP, BMP, TIFF, PPM/PGM): "
+			 "starts with 0x%02x 0x%02x 0x%02x 0x%02x",
+			 data[0], len > 1 ? data[1] : 0, len > 2 ? data[2] : 0, len > 3 ? data[3] : 0);
+		return -EBADMSG;
+	}
+	r = image_decode(&p->other, f, data, len, &reg);
+	if (r < 0) {
+		snprintf(p->error, sizeof(p->error), "%s", p->other.error);
+		return r;
+	}
+	*whole = (struct pipeline_image){
+		.pixels = reg.pixels,
+		.stride = reg.stride,
+		.width = reg.width,
+		.height = reg.height,
+		.full_width = reg.width,
+		.full_height = reg.height,
+		.denom = 1,
+	};
+	*width = reg.width;
+	*height = reg.height;
+	*is_whole = true;
+	return 0;
+}
+
+int pipeline_run(struct pipeline *p, const uint8_t *data, size_t len, const struct transform_spec *spec,
 		 struct rng *rng, uint8_t *out)
 {
+	struct pipeline_image whole;
 	uint32_t width, height;
+	bool is_whole;
 	uint8_t *rgb;
 	int r;
 
-	if (!p || !spec || !out || (!jpeg && len))
+	if (!p || !spec || !out || (!data && len))
 		return -EINVAL;
 	r = output_begin(p, spec, rng, out, &rgb);
 	if (r < 0)
 		return r;
-	r = decoder_open(p->dec, jpeg, len, &width, &height);
-	if (r < 0)
-		snprintf(p->error, sizeof(p->error), "%s", decoder_error(p->dec));
-	else
-		r = transform(p, NULL, width, height, spec, rng, rgb, out);
+	r = open_file(p, data, len, &width, &height, &whole, &is_whole);
+	if (r >= 0)
+		r = transform(p, is_whole ? &whole : NULL, width, height, spec, rng, rgb, out);
 	decoder_finish(p->dec);
 	return r;
 }
@@ -435,21 +486,26 @@ static int decode_reduced(struct pipeline *p, uint32_t need_w, uint32_t need_h, 
 	return r;
 }
 
-int pipeline_decode_image(struct pipeline *p, const uint8_t *jpeg, size_t len, uint32_t min_side,
+int pipeline_decode_image(struct pipeline *p, const uint8_t *data, size_t len, uint32_t min_side,
 			  struct pipeline_image *out)
 {
+	struct pipeline_image whole;
 	struct decoded_region reg;
 	uint32_t width, height;
 	unsigned denom = 1;
 	size_t row, bytes;
+	bool is_whole;
 	int r;
 
-	if (!p || !out || (!jpeg && len))
+	if (!p || !out || (!data && len))
 		return -EINVAL;
 	p->error[0] = '\0';
-	r = decoder_open(p->dec, jpeg, len, &width, &height);
-	if (r < 0) {
-		snprintf(p->error, sizeof(p->error), "%s", decoder_error(p->dec));
+	r = open_file(p, data, len, &width, &height, &whole, &is_whole);
+	if (r < 0)
+		goto finish;
+	if (is_whole) {
+		/* already whole, in the pipeline's own buffer; lossless formats keep every pixel */
+		*out = whole;
 		goto finish;
 	}
 	r = decode_reduced(p, min_side, min_side, &reg, &denom);
@@ -515,24 +571,28 @@ static int fit_resize(struct pipeline *p, const struct decoded_region *reg, uint
 	return r;
 }
 
-int pipeline_fit(struct pipeline *p, const uint8_t *jpeg, size_t len, uint32_t side, uint8_t *out, uint32_t *width,
+int pipeline_fit(struct pipeline *p, const uint8_t *data, size_t len, uint32_t side, uint8_t *out, uint32_t *width,
 		 uint32_t *height)
 {
+	struct pipeline_image whole;
 	struct decoded_region reg;
 	uint32_t w, h, tw, th;
 	unsigned denom = 1;
+	bool is_whole;
 	int r;
 
-	if (!p || !out || side == 0 || (!jpeg && len))
+	if (!p || !out || side == 0 || (!data && len))
 		return -EINVAL;
 	p->error[0] = '\0';
-	r = decoder_open(p->dec, jpeg, len, &w, &h);
-	if (r < 0) {
-		snprintf(p->error, sizeof(p->error), "%s", decoder_error(p->dec));
+	r = open_file(p, data, len, &w, &h, &whole, &is_whole);
+	if (r < 0)
 		goto finish;
-	}
 	fit_size(w, h, side, &tw, &th);
-	r = decode_reduced(p, tw, th, &reg, &denom);
+	if (is_whole)
+		reg = (struct decoded_region){.pixels = whole.pixels, .stride = whole.stride, .width = whole.width,
+					      .height = whole.height};
+	else
+		r = decode_reduced(p, tw, th, &reg, &denom);
 	if (r < 0)
 		goto finish;
 	r = fit_resize(p, &reg, tw, th, out);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Turn one JPEG file's bytes into one augmented output image, written
+ * Turn one image file's bytes into one augmented output image, written
  * straight into its place in a batch slot.
  *
  * One `struct pipeline` per worker thread: it owns the libjpeg decompressor
@@ -10,7 +10,9 @@
  * The crop is drawn from the JPEG header before any pixel is decoded, and
  * only the rows and columns the crop needs are decoded (jpeg_crop_scanline,
  * jpeg_skip_scanlines, DCT-domain scaling when the crop is at least twice
- * the output size). See docs/ARCHITECTURE.md.
+ * the output size). Other formats (PNG, WebP, BMP, TIFF, PPM/PGM; told by
+ * their content, image.h) are decoded whole and go through the same crop,
+ * resize and normalisation. See docs/ARCHITECTURE.md.
  */
 #ifndef STOKER_AUGMENT_H
 #define STOKER_AUGMENT_H
@@ -68,22 +70,24 @@ int pipeline_new(const struct decode_limits *limits, struct pipeline **out);
 void pipeline_free(struct pipeline *p);
 
 /*
- * Decode `jpeg` (len bytes), crop/resize/flip as `spec` says with draws from
- * `rng` (a stream keyed by seed, epoch, index), and write
- * transform_output_bytes(spec) bytes to `out`: HWC RGB for DTYPE_UINT8,
- * normalised CHW planes for the float types. Grayscale, YCbCr and
- * CMYK/YCCK files all come out RGB.
- * -EBADMSG: not a decodable JPEG (corrupt, truncated, empty, other format,
- * more than limits->max_scans scans); -E2BIG: over limits->max_pixels;
- * -EINVAL: bad arguments or spec; -ENOMEM. `out` is unspecified on error.
+ * Decode `data` (len bytes of an image file), crop/resize/flip as `spec`
+ * says with draws from `rng` (a stream keyed by seed, epoch, index), and
+ * write transform_output_bytes(spec) bytes to `out`: HWC RGB for
+ * DTYPE_UINT8, normalised CHW planes for the float types. Every format and
+ * colour layout comes out RGB (alpha dropped), as Pillow's convert("RGB").
+ * -EBADMSG: not a decodable image (corrupt, truncated, empty, unknown
+ * format or variant, more than limits->max_scans scans); -E2BIG: over
+ * limits->max_pixels; -EINVAL: bad arguments or spec; -ENOMEM. `out` is
+ * unspecified on error.
  */
-int pipeline_run(struct pipeline *p, const uint8_t *jpeg, size_t len, const struct transform_spec *spec,
+int pipeline_run(struct pipeline *p, const uint8_t *data, size_t len, const struct transform_spec *spec,
 		 struct rng *rng, uint8_t *out);
 
 /*
  * The decoded cache tier's path. A decoded image: RGBX pixels of the whole
- * JPEG decoded at 1/denom (a DCT reduction), and the JPEG's full size, from
- * which crops are drawn, so draws match pipeline_run's.
+ * image decoded at 1/denom (a JPEG's DCT reduction; 1 for other formats),
+ * and its full size, from which crops are drawn, so draws match
+ * pipeline_run's.
  */
 struct pipeline_image {
 	const uint8_t *pixels; /* RGBX, `stride` bytes a row */
@@ -93,10 +97,11 @@ struct pipeline_image {
 	uint32_t denom;                   /* 1, 2, 4 or 8 */
 };
 
-/* Decode all of `jpeg` at the largest DCT reduction that keeps its shorter
- * side at least `min_side` (0: full size). The pixels live in the pipeline
- * until its next decode. Errors as pipeline_run(). */
-int pipeline_decode_image(struct pipeline *p, const uint8_t *jpeg, size_t len, uint32_t min_side,
+/* Decode all of `data`: a JPEG at the largest DCT reduction that keeps its
+ * shorter side at least `min_side` (0: full size), other formats at full
+ * size. The pixels live in the pipeline until its next decode. Errors as
+ * pipeline_run(). */
+int pipeline_decode_image(struct pipeline *p, const uint8_t *data, size_t len, uint32_t min_side,
 			  struct pipeline_image *out);
 
 /* pipeline_run() from a decoded image instead of a file. The same image
@@ -110,15 +115,16 @@ int pipeline_run_image(struct pipeline *p, const struct pipeline_image *img, con
  * The whole image resized so its long side is `side`, aspect kept (each
  * side min(ceil(side0 * side / long0), side), as Ultralytics' load_image):
  * RGB rows of *width * 3 bytes into `out` (side * side * 3 bytes at most).
- * Decoded at the largest DCT reduction that keeps that size. Errors as
- * pipeline_run(). pipeline_fit_image() does the same from a decoded image.
+ * A JPEG is decoded at the largest DCT reduction that keeps that size.
+ * Errors as pipeline_run(). pipeline_fit_image() does the same from a
+ * decoded image.
  */
-int pipeline_fit(struct pipeline *p, const uint8_t *jpeg, size_t len, uint32_t side, uint8_t *out, uint32_t *width,
+int pipeline_fit(struct pipeline *p, const uint8_t *data, size_t len, uint32_t side, uint8_t *out, uint32_t *width,
 		 uint32_t *height);
 int pipeline_fit_image(struct pipeline *p, const struct pipeline_image *img, uint32_t side, uint8_t *out,
 		       uint32_t *width, uint32_t *height);
 
-/* The last error's human-readable reason (libjpeg's message, or ours). */
+/* The last error's human-readable reason (the decoding library's message, or ours). */
 const char *pipeline_error(const struct pipeline *p);
 
 /* Geometry, exposed for tests. torchvision's RandomResizedCrop.get_params

@@ -12,6 +12,8 @@ DEB_PACKAGES=(
 	util-linux passwd groff-base strace
 	libinih-dev
 	libcmocka-dev
+	# image formats beside JPEG (daemon/image.h): PNG, WebP, TIFF
+	libspng-dev libwebp-dev libtiff-dev
 	python3 python3-pip python3-numpy python3-pytest python3-pil python3-prometheus-client
 )
 PY_PACKAGES=(numpy pytest pillow prometheus-client)
