@@ -73,11 +73,36 @@ static void builder_free(struct builder *b)
 	memset(b, 0, sizeof(*b));
 }
 
-static bool is_jpeg_name(const char *name)
+/* Whether `name`'s extension (after the last dot; the whole name if none,
+ * as Ultralytics' rpartition has it) is one of `exts`. */
+static bool has_extension(const char *name, const char *const *exts, bool need_dot)
 {
 	const char *dot = strrchr(name, '.');
 
-	return dot && (strcasecmp(dot, ".jpg") == 0 || strcasecmp(dot, ".jpeg") == 0);
+	if (!dot && need_dot)
+		return false;
+	for (const char *const *e = exts; *e; e++)
+		if (strcasecmp(dot ? dot + 1 : name, *e) == 0)
+			return true;
+	return false;
+}
+
+/* torchvision's IMG_EXTENSIONS (ImageFolder), matched as its
+ * name.lower().endswith(IMG_EXTENSIONS): the same files, so the same order. */
+static bool is_folder_image(const char *name)
+{
+	static const char *const exts[] = {"jpg", "jpeg", "png", "ppm", "bmp", "pgm", "tif", "tiff", "webp", NULL};
+
+	return has_extension(name, exts, true);
+}
+
+/* Ultralytics' IMG_FORMATS that stoker decodes (heic, heif, avif, jp2 and
+ * dng need decoders it does not have; docs/detection.md). */
+static bool is_yolo_image(const char *name)
+{
+	static const char *const exts[] = {"bmp", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp", NULL};
+
+	return has_extension(name, exts, false);
 }
 
 static void set_err(char *errbuf, size_t errlen, const char *fmt, ...)
@@ -166,8 +191,8 @@ out:
 	return r;
 }
 
-/* The JPEG files directly in `rel`, sorted by name. */
-static int list_files(int rootfd, const char *rel, struct strvec *files)
+/* The image files (by `accept`) directly in `rel`, sorted by name. */
+static int list_files(int rootfd, const char *rel, bool (*accept)(const char *), struct strvec *files)
 {
 	struct dirent *e;
 	DIR *d;
@@ -178,7 +203,7 @@ static int list_files(int rootfd, const char *rel, struct strvec *files)
 		return r;
 	while ((e = readdir(d))) {
 		/* os.walk lists every non-directory, dangling links included. */
-		if (!is_jpeg_name(e->d_name) || entry_is_dir(d, e->d_name))
+		if (!accept(e->d_name) || entry_is_dir(d, e->d_name))
 			continue;
 		r = strvec_push(files, e->d_name);
 		if (r < 0)
@@ -230,7 +255,7 @@ static int scan_image_folder(int rootfd, const char *path, struct builder *b, ui
 		}
 		strvec_sort(&dirs);
 		for (size_t i = 0; i < dirs.n; i++) {
-			r = list_files(rootfd, dirs.v[i], &files);
+			r = list_files(rootfd, dirs.v[i], is_folder_image, &files);
 			if (r < 0) {
 				set_err(errbuf, errlen, "%s/%s: %s", path, dirs.v[i], strerror(-r));
 				goto out;
@@ -251,7 +276,7 @@ static int scan_image_folder(int rootfd, const char *path, struct builder *b, ui
 		strvec_free(&dirs);
 		if (b->n == before) {
 			/* torchvision's ImageFolder refuses this too. */
-			set_err(errbuf, errlen, "%s: class '%s' has no .jpg/.jpeg files", path, classes.v[c]);
+			set_err(errbuf, errlen, "%s: class '%s' has no image files (.jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp)", path, classes.v[c]);
 			r = -ENOENT;
 			goto out;
 		}
@@ -472,7 +497,7 @@ static int scan_image_tree(int rootfd, const char *path, struct builder *b, char
 
 	r = walk_dirs(rootfd, ".", 0, &dirs);
 	for (size_t i = 0; r >= 0 && i < dirs.n; i++) {
-		r = list_files(rootfd, dirs.v[i], &files);
+		r = list_files(rootfd, dirs.v[i], is_yolo_image, &files);
 		for (size_t f = 0; r >= 0 && f < files.n; f++) {
 			char rel[PATH_MAX];
 			const char *d = dirs.v[i] + (strcmp(dirs.v[i], ".") == 0 ? 1 : 2);
@@ -495,7 +520,7 @@ static int scan_image_tree(int rootfd, const char *path, struct builder *b, char
 			goto out;
 	}
 	if (b->n == 0) {
-		set_err(errbuf, errlen, "dataset %s: no .jpg/.jpeg files under it", path);
+		set_err(errbuf, errlen, "dataset %s: no image files (.bmp .jpeg .jpg .mpo .png .tif .tiff .webp) under it", path);
 		r = -ENOENT;
 	}
 out:

@@ -4,13 +4,15 @@
  *
  * - A directory in ImageFolder layout: class = each sub-directory, label =
  *   the index of its name in sorted order; samples ordered by class, then by
- *   path (torchvision's order: os.walk sorted, file names sorted), JPEG files
- *   only (.jpg, .jpeg, any case).
+ *   path (torchvision's order: os.walk sorted, file names sorted), the
+ *   files torchvision's IMG_EXTENSIONS take (.jpg .jpeg .png .ppm .bmp .pgm
+ *   .tif .tiff .webp, any case). The format is told by content when decoded.
  * - A text file of `relative/path label` lines (label = the last field;
  *   relative to the list file's directory; '#' comments and blank lines
  *   skipped).
  * - For detection (dataset_open_detect): Ultralytics' YOLO layout. A
- *   directory (every .jpg/.jpeg under it, sorted by path), a .txt list of
+ *   directory (every image under it by Ultralytics' IMG_FORMATS that stoker
+ *   decodes: bmp jpeg jpg mpo png tif tiff webp; sorted by path), a .txt list of
  *   image paths, or a data.yaml naming a split; each image's objects from
  *   its label file (labels.h). A missing label file means no objects.
  * - WebDataset tar shards (shards.h), for either task.

@@ -117,6 +117,10 @@ int png_decode(struct image_buf *b, const uint8_t *data, size_t len)
 	r = image_scratch(b, raw_size);
 	if (r < 0)
 		goto out;
+	/* libspng puts the passes of packed (1/2/4-bit) interlaced rows together
+	 * by OR-ing bits in: the buffer must start zeroed, not hold the last image. */
+	if (ihdr.interlace_method != SPNG_INTERLACE_NONE)
+		memset(b->scratch, 0, raw_size);
 	e = spng_decode_image(ctx, b->scratch, raw_size, SPNG_FMT_RAW, 0);
 	if (e) {
 		r = image_fail(b, -EBADMSG, "PNG: %s", spng_strerror(e));

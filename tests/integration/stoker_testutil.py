@@ -20,6 +20,8 @@ CLIENT_PROC = Path(__file__).resolve().parent / "client_proc.py"
 STATS_KEYS = {"images_per_second", "images_served", "batches_served", "decode_errors", "workers",
               "worker_busy", "clients"}
 CLIENT_KEYS = {"pid", "rank", "batches", "wait_seconds"}
+# torchvision.datasets.folder.IMG_EXTENSIONS: what ImageFolder lists.
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
 def child_env():
@@ -38,7 +40,7 @@ def expected_samples(root):
         for dirpath, dirnames, files in sorted(os.walk(root / cls, followlinks=True)):
             dirnames.sort()
             for f in sorted(files):
-                if f.lower().endswith((".jpg", ".jpeg")):
+                if f.lower().endswith(IMG_EXTENSIONS):
                     out.append((os.path.join(dirpath, f), label))
     return out
 

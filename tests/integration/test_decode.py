@@ -93,15 +93,19 @@ def test_cmyk_jpeg(daemon, tmp_path):
     assert diff.mean() < 3.0, f"CMYK conversion differs from Pillow: mean {diff.mean():.2f}"
 
 
-def test_non_jpeg_named_jpg_is_replaced(daemon, tmp_path):
-    """A PNG saved as .jpg (ImageNet has one) is unreadable, not a crash."""
+def test_png_named_jpg_decodes(daemon, tmp_path):
+    """A PNG saved as .jpg (ImageNet has one, as .JPEG) is told by its content
+    and decoded as PNG (tests/integration/test_formats.py has every format)."""
     d = tmp_path / "ds" / "a"
     d.mkdir(parents=True)
     _src("chelsea.png").save(d / "a0.jpg", "PNG")
     _src("coffee.png").save(d / "a1.jpg", "JPEG", quality=90)
     dm = daemon()
-    with stoker.Loader(tmp_path / "ds", socket=dm.socket, image_size=64, batch_size=2, shuffle=False) as ld:
-        r = read_epoch(ld)
-    assert r["replaced"] == 1
-    assert r["indices"] == [1, 1]
-    assert dm.stats()["decode_errors"] >= 1
+    with stoker.Loader(tmp_path / "ds", socket=dm.socket, transform="center_crop", image_size=224, batch_size=2,
+                       shuffle=False) as ld:
+        r = read_epoch(ld, keep_images=True)
+    assert r["replaced"] == 0
+    assert r["indices"] == [0, 1]
+    assert dm.stats()["decode_errors"] == 0
+    diff = np.abs(r["images"][0][0].astype(np.int16) - reference_center_crop(str(d / "a0.jpg")).astype(np.int16))
+    assert diff.max() <= 1

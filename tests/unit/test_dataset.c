@@ -104,6 +104,42 @@ static void test_image_folder_order(void **state)
 	dataset_unref(ds);
 }
 
+/* Every torchvision IMG_EXTENSIONS entry in any case, and nothing else;
+ * YOLO directories take Ultralytics' IMG_FORMATS that stoker decodes. */
+static void test_image_extensions(void **state)
+{
+	static const char *const taken[] = {"a/0.jpg", "a/1.JPEG", "a/2.png", "a/3.PPM", "a/4.bmp",
+					    "a/5.pgm", "a/6.Tif", "a/7.tiff", "a/8.webp", "a/9.x.WebP"};
+	static const char *const skipped[] = {"a/gif.gif", "a/heic.heic", "a/mpo.mpo", "a/png", "a/notes.txt",
+					      "a/x.jpg.bak", "a/avif.avif"};
+	struct dataset *ds;
+	char err[256] = "";
+
+	(void)state;
+	mkd("a");
+	for (size_t i = 0; i < sizeof(taken) / sizeof(taken[0]); i++)
+		touch(taken[i], "x");
+	for (size_t i = 0; i < sizeof(skipped) / sizeof(skipped[0]); i++)
+		touch(skipped[i], "x");
+	assert_int_equal(dataset_open(root, 1000, &ds, err, sizeof(err)), 0);
+	assert_int_equal(ds->count, sizeof(taken) / sizeof(taken[0]));
+	for (size_t i = 0; i < ds->count; i++)
+		assert_string_equal(name(ds, i), taken[i]);
+	dataset_unref(ds);
+
+	/* YOLO: bmp jpeg jpg mpo png tif tiff webp, any case; not pgm/ppm, nor
+	 * heic/avif. A name without a dot is its own extension (rpartition). */
+	assert_int_equal(dataset_open_detect(root, NULL, 1000, NULL, NULL, &ds, err, sizeof(err)), 0);
+	assert_int_equal(ds->count, 10);
+	assert_string_equal(name(ds, 0), "a/0.jpg");
+	assert_string_equal(name(ds, 2), "a/2.png");
+	assert_string_equal(name(ds, 3), "a/4.bmp");
+	assert_string_equal(name(ds, 7), "a/9.x.WebP");
+	assert_string_equal(name(ds, 8), "a/mpo.mpo");
+	assert_string_equal(name(ds, 9), "a/png");
+	dataset_unref(ds);
+}
+
 static void test_empty_class_refused(void **state)
 {
 	struct dataset *ds = NULL;
@@ -165,6 +201,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_image_folder_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_image_extensions, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_empty_class_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_list_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_list_file_errors, setup, teardown),
