@@ -234,13 +234,16 @@ demo: all
 #   fuzz_client    a hostile daemon's replies into libstoker
 #   fuzz_detect    label files, data.yaml, and the detection transforms
 #   fuzz_tar       tar shard headers (the member index), brace patterns, keys
+#   fuzz_png, fuzz_webp, fuzz_tiff, fuzz_bmp, fuzz_pnm
+#                  one whole-image decoder each (daemon/image.h), whatever the magic bytes
 # `make fuzz` runs each for FUZZ_SECONDS (default 60) and keeps what it
 # finds in $(FB)/corpus/; `make fuzz-smoke` runs each for a few seconds (CI).
 FUZZ_CC      ?= clang
 FB           ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_ARGS    ?=
-FUZZ_TARGETS := dispatch decode client detect tar
+FUZZ_IMAGE   := png webp tiff bmp pnm
+FUZZ_TARGETS := dispatch decode client detect tar $(FUZZ_IMAGE)
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FB)/fuzz_%)
 FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) -pthread -fno-omit-frame-pointer \
                 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
@@ -261,18 +264,24 @@ $(FB)/fuzz_dispatch $(FB)/fuzz_decode $(FB)/fuzz_detect $(FB)/fuzz_tar: $(FB)/fu
 	$(call say,CCLD,$@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJS) $(LIBS_DAEMON)
 
+$(FUZZ_IMAGE:%=$(FB)/fuzz_%): $(FB)/fuzz_%: tests/fuzz/fuzz_image.c $(FUZZ_OBJS)
+	$(call say,CCLD,$@)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -DFUZZ_FORMAT='"$*"' -o $@ $< $(FUZZ_OBJS) $(LIBS_DAEMON)
+
 $(FB)/fuzz_client: tests/fuzz/fuzz_client.c tests/fuzz/fuzz_common.h client/libstoker.c $(FB)/proto/stoker.pb-c.o $(FB)/proto/frame.o
 	$(call say,CCLD,$@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FB)/proto/stoker.pb-c.o $(FB)/proto/frame.o $(LIBS_CLIENT)
 
 # Seeds: protocol conversations packed by protobuf-c; small JPEGs of every
 # kind libjpeg writes (baseline, grayscale, CMYK, progressive, arithmetic,
-# a 2,090-scan file) and the repository's real photographs.
+# a 2,090-scan file) and the repository's real photographs; a small file of
+# every PNG, WebP, TIFF, BMP and PPM/PGM variant (tests/tools/mkimages.py),
+# each in its decoder's corpus and all in fuzz_decode's.
 $(B)/tests/fuzz_mkseeds: tests/fuzz/mkseeds.c tests/fuzz/fuzz_common.h $(PROTO_OBJS)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS_ALL) -Itests/fuzz -o $@ $< $(PROTO_OBJS) $(LIBS_CLIENT) $(LDFLAGS_ALL)
 
-$(FB)/seeds/.done: $(B)/tests/fuzz_mkseeds $(B)/tests/mkjpeg
+$(FB)/seeds/.done: $(B)/tests/fuzz_mkseeds $(B)/tests/mkjpeg tests/tools/mkimages.py
 	@mkdir -p $(FB)/seeds/decode
 	$(Q)$(B)/tests/fuzz_mkseeds $(FB)/seeds
 	$(Q)set -e; for k in baseline gray cmyk progressive arith; do \
@@ -286,6 +295,9 @@ $(FB)/seeds/.done: $(B)/tests/fuzz_mkseeds $(B)/tests/mkjpeg
 	$(Q)printf '\002\000\000\000\100\000\000\000\003\000\000\000\011' > $(FB)/seeds/detect/mosaic
 	@mkdir -p $(FB)/seeds/tar
 	$(Q)cp tests/fuzz/regressions/tar-* $(FB)/seeds/tar/
+	$(Q)rm -rf $(FB)/seeds/images && $(PYTHON) tests/tools/mkimages.py --side 23 17 $(FB)/seeds/images
+	$(Q)set -e; for f in $(FUZZ_IMAGE); do mkdir -p $(FB)/seeds/$$f; \
+	    cp $(FB)/seeds/images/$${f}_* $(FB)/seeds/$$f/; cp $(FB)/seeds/images/$${f}_* $(FB)/seeds/decode/; done
 	@touch $@
 
 fuzz-build: $(FUZZ_BINS) $(FB)/seeds/.done

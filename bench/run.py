@@ -10,6 +10,8 @@ and the same cores
   - stoker end to end through the Python binding, uint8 and float32 (and,
     as an extra, uint8 with the daemon's decoded cache tier),
   - PyTorch DataLoader (torchvision), uint8 and float32,
+  - stoker and PyTorch DataLoader on the same pictures as PNG files (the
+    first --png-images of the data set, converted once),
   - NVIDIA DALI's CPU pipeline (and its fused crop-decode variant),
   - the C client's release+next round trip (bench/stoker_rtt),
   - stokerd's peak RSS against its ring,
@@ -288,11 +290,39 @@ class Meter:
         self.foreign = round(max(0.0, other) / max(1e-9, dt * self.cpus), 3)
 
 
-def list_files(root):
+def list_files(root, exts=(".jpg", ".jpeg")):
     out = []
     for d, _, names in os.walk(root):
-        out += [os.path.join(d, n) for n in names if n.lower().endswith((".jpg", ".jpeg"))]
+        out += [os.path.join(d, n) for n in names if n.lower().endswith(exts)]
     return sorted(out)
+
+
+def _to_png(job):
+    from PIL import Image
+
+    src, dst = job
+    Image.open(src).convert("RGB").save(dst, "PNG")  # Pillow's default zlib level (6), as most PNG data sets
+
+
+def build_png_dataset(path, jpeg_files, jpeg_root, cores):
+    """The same pictures as PNG files, in the same class directories."""
+    stamp = os.path.join(path, ".bench-complete")
+    if os.path.exists(stamp):
+        say(f"PNG data set: reusing {path}")
+        return
+    import multiprocessing
+
+    shutil.rmtree(path, ignore_errors=True)
+    t0 = time.monotonic()
+    jobs = []
+    for f in jpeg_files:
+        dst = os.path.join(path, os.path.splitext(os.path.relpath(f, jpeg_root))[0] + ".png")
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        jobs.append((f, dst))
+    with multiprocessing.Pool(cores) as pool:
+        pool.map(_to_png, jobs, chunksize=8)
+    open(stamp, "w").close()
+    say(f"PNG data set: {len(jobs)} files converted in {time.monotonic() - t0:.1f}s")
 
 
 def warm_cache(files):
@@ -508,6 +538,7 @@ def table(res):
     rows = res["rows"]
     lim = rows.get("limit")
     s8, s32 = rows.get("stoker_uint8"), rows.get("stoker_float32")
+    s8png = rows.get("stoker_png_uint8")
     # (key, label, the stoker row it is compared with, target for stoker/row)
     spec = [
         ("limit", f"decode limit (1 thread x {res['cores']})", s8, ">= 1.0x"),
@@ -519,6 +550,8 @@ def table(res):
         ("torch_float32", "PyTorch DataLoader float32", s32, ">= 8x"),
         ("dali_spec", "DALI CPU (decode + random_resized_crop)", s8, ">= 1.5x"),
         ("dali_fused", "DALI CPU (fused image_random_crop) [extra]", s8, ""),
+        ("stoker_png_uint8", "stoker uint8, PNG data", None, ""),
+        ("torch_png_uint8", "PyTorch DataLoader uint8, PNG data", s8png, ""),
     ]
     lines = [f"{'row':46} {'images/s':>9} {'row/limit':>10} {'stoker/row':>11}  {'target':7} {'other':>5}  note",
              "-" * 100]
@@ -547,7 +580,7 @@ def table(res):
                          f"max {st['max_us']:7.0f} us  ({st['samples']} samples)")
     elif t:
         lines.append(f"C client release+next: {t.get('status')}: {t.get('reason', '')}")
-    for key in ("stoker_uint8", "stoker_float32", "stoker_uint8_decoded"):
+    for key in ("stoker_uint8", "stoker_float32", "stoker_uint8_decoded", "stoker_png_uint8"):
         d = (rows.get(key) or {}).get("daemon")
         if d:
             mib = 2 ** 20
@@ -589,7 +622,9 @@ def main():
     ap.add_argument("--profile-files", type=int, default=128, help="files run under callgrind")
     ap.add_argument("--data", help="use this ImageFolder data set instead of building one")
     ap.add_argument("--out", default=os.path.join(HERE, "out"))
-    ap.add_argument("--only", help="comma-separated rows: limit,stoker,torch,dali,rtt,profile")
+    ap.add_argument("--png-images", type=int, default=env_int("BENCH_PNG_IMAGES", 512),
+                    help="pictures of the data set converted to PNG for the PNG rows (env BENCH_PNG_IMAGES)")
+    ap.add_argument("--only", help="comma-separated rows: limit,stoker,torch,dali,png,rtt,profile")
     a = ap.parse_args()
 
     avail = sorted(os.sched_getaffinity(0))
@@ -628,6 +663,19 @@ def main():
     res["dataset"] = {"path": data, "files": len(files), "bytes": nbytes,
                       "mean_kib": round(nbytes / max(1, len(files)) / 1024, 1)}
     say(f"data set: {len(files)} files, {nbytes / 2**20:.0f} MiB, page cache warm")
+    if want("png"):
+        # Every class keeps its share: the first files of each, in order.
+        per = max(1, a.png_images // a.classes)
+        by_class = {}
+        for f in files:
+            by_class.setdefault(os.path.dirname(f), []).append(f)
+        picked = [f for c in sorted(by_class) for f in by_class[c][:per]]
+        data_png = data.rstrip("/") + f"-png{len(picked)}"
+        build_png_dataset(data_png, picked, data, cores)
+        png_bytes = warm_cache(list_files(data_png, (".png",)))
+        res["dataset_png"] = {"path": data_png, "files": len(picked), "bytes": png_bytes,
+                              "mean_kib": round(png_bytes / max(1, len(picked)) / 1024, 1)}
+        say(f"PNG data set: {len(picked)} files, {png_bytes / 2**20:.0f} MiB, page cache warm")
 
     r = Runner(cpus, logdir)
     rows = res["rows"]
@@ -656,6 +704,13 @@ def main():
             for dt in ("uint8", "float32"):
                 tasks.append(((f"torch_{dt}",), f"PyTorch DataLoader {dt}", lambda dt=dt: (
                     r.peer([os.path.join(HERE, "peer_torch.py"), *common, "--dtype", dt]),)))
+        if want("png"):
+            # The same pictures as PNG: zlib inflate instead of a JPEG decode, no DCT-domain scaling.
+            tasks.append((("stoker_png_uint8",), "stoker uint8, PNG data",
+                          lambda: (bench_stoker(r, tmp, data_png, cores, "uint8", a, "stoker-png"),)))
+            png_common = ["--dataset", data_png] + common[2:]
+            tasks.append((("torch_png_uint8",), "PyTorch DataLoader uint8, PNG data", lambda: (
+                r.peer([os.path.join(HERE, "peer_torch.py"), *png_common, "--dtype", "uint8"]),)))
         if want("dali"):
             for v in ("spec", "fused"):
                 tasks.append(((f"dali_{v}",), f"DALI CPU ({v})", lambda v=v: (

@@ -9,7 +9,8 @@
  *   RGB and CMYK 8/16-bit (16-bit by the high byte), CMYK converted as
  *   Pillow converts it; palettes (16-bit colour map entries >> 8);
  *   extra samples dropped, associated (premultiplied) alpha divided out
- *   first, as Pillow's "RGBa"/"La" unpacking does;
+ *   of RGB first, as Pillow's "RGBa" unpacking does (grey with it, which
+ *   Pillow cannot convert, is refused);
  *   strips or tiles, contiguous or separate planes.
  * YCbCr goes through libtiff's RGBA interface (JPEG-compressed YCbCr is
  * decoded to RGB by libjpeg instead), as Pillow does. Floating-point,
@@ -209,7 +210,6 @@ static void grey_row(const struct layout *l, const uint8_t *src, uint8_t *dst)
 {
 	unsigned max = (1u << l->bps) - 1;
 	bool invert = l->photometric == PHOTOMETRIC_MINISWHITE;
-	bool assoc = l->has_extra && l->extra0 == EXTRASAMPLE_ASSOCALPHA && l->bps == 8 && l->spp >= 2;
 
 	for (uint32_t x = 0; x < l->w; x++, dst += 4) {
 		unsigned v;
@@ -227,11 +227,6 @@ static void grey_row(const struct layout *l, const uint8_t *src, uint8_t *dst)
 			v = src[(uint64_t)x * l->spp];
 			if (invert)
 				v = 255 - v;
-			if (assoc) {
-				unsigned a = src[(uint64_t)x * l->spp + 1];
-
-				v = a == 0 ? 0 : a == 255 ? v : unpremultiply(v, a);
-			}
 		} else {
 			/* 1, 2 or 4 bits, one sample a pixel, most significant first */
 			uint64_t bit = (uint64_t)x * l->bps;
@@ -303,6 +298,8 @@ static const char *unsupported(const struct layout *l)
 			return "grey bit depth";
 		if (l->bps < 8 && l->spp != 1)
 			return "packed grey with extra samples";
+		if (l->has_extra && l->extra0 == EXTRASAMPLE_ASSOCALPHA)
+			return "grey with premultiplied alpha";
 		return NULL;
 	case PHOTOMETRIC_RGB:
 		return l->spp < 3 || (l->bps != 8 && l->bps != 16) ? "RGB layout" : NULL;

@@ -14,6 +14,8 @@ DEB_PACKAGES=(
 	libcmocka-dev
 	# image formats beside JPEG (daemon/image.h): PNG, WebP, TIFF
 	libspng-dev libwebp-dev libtiff-dev
+	# tiffcp writes the TIFF layouts Pillow cannot, for the format tests
+	libtiff-tools
 	python3 python3-pip python3-numpy python3-pytest python3-pil python3-prometheus-client
 )
 PY_PACKAGES=(numpy pytest pillow prometheus-client)

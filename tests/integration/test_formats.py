@@ -98,6 +98,15 @@ def test_every_variant_matches_pillow(variants):
     report("formats_vs_pillow", variants=len(variants), lossy=lossy_diff)
 
 
+def test_refused_variants_say_why(tmp_path):
+    """Layouts Pillow cannot convert or misreads (grey with premultiplied
+    alpha, float and L*a*b* TIFFs, 2-bit and 10-10-10 BMPs, a 4-bit BMP
+    with a grey-ramp palette, PNG inside BMP) are refused with the reason."""
+    made = mkimages.refused(tmp_path)
+    for (name, path, words), (rc, reason) in zip(made, decode_all([p for _, p, _ in made])):
+        assert rc == 2 and words in reason, f"{name}: {rc} {reason}"
+
+
 def folder_of_every_format(root, variants):
     """ImageFolder: one class per format, plus a PNG named .JPEG (ImageNet
     has one), a JPEG named .png, upper-case extensions, and files

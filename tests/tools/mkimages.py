@@ -163,6 +163,41 @@ def rle4(rows_idx):
     return bytes(out[:-2] + b"\0\2\3\0" + b"\0\1")
 
 
+# ---- TIFF, by hand: the sample layouts neither Pillow nor tiffcp write ----
+
+def tiff_bytes(w, h, photometric, bps, samples, extra=(), sampleformat=1, colormap=None, big_endian=False):
+    """An uncompressed one-strip TIFF; `samples` the strip's bytes."""
+    e = ">" if big_endian else "<"
+    spp = len(bps)
+    tags = [(256, 4, [w]), (257, 4, [h]), (258, 3, list(bps)), (259, 3, [1]), (262, 3, [photometric]),
+            (273, 4, [0]), (277, 3, [spp]), (278, 4, [h]), (279, 4, [len(samples)])]
+    if extra:
+        tags.append((338, 3, list(extra)))
+    if sampleformat != 1:
+        tags.append((339, 3, [sampleformat] * spp))
+    if colormap is not None:
+        tags.append((320, 3, list(colormap)))
+    tags.sort()
+    ifd_len = 2 + 12 * len(tags) + 4
+    blobs, at = b"", 8 + ifd_len
+    entries = []
+    for tag, kind, vals in tags:
+        raw = b"".join(struct.pack(e + ("H" if kind == 3 else "I"), v) for v in vals)
+        if len(raw) <= 4:
+            entries.append((tag, kind, len(vals), raw + b"\0" * (4 - len(raw))))
+        else:
+            entries.append((tag, kind, len(vals), struct.pack(e + "I", at + len(blobs))))
+            blobs += raw + b"\0" * (len(raw) % 2)
+    strip_at = at + len(blobs)
+    body = struct.pack(e + "H", len(entries))
+    for tag, kind, n, val in entries:
+        if tag == 273:
+            val = struct.pack(e + "I", strip_at)
+        body += struct.pack(e + "HHI", tag, kind, n) + val
+    head = (b"MM\0*" if big_endian else b"II*\0") + struct.pack(e + "I", 8)
+    return head + body + b"\0\0\0\0" + blobs + samples
+
+
 # ---- netpbm, by hand ----
 
 def pnm_plain(kind, arr, maxval=255):
@@ -196,8 +231,6 @@ def variants(out, side=None):
 
     def put(name, data, lossy=False):
         p = out / name
-        if isinstance(data, Image.Image):
-            raise TypeError
         p.write_bytes(data)
         made.append((name, p, lossy))
 
@@ -307,22 +340,41 @@ def variants(out, side=None):
             pil(f"tiff_{tag}_{comp}.tif", im, "TIFF", compression=comp)
     pil("tiff_rgb_jpeg.tif", src.convert("RGB"), "TIFF", lossy=True, compression="jpeg", quality=90)
     pil("tiff_1_g4.tif", src.convert("1"), "TIFF", compression="group4")
-    if shutil.which("tiffcp"):
-        base = out / "tiff_rgb_raw.tif"
-        for name, args in (("tiled_lzw", ["-t", "-w", "32", "-l", "16", "-c", "lzw"]),
-                           ("separate_zip", ["-p", "separate", "-c", "zip"]),
-                           ("tiled_separate", ["-t", "-w", "16", "-l", "16", "-p", "separate"]),
-                           ("predictor_lzw", ["-c", "lzw:2", "-r", "7"]),
-                           ("lsb2msb", ["-f", "lsb2msb", "-r", "5"])):
-            subprocess.run(["tiffcp", *args, str(base), str(out / f"tiff_cp_{name}.tif")], check=True)
-            made.append((f"tiff_cp_{name}.tif", out / f"tiff_cp_{name}.tif", False))
-        for src_name, name, args in (("tiff_1_raw.tif", "1_lsb2msb_tiled", ["-f", "lsb2msb", "-t", "-w", "16",
-                                                                          "-l", "16"]),
-                                     ("tiff_rgba_raw.tif", "rgba_separate", ["-p", "separate", "-c", "lzw"]),
-                                     ("tiff_cmyk_raw.tif", "cmyk_tiled", ["-t", "-w", "16", "-l", "32"]),
-                                     ("tiff_rgb_raw.tif", "ycbcr_jpeg", ["-c", "jpeg:r:90", "-r", "16"])):
-            subprocess.run(["tiffcp", *args, str(out / src_name), str(out / f"tiff_cp_{name}.tif")], check=True)
-            made.append((f"tiff_cp_{name}.tif", out / f"tiff_cp_{name}.tif", name == "ycbcr_jpeg"))
+    if not shutil.which("tiffcp"):
+        raise SystemExit("mkimages: tiffcp (Debian's libtiff-tools) is needed for the tiled and planar TIFFs")
+    base = out / "tiff_rgb_raw.tif"
+    for name, args in (("tiled_lzw", ["-t", "-w", "32", "-l", "16", "-c", "lzw"]),
+                       ("separate_zip", ["-p", "separate", "-c", "zip"]),
+                       ("tiled_separate", ["-t", "-w", "16", "-l", "16", "-p", "separate"]),
+                       ("predictor_lzw", ["-c", "lzw:2", "-r", "7"]),
+                       ("lsb2msb", ["-f", "lsb2msb", "-r", "5"])):
+        subprocess.run(["tiffcp", *args, str(base), str(out / f"tiff_cp_{name}.tif")], check=True)
+        made.append((f"tiff_cp_{name}.tif", out / f"tiff_cp_{name}.tif", False))
+    for src_name, name, args in (("tiff_1_raw.tif", "1_lsb2msb_tiled", ["-f", "lsb2msb", "-t", "-w", "16",
+                                                                      "-l", "16"]),
+                                 ("tiff_rgba_raw.tif", "rgba_separate", ["-p", "separate", "-c", "lzw"]),
+                                 ("tiff_cmyk_raw.tif", "cmyk_tiled", ["-t", "-w", "16", "-l", "32"]),
+                                 ("tiff_rgb_raw.tif", "ycbcr_jpeg", ["-c", "jpeg:r:90", "-r", "16"])):
+        subprocess.run(["tiffcp", *args, str(out / src_name), str(out / f"tiff_cp_{name}.tif")], check=True)
+        made.append((f"tiff_cp_{name}.tif", out / f"tiff_cp_{name}.tif", name == "ycbcr_jpeg"))
+
+    # sample layouts only Pillow's own unpackers read: premultiplied alpha, min-is-white, 16-bit, signed
+    premul = (rgb.astype(np.uint32) * a[..., None] // 255).astype(np.uint8)
+    put("tiff_rgba_premultiplied.tif", tiff_bytes(w, h, 2, (8, 8, 8, 8), np.dstack([premul, a]).tobytes(), extra=(1,)))
+    put("tiff_rgbx.tif", tiff_bytes(w, h, 2, (8, 8, 8, 8), np.dstack([rgb, a]).tobytes(), extra=(0,)))
+    put("tiff_miniswhite8.tif", tiff_bytes(w, h, 0, (8,), grey.tobytes()))
+    put("tiff_miniswhite4.tif", tiff_bytes(w, h, 0, (4,), b"".join(_pack_row(r, 4) for r in grey >> 4)))
+    put("tiff_grey2.tif", tiff_bytes(w, h, 1, (2,), b"".join(_pack_row(r, 2) for r in grey >> 6)))
+    put("tiff_rgb16_be.tif", tiff_bytes(w, h, 2, (16, 16, 16), wide.astype(">u2").tobytes(), big_endian=True))
+    put("tiff_rgba16.tif", tiff_bytes(w, h, 2, (16,) * 4, np.dstack([wide, wide[..., :1]]).astype("<u2").tobytes(),
+                                      extra=(2,)))
+    put("tiff_grey16s.tif", tiff_bytes(w, h, 1, (16,), (wide[..., 0].astype(np.int64) - 32768).astype("<i2")
+                                       .tobytes(), sampleformat=2))
+    cmap = [v * 257 for v in (pal[0::3][:16] + [0] * 16)[:16]] + [v * 257 for v in (pal[1::3][:16] + [0] * 16)[:16]] \
+        + [v * 257 for v in (pal[2::3][:16] + [0] * 16)[:16]]
+    put("tiff_p4.tif", tiff_bytes(w, h, 3, (4,), b"".join(_pack_row(r, 4) for r in i4), colormap=cmap))
+    put("tiff_cmyk16.tif", tiff_bytes(w, h, 5, (16,) * 4, (np.asarray(src.convert("CMYK")).astype(np.uint32) * 257)
+                                      .astype("<u2").tobytes()))
 
     # netpbm
     pil("pnm_p6.ppm", src.convert("RGB"), "PPM")
@@ -338,12 +390,44 @@ def variants(out, side=None):
     return made
 
 
+def refused(out):
+    """Variants stoker refuses, each with words of its reason: [(name, path, words)].
+    Pillow refuses them too, or misreads them."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    w, h = 9, 7
+    grey = np.arange(w * h, dtype=np.uint8).reshape(h, w)
+    a = np.full((h, w), 128, np.uint8)
+    files = {
+        # Pillow: "conversion from La to L not supported"
+        "tiff_la_premultiplied.tif": (tiff_bytes(w, h, 1, (8, 8), np.dstack([grey // 2, a]).tobytes(), extra=(1,)),
+                                      "premultiplied"),
+        "tiff_float.tif": (tiff_bytes(w, h, 1, (32,), grey.astype("<f4").tobytes(), sampleformat=3),
+                           "floating-point"),
+        "tiff_lab.tif": (tiff_bytes(w, h, 8, (8, 8, 8), np.dstack([grey] * 3).tobytes()), "photometric"),
+        # Pillow: "Unsupported BMP pixel depth (2)"
+        "bmp_2bit.bmp": (bmp_bytes(w, h, 2, [_pack_row(r % 4, 2) for r in grey], palette=[(0, 0, 0)] * 4),
+                         "pixel depth"),
+        # Pillow reads these pixels as 8-bit "L": garbage
+        "bmp_grey_ramp4.bmp": (bmp_bytes(w, h, 4, [_pack_row(r % 16, 4) for r in grey],
+                                         palette=[(i, i, i) for i in range(16)]), "grey palette"),
+        "bmp_bitfields_101010.bmp": (bmp_bytes(w, h, 32, [b"\0" * 4 * w] * h, compression=3,
+                                               masks=(0x3FF00000, 0xFFC00, 0x3FF)), "bit fields"),
+        "bmp_png_inside.bmp": (bmp_bytes(w, h, 24, [b"\0" * 3 * w] * h, compression=5), "compression"),
+    }
+    made = []
+    for name, (data, words) in files.items():
+        (out / name).write_bytes(data)
+        made.append((name, out / name, words))
+    return made
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
     ap.add_argument("--side", type=int, nargs=2, metavar=("W", "H"))
     a = ap.parse_args()
-    made = variants(a.out, a.side)
+    made = variants(a.out, a.side) + refused(a.out)
     print(f"{len(made)} files in {a.out}", file=sys.stderr)
 
 
