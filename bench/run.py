@@ -223,18 +223,28 @@ def snapshot_build(dst):
     return dst
 
 
-def build_dataset(path, classes, per_class, cores):
+def build_once(path, what, make):
+    """make() builds a data set at `path` and says what it made, unless a
+    finished one (its stamp written last) is there already."""
     stamp = os.path.join(path, ".bench-complete")
     if os.path.exists(stamp):
-        say(f"data set: reusing {path}")
+        say(f"{what}: reusing {path}")
         return
     shutil.rmtree(path, ignore_errors=True)
     t0 = time.monotonic()
-    subprocess.run([PY, os.path.join(REPO, "scripts", "mkdataset.py"), path, "--classes", str(classes),
-                    "--per-class", str(per_class), "--min-side", "300", "--max-side", "800",
-                    "--quality-min", "75", "--quality-max", "95", "--jobs", str(cores)], check=True)
+    made = make()
     open(stamp, "w").close()
-    say(f"data set: built {classes}x{per_class} in {time.monotonic() - t0:.1f}s")
+    say(f"{what}: {made} in {time.monotonic() - t0:.1f}s")
+
+
+def build_dataset(path, classes, per_class, cores):
+    def make():
+        subprocess.run([PY, os.path.join(REPO, "scripts", "mkdataset.py"), path, "--classes", str(classes),
+                        "--per-class", str(per_class), "--min-side", "300", "--max-side", "800",
+                        "--quality-min", "75", "--quality-max", "95", "--jobs", str(cores)], check=True)
+        return f"built {classes}x{per_class}"
+
+    build_once(path, "data set", make)
 
 
 def cpu_busy(seconds=2.0):
@@ -306,23 +316,19 @@ def _to_png(job):
 
 def build_png_dataset(path, jpeg_files, jpeg_root, cores):
     """The same pictures as PNG files, in the same class directories."""
-    stamp = os.path.join(path, ".bench-complete")
-    if os.path.exists(stamp):
-        say(f"PNG data set: reusing {path}")
-        return
-    import multiprocessing
+    def make():
+        import multiprocessing
 
-    shutil.rmtree(path, ignore_errors=True)
-    t0 = time.monotonic()
-    jobs = []
-    for f in jpeg_files:
-        dst = os.path.join(path, os.path.splitext(os.path.relpath(f, jpeg_root))[0] + ".png")
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        jobs.append((f, dst))
-    with multiprocessing.Pool(cores) as pool:
-        pool.map(_to_png, jobs, chunksize=8)
-    open(stamp, "w").close()
-    say(f"PNG data set: {len(jobs)} files converted in {time.monotonic() - t0:.1f}s")
+        jobs = []
+        for f in jpeg_files:
+            dst = os.path.join(path, os.path.splitext(os.path.relpath(f, jpeg_root))[0] + ".png")
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            jobs.append((f, dst))
+        with multiprocessing.Pool(cores) as pool:
+            pool.map(_to_png, jobs, chunksize=8)
+        return f"{len(jobs)} files converted"
+
+    build_once(path, "PNG data set", make)
 
 
 def warm_cache(files):

@@ -11,6 +11,7 @@
 
 #include "grow.h"
 #include "decode.h"
+#include "image.h"
 
 enum decoder_state {
 	DECODER_IDLE,
@@ -218,13 +219,6 @@ void decoder_scaled_size(const struct decoder *d, unsigned denom, uint32_t *widt
 	*height = (uint32_t)(((uint64_t)d->cinfo.image_height + denom - 1) / denom);
 }
 
-static inline uint8_t muldiv255(unsigned a, unsigned b)
-{
-	unsigned t = a * b + 128;
-
-	return (uint8_t)((t + (t >> 8)) >> 8);
-}
-
 /*
  * In place, CMYK to RGBX as Pillow does it: it reads every CMYK JPEG as
  * Adobe-inverted ("CMYK;I"), so the stored byte s is 255 - ink, and then
@@ -236,11 +230,11 @@ static void cmyk_to_rgbx(uint8_t *buf, size_t stride, uint32_t width, uint32_t r
 		uint8_t *p = buf + y * stride;
 
 		for (uint32_t x = 0; x < width; x++, p += 4) {
-			unsigned nk = p[3];
+			unsigned k = 255u - p[3];
 
-			p[0] = (uint8_t)(nk - muldiv255(255u - p[0], nk));
-			p[1] = (uint8_t)(nk - muldiv255(255u - p[1], nk));
-			p[2] = (uint8_t)(nk - muldiv255(255u - p[2], nk));
+			p[0] = image_cmyk_channel(255u - p[0], k);
+			p[1] = image_cmyk_channel(255u - p[1], k);
+			p[2] = image_cmyk_channel(255u - p[2], k);
 			p[3] = 255;
 		}
 	}

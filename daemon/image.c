@@ -28,25 +28,23 @@ enum image_format image_sniff(const uint8_t *p, size_t n)
 	return IMAGE_UNKNOWN;
 }
 
+/* Each format's name and whole-image decoder (JPEG's is decode.h's, crop-aware). */
+static const struct {
+	const char *name;
+	int (*decode)(struct image_buf *b, const uint8_t *data, size_t len);
+} formats[] = {
+	[IMAGE_UNKNOWN] = {"unknown", NULL},
+	[IMAGE_JPEG] = {"JPEG", NULL},
+	[IMAGE_PNG] = {"PNG", png_decode},
+	[IMAGE_WEBP] = {"WebP", webp_decode},
+	[IMAGE_BMP] = {"BMP", bmp_decode},
+	[IMAGE_TIFF] = {"TIFF", tiff_decode},
+	[IMAGE_PNM] = {"PPM/PGM", pnm_decode},
+};
+
 const char *image_format_name(enum image_format f)
 {
-	switch (f) {
-	case IMAGE_JPEG:
-		return "JPEG";
-	case IMAGE_PNG:
-		return "PNG";
-	case IMAGE_WEBP:
-		return "WebP";
-	case IMAGE_BMP:
-		return "BMP";
-	case IMAGE_TIFF:
-		return "TIFF";
-	case IMAGE_PNM:
-		return "PPM/PGM";
-	case IMAGE_UNKNOWN:
-		break;
-	}
-	return "unknown";
+	return (size_t)f < sizeof(formats) / sizeof(formats[0]) ? formats[f].name : "unknown";
 }
 
 void image_buf_release(struct image_buf *b)
@@ -103,25 +101,9 @@ int image_decode(struct image_buf *b, enum image_format f, const uint8_t *data, 
 	b->width = b->height = 0;
 	if (len == 0)
 		return image_fail(b, -EBADMSG, "Empty input file");
-	switch (f) {
-	case IMAGE_PNG:
-		r = png_decode(b, data, len);
-		break;
-	case IMAGE_WEBP:
-		r = webp_decode(b, data, len);
-		break;
-	case IMAGE_TIFF:
-		r = tiff_decode(b, data, len);
-		break;
-	case IMAGE_BMP:
-		r = bmp_decode(b, data, len);
-		break;
-	case IMAGE_PNM:
-		r = pnm_decode(b, data, len);
-		break;
-	default:
+	if ((size_t)f >= sizeof(formats) / sizeof(formats[0]) || !formats[f].decode)
 		return image_fail(b, -EINVAL, "No whole-image decoder for %s", image_format_name(f));
-	}
+	r = formats[f].decode(b, data, len);
 	if (r < 0)
 		return r;
 	*out = (struct decoded_region){
