@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """stoker end to end through the Python binding, against a running stokerd.
 
-    peer_stoker.py --socket PATH --dataset DIR [--dtype uint8|float32] ...
+    peer_stoker.py --socket PATH --dataset DIR [--dtype uint8|float32]
+                   [--transform random_resized_crop|center_crop] [--dct-scaling true|false] ...
 
 Every batch is really taken (released and the next one received) and a
 small slice of it is read, as a trainer would hand it on; no full copy.
@@ -17,6 +18,9 @@ def main():
     p = peer_arguments()
     p.add_argument("--socket", required=True)
     p.add_argument("--dtype", default="uint8", choices=["uint8", "float32"])
+    p.add_argument("--transform", default="random_resized_crop", choices=["random_resized_crop", "center_crop"])
+    p.add_argument("--dct-scaling", choices=["default", "true", "false"], default="default",
+                   help="decode large crops at a DCT reduction (default: the transform's own choice)")
     a = p.parse_args()
     log = log_to_stderr(f"stoker {a.dtype}")
 
@@ -26,7 +30,9 @@ def main():
         unavailable("not installed", f"import stoker: {e} (run make; PYTHONPATH=client/python)")
 
     kw = dict(dataset=a.dataset, socket=a.socket, batch_size=a.batch_size, image_size=a.image_size,
-              transform="random_resized_crop", seed=0)
+              transform=a.transform, seed=0)
+    if a.dct_scaling != "default":
+        kw["dct_scaling"] = a.dct_scaling == "true"
     if a.dtype != "uint8":
         kw["dtype"] = a.dtype
     try:

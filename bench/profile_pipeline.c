@@ -5,7 +5,10 @@
  * over the files, and a full libturbojpeg RGB decode of the same files for
  * comparison. Small enough to run under valgrind --tool=callgrind.
  *
- *     profile_pipeline [--epochs N] [--mode all|rrc|center|full] [--size 224] FILE... | -
+ *     profile_pipeline [--epochs N] [--mode all|rrc|center|center-dct|full] [--size 224] FILE... | -
+ *
+ * rrc and center-dct decode large crops at a DCT reduction; center does not
+ * (the daemon's defaults: center_crop keeps PIL's pixels).
  *
  * Prints one JSON object: ms per image for each mode run.
  */
@@ -16,10 +19,11 @@
 #include "rng.h"
 
 /* Seconds for `epochs` passes of pipeline_run over the files. */
-static double run_pipeline(const struct bench_file *files, size_t n, int epochs, enum transform_kind kind, uint32_t size)
+static double run_pipeline(const struct bench_file *files, size_t n, int epochs, enum transform_kind kind, uint32_t size,
+			   bool dct_scaling)
 {
 	struct decode_limits lim = {.max_pixels = 0, .max_scans = 0};
-	struct transform_spec spec = {.kind = kind, .image_size = size};
+	struct transform_spec spec = {.kind = kind, .image_size = size, .dct_scaling = dct_scaling};
 	struct pipeline *p;
 	uint8_t *out = malloc((size_t)size * size * 3);
 
@@ -94,14 +98,17 @@ int main(int argc, char **argv)
 		printf(", \"full_decode_ms\": %.4f", run_full(files, n, epochs) / images * 1e3);
 	if (all || !strcmp(mode, "rrc"))
 		printf(", \"random_resized_crop_ms\": %.4f",
-		       run_pipeline(files, n, epochs, TRANSFORM_RANDOM_RESIZED_CROP, size) / images * 1e3);
+		       run_pipeline(files, n, epochs, TRANSFORM_RANDOM_RESIZED_CROP, size, true) / images * 1e3);
 	if (all || !strcmp(mode, "center"))
 		printf(", \"center_crop_ms\": %.4f",
-		       run_pipeline(files, n, epochs, TRANSFORM_CENTER_CROP, size) / images * 1e3);
+		       run_pipeline(files, n, epochs, TRANSFORM_CENTER_CROP, size, false) / images * 1e3);
+	if (all || !strcmp(mode, "center-dct"))
+		printf(", \"center_crop_dct_ms\": %.4f",
+		       run_pipeline(files, n, epochs, TRANSFORM_CENTER_CROP, size, true) / images * 1e3);
 	printf("}\n");
 	bench_free_files(files, n);
 	return 0;
 usage:
-	fprintf(stderr, "usage: profile_pipeline [--epochs N] [--mode all|rrc|center|full] [--size N] FILE... | -\n");
+	fprintf(stderr, "usage: profile_pipeline [--epochs N] [--mode all|rrc|center|center-dct|full] [--size N] FILE... | -\n");
 	return 2;
 }

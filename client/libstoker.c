@@ -704,6 +704,11 @@ STOKER_API int stoker_opts_set(struct stoker_opts *o, const char *key, const cha
 		a->has_coordinated = a->has_coordinated || r == 0;
 		return r;
 	}
+	if (!strcmp(key, "dct_scaling")) {
+		r = parse_bool(value, &a->dct_scaling);
+		a->has_dct_scaling = a->has_dct_scaling || r == 0;
+		return r;
+	}
 	if (!strcmp(key, "drop_last")) {
 		r = parse_bool(value, &a->drop_last);
 		a->has_drop_last = a->has_drop_last || r == 0;

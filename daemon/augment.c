@@ -155,10 +155,10 @@ void center_crop_box(uint32_t width, uint32_t height, uint32_t size, struct crop
 	out->h = fmin((double)size * height / (double)new_h, height - out->y);
 }
 
-/* The largest DCT reduction (1/8, 1/4, 1/2) that leaves the crop at least `size` both ways. */
-static unsigned pick_denom(const struct crop_box *box, uint32_t size)
+/* The largest DCT reduction (1/8, 1/4, 1/2) that leaves the crop at least `size` both ways, if allowed. */
+static unsigned pick_denom(const struct crop_box *box, uint32_t size, bool dct_scaling)
 {
-	for (unsigned d = 8; d > 1; d /= 2)
+	for (unsigned d = 8; dct_scaling && d > 1; d /= 2)
 		if (box->w >= (double)d * size && box->h >= (double)d * size)
 			return d;
 	return 1;
@@ -195,9 +195,9 @@ static int axis_span(uint32_t full, double pos, double len, uint32_t size, bool 
  * alone (RandomResizedCrop); else of the whole image (Resize + CenterCrop).
  */
 static int crop_and_resize(struct pipeline *p, const struct pipeline_image *img, const struct crop_box *box, bool clip,
-			   bool vertical_first, uint32_t size, uint8_t *out)
+			   bool vertical_first, uint32_t size, bool dct_scaling, uint8_t *out)
 {
-	unsigned denom = img ? img->denom : pick_denom(box, size);
+	unsigned denom = img ? img->denom : pick_denom(box, size, dct_scaling);
 	struct decoded_region reg;
 	uint32_t sw, sh, x0, y0, x1, y1;
 	double bx, by, bw, bh;
@@ -387,7 +387,7 @@ static int transform(struct pipeline *p, const struct pipeline_image *img, uint3
 		center_resize(width, height, spec->image_size, &new_w, &new_h);
 		vertical_first = resize_vertical_first(width, height, (uint32_t)new_w, (uint32_t)new_h);
 	}
-	r = crop_and_resize(p, img, &box, rrc, vertical_first, spec->image_size, rgb);
+	r = crop_and_resize(p, img, &box, rrc, vertical_first, spec->image_size, spec->dct_scaling, rgb);
 	if (r >= 0 && spec->dtype != DTYPE_UINT8)
 		to_planes(p, rgb, pixels, spec->dtype, out);
 	return r;
@@ -546,6 +546,11 @@ int pipeline_run_image(struct pipeline *p, const struct pipeline_image *img, con
 	r = output_begin(p, spec, rng, out, &rgb);
 	if (r < 0)
 		return r;
+	if (img->denom > 1 && !spec->dct_scaling) {
+		snprintf(p->error, sizeof(p->error), "Image decoded at 1/%u for a transform without DCT scaling",
+			 img->denom);
+		return -EINVAL;
+	}
 	return transform(p, img, img->full_width, img->full_height, spec, rng, rgb, out);
 }
 

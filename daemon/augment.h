@@ -42,6 +42,10 @@ struct transform_spec {
 	uint32_t image_size; /* output is image_size x image_size x 3 */
 	enum sample_dtype dtype;
 	float mean[3], std[3]; /* float dtypes only */
+	/* Decode a crop >= 2x the output at 1/2..1/8 scale in the DCT domain:
+	 * faster, but not PIL's result (sharper). Off: full-scale decode of the
+	 * crop's rows and columns, PIL's pixels within 1. */
+	bool dct_scaling;
 };
 
 /* Bytes one output image takes. */
@@ -107,7 +111,8 @@ int pipeline_decode_image(struct pipeline *p, const uint8_t *data, size_t len, u
 /* pipeline_run() from a decoded image instead of a file. The same image
  * always gives the same output, whether it came from the cache or was just
  * decoded; crops that pipeline_run() would take from a DCT-reduced decode
- * may differ from it slightly. */
+ * may differ from it slightly. -EINVAL for an image decoded at a reduction
+ * when spec->dct_scaling is off (use the file). */
 int pipeline_run_image(struct pipeline *p, const struct pipeline_image *img, const struct transform_spec *spec,
 		       struct rng *rng, uint8_t *out);
 

@@ -171,7 +171,7 @@ static bool same_group(const struct session *a, const struct session *b)
 	       p->world_size == q->world_size && p->batch_size == q->batch_size && p->shuffle == q->shuffle &&
 	       p->drop_last == q->drop_last && p->shard_starts == q->shard_starts &&
 	       p->shuffle_buffer == q->shuffle_buffer && x->kind == y->kind && x->image_size == y->image_size &&
-	       x->dtype == y->dtype && !memcmp(x->mean, y->mean, sizeof(x->mean)) &&
+	       x->dtype == y->dtype && x->dct_scaling == y->dct_scaling && !memcmp(x->mean, y->mean, sizeof(x->mean)) &&
 	       !memcmp(x->std, y->std, sizeof(x->std)) && a->epoch == b->epoch;
 }
 
@@ -482,6 +482,8 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 								       : TRANSFORM_RANDOM_RESIZED_CROP;
 	s->spec.image_size = a->image_size;
 	s->spec.dtype = (enum sample_dtype)a->dtype;
+	/* Training crops take the speed; evaluation keeps PIL's pixels. */
+	s->spec.dct_scaling = a->has_dct_scaling ? a->dct_scaling : s->spec.kind == TRANSFORM_RANDOM_RESIZED_CROP;
 	s->coordinated = a->coordinated;
 	s->detect = a->task == STOKER__TASK__DETECT;
 	if (s->detect) {
@@ -797,6 +799,10 @@ static bool attach_task_ok(struct conn *c, const Stoker__Attach *a)
 			return false;
 		}
 		return true;
+	}
+	if (a->has_dct_scaling) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "dct_scaling is an option of task classify");
+		return false;
 	}
 	if (a->dtype != STOKER__DTYPE__UINT8 || a->coordinated) {
 		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "task detect serves %s",

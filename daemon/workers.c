@@ -338,7 +338,9 @@ static int produce_one(struct worker *w, struct batch_job *job, uint64_t index, 
 	if (dataset_is_bad(ds, index))
 		return -EBADMSG;
 	rng_init(&rng, job->seed, job->epoch, index, RNG_AUGMENT);
-	if (w->pool->settings.decoded_side) {
+	/* The decoded tier holds images at a DCT reduction: a transform without
+	 * DCT scaling (center_crop's PIL parity) decodes the file instead. */
+	if (w->pool->settings.decoded_side && job->spec.dct_scaling) {
 		struct pipeline_image img;
 
 		r = sample_image(w, ds, index, &img, &read_failed);

@@ -67,6 +67,10 @@ const char *stoker_last_error(const struct stoker *s);
  *               normalised: (pixel / 255 - mean[c]) / std[c]
  *   mean, std   three comma-separated floats, float output only
  *               (0.485,0.456,0.406 and 0.229,0.224,0.225: ImageNet's)
+ *   dct_scaling true|false: decode crops >= 2x the output at 1/2..1/8 scale
+ *               in the DCT domain (faster; sharper than PIL's filter)
+ *               (true for random_resized_crop; false for center_crop,
+ *               whose pixels then match torchvision's PIL path within 1)
  *   coordinated true|false: jobs attached with the same data set, plan and
  *               transform and this set receive the very same batches, each
  *               decoded once                                     (false)

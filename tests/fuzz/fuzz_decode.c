@@ -23,7 +23,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static struct pipeline *p;
 	static uint8_t out[MAX_SIDE * MAX_SIDE * 3 * 4];
 	const struct decode_limits limits = {.max_pixels = 4u << 20, .max_scans = 500};
-	struct transform_spec rrc = {.kind = TRANSFORM_RANDOM_RESIZED_CROP, .image_size = 48, .dtype = DTYPE_UINT8};
+	struct transform_spec rrc = {
+		.kind = TRANSFORM_RANDOM_RESIZED_CROP, .image_size = 48, .dtype = DTYPE_UINT8, .dct_scaling = true};
 	struct transform_spec cc = {.kind = TRANSFORM_CENTER_CROP,
 				    .image_size = 32,
 				    .dtype = DTYPE_FLOAT32,
@@ -42,6 +43,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	pipeline_run(p, data, size, &rrc, &rng, out);
 	pipeline_run(p, data, size, &cc, &rng, out);
 	half.dtype = DTYPE_FLOAT16;
+	half.dct_scaling = true; /* the decoded image may be reduced */
 	half.image_size = MAX_SIDE;
 	if (pipeline_decode_image(p, data, size, 40, &img) == 0)
 		pipeline_run_image(p, &img, &half, &rng, out);

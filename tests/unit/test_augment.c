@@ -256,7 +256,9 @@ static void test_solid_colour(void **state)
 	assert_non_null(out);
 	for (int kind = 0; kind < 2; kind++)
 		for (uint64_t i = 0; i < 8; i++) {
-			struct transform_spec spec = { .kind = kind, .image_size = S };
+			/* as the daemon's defaults: DCT scaling for the random crop */
+			struct transform_spec spec = { .kind = kind, .image_size = S,
+						       .dct_scaling = kind == TRANSFORM_RANDOM_RESIZED_CROP };
 			struct rng r;
 
 			rng_init(&r, 1, 0, i, RNG_AUGMENT);
@@ -279,7 +281,7 @@ static void test_grayscale(void **state)
 {
 	struct pipeline *p = new_pipeline(0, 0);
 	struct jpeg j = make_jpeg(&(struct jpeg_opts){ 123, 77, JCS_GRAYSCALE, PAT_TEXTURE, { 0 }, 90, false, false, false });
-	struct transform_spec spec = { .kind = TRANSFORM_RANDOM_RESIZED_CROP, .image_size = 48 };
+	struct transform_spec spec = { .kind = TRANSFORM_RANDOM_RESIZED_CROP, .image_size = 48, .dct_scaling = true };
 	uint8_t out[48 * 48 * 3];
 	int spread = 0;
 
@@ -541,10 +543,12 @@ static void test_partial_decode_matches_full(void **state)
 }
 
 /*
- * With a crop at least twice the output, the decoder downscales in the DCT
- * domain (here by 2 and by 4): a different, slightly blurrier filter than
- * the triangle, so expect a mean absolute difference of about 1 and maxima
- * on edges of about 20 against resampling the full decode; we allow mean 3.
+ * With a crop at least twice the output and dct_scaling, the decoder
+ * downscales in the DCT domain (here by 2 and by 4): a different filter
+ * than the triangle, so expect a mean absolute difference of about 1 and
+ * maxima on edges of about 20 against resampling the full decode; we allow
+ * mean 3. Without dct_scaling (center_crop's default) the same crops are
+ * the full decode's, within 1.
  */
 static void test_dct_scaled_decode_close_to_full(void **state)
 {
@@ -559,21 +563,28 @@ static void test_dct_scaled_decode_close_to_full(void **state)
 	assert_non_null(got);
 	assert_non_null(want);
 	assert_int_equal(resizer_new(&rs), 0);
-	for (size_t s = 0; s < 2; s++) {
-		struct transform_spec spec = { .kind = TRANSFORM_CENTER_CROP, .image_size = sizes[s] };
-		size_t n = (size_t)sizes[s] * sizes[s] * 3;
+	for (size_t s = 0; s < 4; s++) {
+		bool dct = s < 2;
+		uint32_t S = sizes[s % 2];
+		struct transform_spec spec = { .kind = TRANSFORM_CENTER_CROP, .image_size = S, .dct_scaling = dct };
+		size_t n = (size_t)S * S * 3;
 		struct crop_box b;
 		int max;
 		double mad;
 
 		assert_int_equal(pipeline_run(p, j.data, j.size, &spec, NULL, got), 0);
-		center_crop_box(W, H, sizes[s], &b);
-		assert_int_equal(resize_rgb(rs, full, W, H, (size_t)W * 3, b.x, b.y, b.w, b.h, want, sizes[s], sizes[s],
-					    (size_t)sizes[s] * 3, false),
+		center_crop_box(W, H, S, &b);
+		assert_int_equal(resize_rgb(rs, full, W, H, (size_t)W * 3, b.x, b.y, b.w, b.h, want, S, S,
+					    (size_t)S * 3, false),
 				 0);
 		mad = mean_abs_diff(got, want, n, &max);
-		assert_true(mad < 3.0);
-		assert_true(mad > 0.0); /* or the scaled path was not taken */
+		if (dct) {
+			assert_true(mad < 3.0);
+			assert_true(mad > 0.3); /* or the scaled path was not taken */
+		} else {
+			assert_true(mad < 0.01);
+			assert_true(max <= 1);
+		}
 	}
 	free(full);
 	free(got);
@@ -607,7 +618,8 @@ static void test_float_outputs(void **state)
 	for (size_t k = 0; k < sizeof(norms) / sizeof(norms[0]); k++)
 		for (int dt = DTYPE_FLOAT32; dt <= DTYPE_FLOAT16; dt++)
 			for (uint64_t i = 0; i < 3; i++) {
-				struct transform_spec spec = { .kind = TRANSFORM_RANDOM_RESIZED_CROP, .image_size = S };
+				struct transform_spec spec = { .kind = TRANSFORM_RANDOM_RESIZED_CROP, .image_size = S,
+							       .dct_scaling = true };
 				size_t elem = dt == DTYPE_FLOAT32 ? 4 : 2;
 				struct rng r;
 

@@ -305,6 +305,9 @@ class Loader:
 
     timeout: seconds to wait for a batch (None: forever); on expiry
     StokerError(ETIMEDOUT). socket None: $STOKER_SOCKET or the default.
+    dct_scaling: decode large crops at 1/2..1/8 scale in the DCT domain
+    (faster, sharper than PIL); None: on for random_resized_crop, off for
+    center_crop, which then matches torchvision's PIL path within 1.
     rank, world_size None: from the launcher (launcher_rank(): torchrun's
     RANK/WORLD_SIZE, Slurm's SLURM_PROCID/SLURM_NTASKS), else 0 and 1.
     One thread at a time; not picklable (create one per process).
@@ -320,7 +323,8 @@ class Loader:
     def __init__(self, dataset, socket=None, batch_size=256, image_size=224, seed=0, rank=None,
                  world_size=None, transform=None, shuffle=True, drop_last=False,
                  epoch=0, prefetch=0, timeout=None, dtype="uint8", mean=None, std=None,
-                 coordinated=False, task="classify", order="samples", shuffle_buffer=1000, **detect):
+                 coordinated=False, task="classify", order="samples", shuffle_buffer=1000, dct_scaling=None,
+                 **detect):
         self._h = None
         self._batch = None
         self._fresh = True  # nothing taken since attach / set_epoch
@@ -350,6 +354,8 @@ class Loader:
             opts["mean"] = ",".join(repr(float(v)) for v in mean)
         if std is not None:
             opts["std"] = ",".join(repr(float(v)) for v in std)
+        if dct_scaling is not None:  # None: the transform's default
+            opts["dct_scaling"] = bool(dct_scaling)
         opts.update((k, v) for k, v in detect.items() if v is not None)
         h = _connect(socket)
         self._h = h
