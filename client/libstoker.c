@@ -75,6 +75,7 @@ struct stoker {
 	uint32_t n_class_names;
 	enum stoker_dtype dtype;
 	uint64_t dataset_samples, samples_per_epoch, batches_per_epoch;
+	uint64_t decode_error_files; /* as of the latest BatchReady */
 
 	/* The plan, for checkpoints. */
 	uint64_t seed;
@@ -233,6 +234,8 @@ static int handle_batch_ready(struct stoker *s, const Stoker__BatchReady *br)
 		return fail_connection(s, -EPROTO, "the daemon announced more boxes than the slot holds");
 	b->replaced = br->replaced;
 	b->boxes = br->boxes;
+	if (br->has_decode_error_files && br->decode_error_files > s->decode_error_files)
+		s->decode_error_files = br->decode_error_files;
 	b->queued = true;
 	s->queue[(s->queue_head + s->queue_len) % s->slot_count] = br->slot;
 	s->queue_len++;
@@ -1145,6 +1148,11 @@ STOKER_API uint64_t stoker_label_errors(const struct stoker *s)
 	return s && s->attached ? s->label_errors : 0;
 }
 
+STOKER_API uint64_t stoker_decode_error_files(const struct stoker *s)
+{
+	return s && s->attached ? s->decode_error_files : 0;
+}
+
 STOKER_API const char *stoker_class_name(const struct stoker *s, uint32_t cls)
 {
 	return s && s->attached && cls < s->n_class_names ? s->class_names[cls] : NULL;
@@ -1216,10 +1224,11 @@ static void stats_json(struct text *t, const Stoker__Stats *st)
 	text_json_string(t, st->daemon_version);
 	text_printf(t,
 		    ", \"uptime_seconds\": %.3f, \"images_per_second\": %.3f, \"images_served\": %llu, "
-		    "\"batches_served\": %llu, \"decode_errors\": %llu, \"protocol_errors\": %llu, "
-		    "\"workers\": %u, \"worker_busy\": %.4f, \"clients\": [",
+		    "\"batches_served\": %llu, \"decode_errors\": %llu, \"decode_error_files\": %llu, "
+		    "\"protocol_errors\": %llu, \"workers\": %u, \"worker_busy\": %.4f, \"clients\": [",
 		    st->uptime_seconds, st->images_per_second, (unsigned long long)st->images_served,
 		    (unsigned long long)st->batches_served, (unsigned long long)st->decode_errors,
+		    (unsigned long long)st->decode_error_files,
 		    (unsigned long long)st->protocol_errors, st->workers, st->worker_busy);
 	for (size_t i = 0; i < st->n_clients; i++) {
 		const Stoker__ClientStats *c = st->clients[i];
@@ -1227,11 +1236,12 @@ static void stats_json(struct text *t, const Stoker__Stats *st)
 		text_printf(t,
 			    "%s{\"pid\": %u, \"rank\": %u, \"world_size\": %u, \"epoch\": %llu, \"batches\": %llu, "
 			    "\"images\": %llu, \"wait_seconds\": %.6f, \"id\": %llu, \"uid\": %u, "
-			    "\"images_per_second\": %.3f, \"stall\": %.4f, \"ring_bytes\": %llu, \"dataset\": ",
+			    "\"images_per_second\": %.3f, \"stall\": %.4f, \"ring_bytes\": %llu, "
+			    "\"decode_error_files\": %llu, \"dataset\": ",
 			    i ? ", " : "", c->pid, c->rank, c->world_size, (unsigned long long)c->epoch,
 			    (unsigned long long)c->batches, (unsigned long long)c->images, c->wait_seconds,
 			    (unsigned long long)c->id, c->uid, c->images_per_second, c->stall,
-			    (unsigned long long)c->ring_bytes);
+			    (unsigned long long)c->ring_bytes, (unsigned long long)c->decode_error_files);
 		text_json_string(t, c->dataset);
 		text_printf(t, "}");
 	}
@@ -1276,14 +1286,15 @@ static void stats_text(struct text *t, const Stoker__Stats *st)
 		    "  images/s        %.1f\n"
 		    "  images served   %llu\n"
 		    "  batches served  %llu\n"
-		    "  decode errors   %llu\n"
+		    "  decode errors   %llu (%llu distinct files)\n"
 		    "  protocol errors %llu\n"
 		    "  workers         %u (%.0f%% busy)\n"
 		    "  clients         %zu\n",
 		    st->daemon_version ? st->daemon_version : "?", st->uptime_seconds, st->state ? st->state : "serving",
 		    st->images_per_second,
 		    (unsigned long long)st->images_served, (unsigned long long)st->batches_served,
-		    (unsigned long long)st->decode_errors, (unsigned long long)st->protocol_errors, st->workers,
+		    (unsigned long long)st->decode_errors, (unsigned long long)st->decode_error_files,
+		    (unsigned long long)st->protocol_errors, st->workers,
 		    st->worker_busy * 100.0, st->n_clients);
 	if (st->label_errors || st->boxes_dropped)
 		text_printf(t, "  label errors    %llu (objects dropped from label files)\n  boxes dropped   %llu (over "

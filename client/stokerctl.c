@@ -215,8 +215,9 @@ static void top_frame(const struct stoker_stats *st, struct tier_prev *prev, siz
 	printf("stokerd %s, up %s, %s: %zu clients, %.0f connections\n", version ? version : "?",
 	       human_duration(num(st, "uptime_seconds"), a, sizeof(a)), state ? state : "serving", n,
 	       num(st, "connections"));
-	printf("served    %.1f images/s   %.0f images   %.0f decode errors\n", num(st, "images_per_second"),
-	       num(st, "images_served"), num(st, "decode_errors"));
+	printf("served    %.1f images/s   %.0f images   %.0f decode errors (%.0f bad files)\n",
+	       num(st, "images_per_second"), num(st, "images_served"), num(st, "decode_errors"),
+	       num(st, "decode_error_files"));
 	printf("workers   %.0f, %.0f%% busy", num(st, "workers"), 100.0 * num(st, "worker_busy"));
 	if (num(st, "worker_threads") > num(st, "workers"))
 		printf(" (%.0f threads until the surplus leaves)", num(st, "worker_threads"));

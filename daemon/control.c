@@ -136,6 +136,8 @@ void control_handle_stats(struct conn *c)
 	st.images_served = d->images_served;
 	st.batches_served = d->batches_served;
 	st.decode_errors = pool_decode_errors(d->pool);
+	st.has_decode_error_files = true;
+	st.decode_error_files = pool_decode_error_files(d->pool);
 	st.workers = pool_workers(d->pool);
 	control_rates(d, &st.images_per_second, &st.worker_busy);
 	st.state = (char *)service_state(d);
@@ -215,6 +217,8 @@ void control_handle_stats(struct conn *c)
 			cs[n].id = it->id;
 			cs[n].uid = (uint32_t)it->uid;
 			cs[n].ring_bytes = s->ring->bytes;
+			cs[n].has_decode_error_files = true;
+			cs[n].decode_error_files = session_decode_error_files(s);
 			cs[n].has_images_per_second = cs[n].has_stall = true;
 			client_rates(it, &cs[n].images_per_second, &cs[n].stall);
 			csp[n] = &cs[n];

@@ -164,6 +164,8 @@ void session_detach(struct conn *c);
 void sessions_schedule_all(struct daemon *d);
 /* The pool's completion callback. */
 void session_job_done(struct batch_job *job, void *userdata);
+/* Files of the session's data set found unreadable so far. */
+uint64_t session_decode_error_files(const struct session *s);
 
 /* May this peer reconfigure the daemon? Root, the daemon's own user, or a
  * member of admin_group (server.c). */

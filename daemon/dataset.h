@@ -42,6 +42,7 @@ struct dataset {
 	uint64_t *name_off;  /* [count] offsets into names */
 	int32_t *labels;     /* [count] */
 	_Atomic uint64_t *bad; /* [count/64+1] bitmap of files that failed to decode */
+	_Atomic uint64_t bad_files; /* bits set in `bad` */
 	unsigned refs;       /* loop thread only */
 	/* The name sessions find it by: the real path, and for detection the
 	 * split too (the same files can be two data sets). */
@@ -101,7 +102,10 @@ static inline bool dataset_mark_bad(struct dataset *ds, uint64_t index)
 {
 	uint64_t bit = 1ull << (index % 64);
 
-	return !(atomic_fetch_or_explicit(&ds->bad[index / 64], bit, memory_order_relaxed) & bit);
+	if (atomic_fetch_or_explicit(&ds->bad[index / 64], bit, memory_order_relaxed) & bit)
+		return false;
+	atomic_fetch_add_explicit(&ds->bad_files, 1, memory_order_relaxed);
+	return true;
 }
 
 #endif

@@ -245,6 +245,9 @@ int metrics_render(struct daemon *d, char **out, size_t *len)
 	COUNTER(&e, "stoker_batches_served_total", "Batches delivered to clients.", d->batches_served);
 	COUNTER(&e, "stoker_decode_errors_total", "Samples that could not be read or decoded (each replaced).",
 		d->pool ? pool_decode_errors(d->pool) : 0);
+	COUNTER(&e, "stoker_decode_error_files_total",
+		"Distinct files found unreadable (each once per opening of its data set).",
+		d->pool ? pool_decode_error_files(d->pool) : 0);
 	COUNTER(&e, "stoker_protocol_errors_total", "Clients cut off for breaking the protocol.", d->protocol_errors);
 	COUNTER(&e, "stoker_samples_decoded_total", "Samples decoded by the workers.",
 		d->pool ? pool_samples_decoded(d->pool) : 0);

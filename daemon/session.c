@@ -106,6 +106,11 @@ static void datasets_put(struct daemon *d, struct dataset *ds)
 
 /* ---- sessions ---- */
 
+uint64_t session_decode_error_files(const struct session *s)
+{
+	return atomic_load_explicit(&s->ds->bad_files, memory_order_relaxed);
+}
+
 static void session_free(struct session *s)
 {
 	if (!s)
@@ -377,6 +382,8 @@ static void session_deliver(struct session *s)
 		br.has_replaced = true;
 		br.has_boxes = s->detect;
 		br.boxes = s->jobs[slot].box_count;
+		br.has_decode_error_files = true;
+		br.decode_error_files = session_decode_error_files(s);
 		msg.body_case = STOKER__MESSAGE__BODY_BATCH_READY;
 		msg.batch_ready = &br;
 		s->slot_state[slot] = SLOT_CLIENT;

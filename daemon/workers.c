@@ -31,6 +31,7 @@ struct queue_cell {
 enum counter {
 	COUNTER_BUSY_NS,
 	COUNTER_DECODE_ERRORS,
+	COUNTER_DECODE_ERROR_FILES,
 	COUNTER_SAMPLES_DECODED,
 	COUNTER_SAMPLES_COPIED,
 	COUNTER_BOXES_DROPPED,
@@ -200,6 +201,8 @@ static int report_failure(struct worker *w, struct dataset *ds, uint64_t index, 
 
 	if (r >= 0 || (!transient && !dataset_mark_bad(ds, index)))
 		return r; /* fine, or another worker found it bad at the same time, and said so */
+	if (!transient)
+		atomic_fetch_add_explicit(&w->counters[COUNTER_DECODE_ERROR_FILES], 1, memory_order_relaxed);
 	log_warning("sample %llu (%s/%s): cannot %s: %s; replaced%s", (unsigned long long)index, ds->root,
 		    dataset_name(ds, index), read_failed ? "read" : "decode",
 		    read_failed ? strerror(-r) : pipeline_error(w->pipeline),
@@ -712,6 +715,11 @@ uint64_t pool_busy_ns(const struct pool *p)
 uint64_t pool_decode_errors(const struct pool *p)
 {
 	return pool_counter(p, COUNTER_DECODE_ERRORS);
+}
+
+uint64_t pool_decode_error_files(const struct pool *p)
+{
+	return pool_counter(p, COUNTER_DECODE_ERROR_FILES);
 }
 
 uint64_t pool_samples_decoded(const struct pool *p)

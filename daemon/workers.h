@@ -120,7 +120,11 @@ uint32_t pool_workers(const struct pool *p);
 uint32_t pool_threads(const struct pool *p);
 /* Sum over workers of time spent producing samples. */
 uint64_t pool_busy_ns(const struct pool *p);
+/* Failed attempts to make a sample (a bad file counts again each time it
+ * is planned), and the files found bad: each once per opening of its data
+ * set (dataset.h: bad_files). */
 uint64_t pool_decode_errors(const struct pool *p);
+uint64_t pool_decode_error_files(const struct pool *p);
 /* Samples decoded, and samples copied from another ring. */
 uint64_t pool_samples_decoded(const struct pool *p);
 uint64_t pool_samples_copied(const struct pool *p);

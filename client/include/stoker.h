@@ -176,6 +176,10 @@ const float *stoker_batch_boxes(const struct stoker_batch *b, uint32_t *count);
 /* Objects dropped from the data set's label files (malformed lines, values
  * out of range); the daemon logged each with file and line. */
 uint64_t stoker_label_errors(const struct stoker *s);
+/* Files of the attached data set found unreadable so far (each once; the
+ * samples they stood for were replaced), as of the latest batch announced.
+ * The daemon's decode_errors statistic counts every failed attempt instead. */
+uint64_t stoker_decode_error_files(const struct stoker *s);
 /* A class's name from the data.yaml, or NULL (no yaml, or no such class). */
 const char *stoker_class_name(const struct stoker *s, uint32_t cls);
 

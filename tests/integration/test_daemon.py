@@ -110,6 +110,40 @@ def test_corrupt_files_are_replaced(daemon, make_dataset):
     assert s["decode_errors"] >= len(bad_idx)
 
 
+def test_decode_error_files_counts_each_bad_file_once(daemon, make_dataset):
+    """decode_errors counts failed attempts (a run of adjacent bad files is
+    tried again for each sample it stands in for, and again every epoch);
+    decode_error_files counts the files: 3 here, in the stats, the
+    metrics, `stokerctl top` and the loader."""
+    root, bad = make_dataset(classes=1, per_class=9, corrupt=3, seed=14)
+    want = expected_samples(root)
+    bad_idx = sorted(i for i, (p, _) in enumerate(want) if p in set(bad))
+    assert len(bad_idx) == 3 and bad_idx == list(range(bad_idx[0], bad_idx[0] + 3)), "want a run of 3"
+    d = daemon(workers=2)
+    with stoker.Loader(root, socket=d.socket, batch_size=4, image_size=32, shuffle=False) as ld:
+        assert ld.decode_error_files == 0
+        for epoch in range(2):
+            ld.set_epoch(epoch)
+            r = read_epoch(ld)
+            assert r["replaced"] == 3 and not set(r["indices"]) & set(bad_idx)
+        assert ld.decode_error_files == 3
+        s = d.stats()
+        assert s["decode_error_files"] == 3
+        assert s["decode_errors"] > 6, s["decode_errors"]  # attempts: the run, twice over
+        assert [c["decode_error_files"] for c in s["clients"]] == [3]
+        metrics = stoker.metrics(socket=d.socket)
+        assert "\nstoker_decode_error_files_total 3\n" in metrics, metrics
+        top = d.ctl("top", "-n", "1").stdout
+        assert f"{s['decode_errors']} decode errors (3 bad files)" in top, top
+        assert "(3 distinct files)" in d.ctl("stats").stdout
+    # Another data set's bad files add to the daemon's count, not to its own.
+    root2, bad2 = make_dataset(classes=1, per_class=4, corrupt=1, seed=15)
+    with stoker.Loader(root2, socket=d.socket, batch_size=4, image_size=32, shuffle=False) as ld:
+        read_epoch(ld)
+        assert ld.decode_error_files == 1
+    assert d.stats()["decode_error_files"] == 4
+
+
 def _drain(sock):
     """Read until the daemon closes; True if it did (EOF or reset)."""
     sock.settimeout(30)

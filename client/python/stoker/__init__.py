@@ -90,6 +90,7 @@ def _declare(lib):
         "stoker_batch_boxes": (ctypes.c_void_p, [P, ctypes.POINTER(ctypes.c_uint32)]),
         "stoker_task": (ctypes.c_int, [P]),
         "stoker_label_errors": (ctypes.c_uint64, [P]),
+        "stoker_decode_error_files": (ctypes.c_uint64, [P]),
         "stoker_class_name": (ctypes.c_char_p, [P, ctypes.c_uint32]),
         "stoker_checkpoint": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.c_size_t]),
         "stoker_restore": (ctypes.c_int, [P, ctypes.c_char_p]),
@@ -407,6 +408,13 @@ class Loader:
         """Detection: objects dropped from the data set's label files
         (malformed lines, values out of range; the daemon logged each)."""
         return int(_lib.stoker_label_errors(self._handle()))
+
+    @property
+    def decode_error_files(self):
+        """Files of the data set found unreadable so far, each counted once
+        (their samples were replaced; the daemon logged each), as of the
+        latest batch announced."""
+        return int(_lib.stoker_decode_error_files(self._handle()))
 
     @property
     def class_names(self):
