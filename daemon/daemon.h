@@ -95,6 +95,10 @@ struct daemon {
 	uint64_t refused_clients; /* refused at max_clients since the last accepted one */
 	bool accept_paused; /* listening poll stopped until the next housekeeping tick */
 	bool owns_socket_path; /* we bound it, so we unlink it */
+	/* What clients connect to, as said in STATUS= and the log: the
+	 * configured path, or the activated socket's own name ("@x" when
+	 * abstract). */
+	char listen_name[112];
 	uv_poll_t listen_poll;
 	bool listening;
 	struct conn *conns;

@@ -699,6 +699,26 @@ static void fd_limit_raise(struct daemon *d)
 	log_debug("file descriptors: limit %llu", (unsigned long long)d->fd_limit);
 }
 
+/* The name a listening socket is bound to (getsockname): its path, "@name"
+ * for an abstract one; "an unnamed socket" when it has none. */
+static void socket_name(int fd, char *out, size_t size)
+{
+	struct sockaddr_un a = {0};
+	socklen_t len = sizeof(a);
+	size_t n;
+
+	if (getsockname(fd, (struct sockaddr *)&a, &len) < 0 || a.sun_family != AF_UNIX ||
+	    len <= offsetof(struct sockaddr_un, sun_path)) {
+		snprintf(out, size, "an unnamed socket");
+		return;
+	}
+	n = len - offsetof(struct sockaddr_un, sun_path);
+	if (a.sun_path[0] == '\0') /* abstract: the name is the bytes after the NUL, not terminated */
+		snprintf(out, size, "@%.*s", (int)(n - 1), a.sun_path + 1);
+	else
+		snprintf(out, size, "%.*s", (int)strnlen(a.sun_path, n), a.sun_path);
+}
+
 int server_listen(struct daemon *d)
 {
 	struct sockaddr_un addr = {.sun_family = AF_UNIX};
@@ -722,7 +742,8 @@ int server_listen(struct daemon *d)
 		int flags = fcntl(fd, F_GETFL);
 		if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0 || fcntl(fd, F_SETFD, FD_CLOEXEC) < 0)
 			return -errno;
-		log_info("listening on the socket systemd passed");
+		socket_name(fd, d->listen_name, sizeof(d->listen_name));
+		log_info("listening on the socket systemd passed: %s", d->listen_name);
 	} else {
 		snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", d->cfg.socket_path);
 		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -753,6 +774,7 @@ int server_listen(struct daemon *d)
 			log_error("listen on %s: %s", d->cfg.socket_path, strerror(-r));
 			goto fail;
 		}
+		snprintf(d->listen_name, sizeof(d->listen_name), "%s", d->cfg.socket_path);
 		log_info("listening on %s", d->cfg.socket_path);
 	}
 	socket_access(d, fd);

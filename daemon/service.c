@@ -219,7 +219,7 @@ static void notify_ready(struct daemon *d)
 	sd_notifyf(0,
 		   "READY=1\n"
 		   "STATUS=Serving %u clients on %s: %.0f images/s, %u workers %.0f%% busy",
-		   control_attached(d), d->cfg.socket_path, ips, pool_workers(d->pool), busy * 100.0);
+		   control_attached(d), d->listen_name, ips, pool_workers(d->pool), busy * 100.0);
 }
 
 int service_reload(struct daemon *d, struct service_report *rep, char *err, size_t errsize)

@@ -106,6 +106,52 @@ def test_socket_activation(build_dir, dataset, tmp_path):
     assert sock.exists()
 
 
+@pytest.mark.parametrize("abstract", [False, True], ids=["path", "abstract"])
+def test_socket_activation_status_names_the_socket_passed(build_dir, dataset, tmp_path, abstract):
+    """STATUS= (and the log) name the socket systemd handed over, read back
+    from it (getsockname), not the configured socket path, which the
+    daemon does not use then."""
+    ns = NotifySocket(tmp_path / "notify")
+    sock = f"@stoker-test-{os.getpid()}-{tmp_path.name}" if abstract else str(tmp_path / "passed.sock")
+    configured = str(tmp_path / "configured.sock")
+    log = open(tmp_path / "act.err", "wb")
+    # -E: systemd-socket-activate passes only the variables it is told to.
+    proc = subprocess.Popen(["systemd-socket-activate", "-l", sock, "-E", f"NOTIFY_SOCKET={ns.path}",
+                             "-E", f"STOKER_CONFIG_ROOT={os.environ['STOKER_CONFIG_ROOT']}",
+                             "-E", f"STOKER_BUILD={os.environ['STOKER_BUILD']}",
+                             str(STOKERD), "--workers", "1", "--socket", configured],
+                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=child_env())
+    try:
+        if not abstract:
+            wait_for(lambda: os.path.exists(sock) or proc.poll() is not None, "the activation socket")
+        else:
+            wait_for(lambda: f"{sock[1:]}" in open("/proc/net/unix").read() or proc.poll() is not None,
+                     "the abstract activation socket")
+        assert proc.poll() is None, (tmp_path / "act.err").read_text()
+        if abstract:  # libstoker takes paths: a bare connection starts the daemon
+            c = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_STREAM)
+            c.connect("\0" + sock[1:])
+            c.close()
+        else:
+            with stoker.Loader(dataset, socket=sock, batch_size=8, image_size=32, timeout=60) as ld:
+                assert sum(len(b.indices) for b in ld) == len(expected_samples(dataset))
+        ready = ns.until(lambda m: "READY=1" in m.split("\n"), "READY=1")
+        status = [x for x in ready.split("\n") if x.startswith("STATUS=")]
+        assert status and f" on {sock}:" in status[0], ready
+        assert configured not in ready
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        log.close()
+        ns.close()
+    err = (tmp_path / "act.err").read_text()
+    assert f"listening on the socket systemd passed: {sock}" in err, err
+    assert not os.path.exists(configured)
+
+
 def test_log_priority_prefixes_under_journald(build_dir, tmp_path):
     """With stderr being journald's stream ($JOURNAL_STREAM names it), each
     line carries a <N> priority; otherwise lines are plain."""
