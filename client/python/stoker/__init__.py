@@ -16,7 +16,8 @@ Detection (YOLO data sets, Ultralytics' transforms):
 
 Arrays are read-only, zero-copy views of the daemon's ring. A batch stays
 valid until the next one is taken (or the loader is closed): copy what you
-need to keep longer.
+need to keep longer. PyTorch users: stoker.torch.Loader yields the same
+memory as tensors (NCHW channels_last). This module imports no framework.
 """
 
 import ctypes
