@@ -77,31 +77,52 @@ def read_epochs(ld, stop, got, first):
 
 # ---- systemd: socket activation and sd_notify ----
 
+class SocketActivated:
+    """systemd-socket-activate listening on `listen` for stokerd `args`;
+    `pass_env`: variables for stokerd (it passes only those it is told).
+    Leaving stops what is still running; .err() is the log."""
+
+    def __init__(self, tmp_path, listen, args, pass_env=()):
+        self.err_path = tmp_path / "act.err"
+        self._log = open(self.err_path, "wb")
+        cmd = ["systemd-socket-activate", "-l", str(listen)]
+        for k in pass_env:
+            cmd += ["-E", f"{k}={os.environ[k] if k in os.environ else pass_env[k]}"]
+        self.proc = subprocess.Popen(cmd + [str(STOKERD)] + list(args), stdin=subprocess.DEVNULL, stdout=self._log,
+                                     stderr=self._log, env=child_env())
+
+    def err(self):
+        return self.err_path.read_text()
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        assert self.proc.wait(timeout=60) == 0, self.err()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+
 def test_socket_activation(build_dir, dataset, tmp_path):
     """systemd-socket-activate holds the socket; the first trainer connects
     before stokerd exists and is served by the stokerd it starts."""
     sock = tmp_path / "act.sock"
-    log = open(tmp_path / "act.err", "wb")
-    proc = subprocess.Popen(["systemd-socket-activate", "-l", str(sock), str(STOKERD), "--workers", "1"],
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=child_env())
-    try:
-        wait_for(lambda: sock.exists() or proc.poll() is not None, "the activation socket")
-        assert proc.poll() is None, (tmp_path / "act.err").read_text()
+    with SocketActivated(tmp_path, sock, ["--workers", "1"]) as act:
+        wait_for(lambda: sock.exists() or act.proc.poll() is not None, "the activation socket")
+        assert act.proc.poll() is None, act.err()
         # Nothing runs stokerd yet: this connection is what starts it.
         with stoker.Loader(dataset, socket=str(sock), batch_size=8, image_size=32, timeout=60) as ld:
             n = sum(len(b.indices) for b in ld)
         assert n == len(expected_samples(dataset))
         st = json.loads(ctl(sock, "stats", "--json").stdout)
         assert st["workers"] == 1
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        log.close()
-    err = (tmp_path / "act.err").read_text()
-    assert "listening on the socket systemd passed" in err, err
+        act.stop()
+    assert "listening on the socket systemd passed" in act.err(), act.err()
     # systemd owns the path: stokerd must not remove it.
     assert sock.exists()
 
@@ -114,41 +135,30 @@ def test_socket_activation_status_names_the_socket_passed(build_dir, dataset, tm
     ns = NotifySocket(tmp_path / "notify")
     sock = f"@stoker-test-{os.getpid()}-{tmp_path.name}" if abstract else str(tmp_path / "passed.sock")
     configured = str(tmp_path / "configured.sock")
-    log = open(tmp_path / "act.err", "wb")
-    # -E: systemd-socket-activate passes only the variables it is told to.
-    proc = subprocess.Popen(["systemd-socket-activate", "-l", sock, "-E", f"NOTIFY_SOCKET={ns.path}",
-                             "-E", f"STOKER_CONFIG_ROOT={os.environ['STOKER_CONFIG_ROOT']}",
-                             "-E", f"STOKER_BUILD={os.environ['STOKER_BUILD']}",
-                             str(STOKERD), "--workers", "1", "--socket", configured],
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=child_env())
+    env = {"NOTIFY_SOCKET": ns.path, "STOKER_CONFIG_ROOT": None, "STOKER_BUILD": None}
     try:
-        if not abstract:
-            wait_for(lambda: os.path.exists(sock) or proc.poll() is not None, "the activation socket")
-        else:
-            wait_for(lambda: f"{sock[1:]}" in open("/proc/net/unix").read() or proc.poll() is not None,
-                     "the abstract activation socket")
-        assert proc.poll() is None, (tmp_path / "act.err").read_text()
-        if abstract:  # libstoker takes paths: a bare connection starts the daemon
-            c = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_STREAM)
-            c.connect("\0" + sock[1:])
-            c.close()
-        else:
-            with stoker.Loader(dataset, socket=sock, batch_size=8, image_size=32, timeout=60) as ld:
-                assert sum(len(b.indices) for b in ld) == len(expected_samples(dataset))
-        ready = ns.until(lambda m: "READY=1" in m.split("\n"), "READY=1")
-        status = [x for x in ready.split("\n") if x.startswith("STATUS=")]
-        assert status and f" on {sock}:" in status[0], ready
-        assert configured not in ready
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
+        with SocketActivated(tmp_path, sock, ["--workers", "1", "--socket", configured], env) as act:
+            if abstract:
+                wait_for(lambda: sock[1:] in Path("/proc/net/unix").read_text() or act.proc.poll() is not None,
+                         "the abstract activation socket")
+            else:
+                wait_for(lambda: os.path.exists(sock) or act.proc.poll() is not None, "the activation socket")
+            assert act.proc.poll() is None, act.err()
+            if abstract:  # libstoker takes paths: a bare connection starts the daemon
+                c = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_STREAM)
+                c.connect("\0" + sock[1:])
+                c.close()
+            else:
+                with stoker.Loader(dataset, socket=sock, batch_size=8, image_size=32, timeout=60) as ld:
+                    assert sum(len(b.indices) for b in ld) == len(expected_samples(dataset))
+            ready = ns.until(lambda m: "READY=1" in m.split("\n"), "READY=1")
+            status = [x for x in ready.split("\n") if x.startswith("STATUS=")]
+            assert status and f" on {sock}:" in status[0], ready
+            assert configured not in ready
+            act.stop()
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        log.close()
         ns.close()
-    err = (tmp_path / "act.err").read_text()
-    assert f"listening on the socket systemd passed: {sock}" in err, err
+    assert f"listening on the socket systemd passed: {sock}" in act.err(), act.err()
     assert not os.path.exists(configured)
 
 
