@@ -11,9 +11,6 @@ _spec = importlib.util.spec_from_file_location("stoker_integration_conftest", _I
 _conftest = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_conftest)
 
-build_dir = _conftest.build_dir
-make_dataset = _conftest.make_dataset
-make_yolo = _conftest.make_yolo
-dataset = _conftest.dataset
-daemon = _conftest.daemon
-pytest_runtest_makereport = _conftest.pytest_runtest_makereport
+# Everything it defines, fixtures and helpers (`from conftest import Daemon`
+# finds them here too when pytest collects both directories at once).
+globals().update({k: v for k, v in vars(_conftest).items() if not k.startswith("__")})
