@@ -34,6 +34,11 @@
 #define HANDSHAKE_TIMEOUT_MS 30000
 /* Slots a daemon may give us; more is a broken or hostile daemon. */
 #define CLIENT_MAX_SLOTS 4096
+/* Sample names are fetched in chunks of this many, and this many chunks
+ * are kept (least recently used goes): lookups for a batch cost one round
+ * trip per chunk, memory stays bounded for any data set. */
+#define NAMES_CHUNK 1024u
+#define NAMES_CHUNKS 64u
 
 struct stoker_batch {
 	struct stoker *s;
@@ -41,6 +46,7 @@ struct stoker_batch {
 	uint32_t count;
 	uint32_t replaced;
 	uint32_t boxes; /* detection: rows at boxes_offset */
+	uint32_t height, width; /* this batch's images (rect batches vary) */
 	uint64_t epoch;
 	uint64_t index;
 	bool queued; /* announced, not yet taken */
@@ -70,6 +76,15 @@ struct stoker {
 	/* Detection. */
 	bool detect;
 	uint64_t boxes_offset, label_errors;
+	uint64_t shapes_offset, ratio_pad_offset; /* 0: the daemon sends no metadata */
+	/* Sample names: chunks of NAMES_CHUNK paths, joined to the data set's directory. */
+	struct names_chunk {
+		uint64_t first; /* UINT64_MAX: empty */
+		uint64_t used;  /* when last looked at, for eviction */
+		uint32_t count;
+		char **paths;
+	} names[NAMES_CHUNKS];
+	uint64_t names_clock;
 	uint32_t max_boxes;
 	char **class_names; /* [n_class_names] */
 	uint32_t n_class_names;
@@ -236,6 +251,11 @@ static int handle_batch_ready(struct stoker *s, const Stoker__BatchReady *br)
 	b->boxes = br->boxes;
 	if (br->has_decode_error_files && br->decode_error_files > s->decode_error_files)
 		s->decode_error_files = br->decode_error_files;
+	b->height = br->has_height ? br->height : s->height;
+	b->width = br->has_width ? br->width : s->width;
+	if (b->height == 0 || b->width == 0 || b->height > s->height || b->width > s->width ||
+	    (uint64_t)b->height * b->width > (uint64_t)s->height * s->width)
+		return fail_connection(s, -EPROTO, "the daemon announced images larger than the slot holds");
 	b->queued = true;
 	s->queue[(s->queue_head + s->queue_len) % s->slot_count] = br->slot;
 	s->queue_len++;
@@ -460,6 +480,11 @@ STOKER_API void stoker_close(struct stoker *s)
 	for (uint32_t i = 0; i < s->n_class_names; i++)
 		free(s->class_names[i]);
 	free(s->class_names);
+	for (uint32_t k = 0; k < NAMES_CHUNKS; k++) {
+		for (uint32_t i = 0; i < s->names[k].count; i++)
+			free(s->names[k].paths[i]);
+		free(s->names[k].paths);
+	}
 	free(s);
 }
 
@@ -640,6 +665,37 @@ static int opts_set_detect(struct stoker_opts *o, const char *key, const char *v
 			return r;
 		d->epochs = v;
 		d->has_epochs = true;
+	} else if (!strcmp(key, "rect")) {
+		r = parse_bool(value, &d->rect);
+		d->has_rect = d->has_rect || r == 0;
+	} else if (!strcmp(key, "stride")) {
+		r = parse_u64(value, UINT32_MAX, &v);
+		if (r < 0)
+			return r;
+		d->stride = (uint32_t)v;
+		d->has_stride = true;
+	} else if (!strcmp(key, "pad")) {
+		char *end;
+		double x;
+
+		errno = 0;
+		x = strtod(value, &end);
+		if (errno || end == value || *end || !isfinite(x))
+			return -EINVAL;
+		d->pad = x;
+		d->has_pad = true;
+		r = 0;
+	} else if (!strcmp(key, "resample")) {
+		if (!strcmp(value, "cv2"))
+			d->resample = STOKER__RESAMPLE__RESAMPLE_CV2;
+		else if (!strcmp(value, "antialias"))
+			d->resample = STOKER__RESAMPLE__RESAMPLE_ANTIALIAS;
+		else if (!strcmp(value, "default"))
+			d->resample = STOKER__RESAMPLE__RESAMPLE_DEFAULT;
+		else
+			return -EINVAL;
+		d->has_resample = true;
+		r = 0;
 	} else if (!strcmp(key, "split")) {
 		if (!value[0] || strlen(value) >= sizeof(o->split))
 			return -EINVAL;
@@ -825,6 +881,12 @@ static int map_ring(struct stoker *s, const Stoker__Attached *at, int fd)
 	     at->boxes_offset > at->slot_bytes ||
 	     (at->slot_bytes - at->boxes_offset) / (24ull * at->batch_size) < at->max_boxes))
 		return set_error(s, -EPROTO, "the daemon described an impossible box area");
+	if (at->task == STOKER__TASK__DETECT && (at->shapes_offset || at->ratio_pad_offset) &&
+	    (at->shapes_offset % 4 || at->ratio_pad_offset % 8 || at->shapes_offset < at->indices_offset + 8ull * at->batch_size ||
+	     at->shapes_offset > at->slot_bytes || (at->slot_bytes - at->shapes_offset) / 16 < at->batch_size ||
+	     at->ratio_pad_offset < at->shapes_offset + 16ull * at->batch_size || at->ratio_pad_offset > at->slot_bytes ||
+	     (at->slot_bytes - at->ratio_pad_offset) / 32 < at->batch_size))
+		return set_error(s, -EPROTO, "the daemon described an impossible metadata area");
 	/* A ring that could shrink under us would turn reads into SIGBUS. */
 	seals = fcntl(fd, F_GET_SEALS);
 	if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(fd, &st) < 0 || (uint64_t)st.st_size < at->ring_bytes)
@@ -892,6 +954,8 @@ STOKER_API int stoker_attach(struct stoker *s, const char *dataset, const struct
 	s->detect = at->task == STOKER__TASK__DETECT;
 	s->boxes_offset = at->boxes_offset;
 	s->max_boxes = at->max_boxes;
+	s->shapes_offset = s->detect ? at->shapes_offset : 0;
+	s->ratio_pad_offset = s->detect ? at->ratio_pad_offset : 0;
 	s->label_errors = at->label_errors;
 	if (at->n_class_names) {
 		s->class_names = calloc(at->n_class_names, sizeof(*s->class_names));
@@ -1101,12 +1165,12 @@ STOKER_API uint32_t stoker_batch_count(const struct stoker_batch *b)
 
 STOKER_API uint32_t stoker_batch_height(const struct stoker_batch *b)
 {
-	return b ? b->s->height : 0;
+	return b ? b->height : 0;
 }
 
 STOKER_API uint32_t stoker_batch_width(const struct stoker_batch *b)
 {
-	return b ? b->s->width : 0;
+	return b ? b->width : 0;
 }
 
 STOKER_API uint32_t stoker_batch_channels(const struct stoker_batch *b)
@@ -1136,6 +1200,126 @@ STOKER_API const float *stoker_batch_boxes(const struct stoker_batch *b, uint32_
 	if (count)
 		*count = b->boxes;
 	return (const float *)(slot_base(b) + b->s->boxes_offset);
+}
+
+STOKER_API const int32_t *stoker_batch_shapes(const struct stoker_batch *b)
+{
+	if (!b || !b->s->detect || !b->s->shapes_offset)
+		return NULL;
+	return (const int32_t *)(slot_base(b) + b->s->shapes_offset);
+}
+
+STOKER_API const double *stoker_batch_ratio_pad(const struct stoker_batch *b)
+{
+	if (!b || !b->s->detect || !b->s->ratio_pad_offset)
+		return NULL;
+	return (const double *)(slot_base(b) + b->s->ratio_pad_offset);
+}
+
+/* ---- sample names ---- */
+
+static void names_chunk_clear(struct names_chunk *k)
+{
+	for (uint32_t i = 0; i < k->count; i++)
+		free(k->paths[i]);
+	free(k->paths);
+	*k = (struct names_chunk){ .first = UINT64_MAX };
+}
+
+/* Fetch the chunk starting at `first` into k (cleared first). The daemon
+ * may answer with fewer names than asked: ask again from where it stopped. */
+static int names_fetch(struct stoker *s, struct names_chunk *k, uint64_t first)
+{
+	uint64_t want = s->dataset_samples - first < NAMES_CHUNK ? s->dataset_samples - first : NAMES_CHUNK;
+	char **paths = calloc(want, sizeof(*paths));
+	uint32_t have = 0;
+	int r = 0;
+
+	if (!paths)
+		return set_error(s, -ENOMEM, "out of memory");
+	while (have < want) {
+		Stoker__Message m = STOKER__MESSAGE__INIT, *reply = NULL;
+		Stoker__NamesRequest req = STOKER__NAMES_REQUEST__INIT;
+		const Stoker__Names *n;
+
+		req.first = first + have;
+		req.count = (uint32_t)(want - have);
+		m.body_case = STOKER__MESSAGE__BODY_NAMES_REQUEST;
+		m.names_request = &req;
+		r = request(s, &m, STOKER__MESSAGE__BODY_NAMES, -1, &reply);
+		if (r < 0)
+			break;
+		n = reply->names;
+		if (n->first != req.first || n->n_names == 0 || n->n_names > req.count) {
+			stoker__message__free_unpacked(reply, NULL);
+			r = fail_connection(s, -EPROTO, "the daemon answered a names request with other names");
+			break;
+		}
+		for (size_t i = 0; i < n->n_names && r == 0; i++) {
+			const char *name = n->names[i];
+			bool absolute = name[0] == '/';
+
+			if (asprintf(&paths[have], "%s%s%s", absolute ? "" : n->dir, absolute ? "" : "/", name) < 0) {
+				paths[have] = NULL;
+				r = set_error(s, -ENOMEM, "out of memory");
+				break;
+			}
+			have++;
+		}
+		stoker__message__free_unpacked(reply, NULL);
+		if (r < 0)
+			break;
+	}
+	if (r < 0) {
+		for (uint32_t i = 0; i < have; i++)
+			free(paths[i]);
+		free(paths);
+		return r;
+	}
+	k->first = first;
+	k->count = have;
+	k->paths = paths;
+	return 0;
+}
+
+STOKER_API int stoker_sample_path(struct stoker *s, uint64_t index, char *buf, size_t size)
+{
+	uint64_t first = index / NAMES_CHUNK * NAMES_CHUNK;
+	struct names_chunk *k = NULL, *oldest = NULL;
+	size_t len;
+	int r;
+
+	if (!s || !buf)
+		return -EINVAL;
+	if (!s->attached)
+		return set_error(s, -EINVAL, "not attached");
+	if (index >= s->dataset_samples)
+		return set_error(s, -ERANGE, "sample %" PRIu64 " is past the data set's %" PRIu64, index,
+				 s->dataset_samples);
+	for (uint32_t i = 0; i < NAMES_CHUNKS && !k; i++) {
+		struct names_chunk *c = &s->names[i];
+
+		if (c->paths && c->first == first)
+			k = c;
+		else if (!oldest || !c->paths || (oldest->paths && c->used < oldest->used))
+			oldest = c;
+	}
+	if (!k) {
+		struct names_chunk fresh = { .first = UINT64_MAX };
+
+		r = names_fetch(s, &fresh, first);
+		if (r < 0)
+			return r;
+		names_chunk_clear(oldest);
+		*oldest = fresh;
+		k = oldest;
+	}
+	k->used = ++s->names_clock;
+	len = strlen(k->paths[index - first]);
+	if (len >= size)
+		return set_error(s, -ENOBUFS, "the path of sample %" PRIu64 " takes %zu bytes", index, len + 1);
+	memcpy(buf, k->paths[index - first], len + 1);
+	return len > INT_MAX ? INT_MAX : (int)len;
 }
 
 STOKER_API enum stoker_task stoker_task(const struct stoker *s)

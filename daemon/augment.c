@@ -7,9 +7,11 @@
 
 #include "augment.h"
 #include "decode.h"
+#include "detect.h"
 #include "grow.h"
 #include "image.h"
 #include "resize.h"
+#include "resize_cv.h"
 
 /* Outputs larger than this are a caller's bug, not a request (the daemon caps image_size far lower). */
 #define PIPELINE_MAX_IMAGE_SIZE 16384u
@@ -18,6 +20,7 @@ struct pipeline {
 	struct decoder *dec;
 	struct image_buf other; /* formats other than JPEG, decoded whole */
 	struct resizer *rs;
+	struct cv_resizer *cv; /* FIT_CV2, made on first use */
 	uint8_t *rgb; /* the 8-bit image, for float outputs */
 	size_t rgb_cap;
 	uint8_t *image; /* a whole decoded image (pipeline_decode_image) */
@@ -64,6 +67,7 @@ void pipeline_free(struct pipeline *p)
 	decoder_free(p->dec);
 	image_buf_release(&p->other);
 	resizer_free(p->rs);
+	cv_resizer_free(p->cv);
 	free(p->rgb);
 	free(p->image);
 	free(p);
@@ -554,30 +558,46 @@ int pipeline_run_image(struct pipeline *p, const struct pipeline_image *img, con
 	return transform(p, img, img->full_width, img->full_height, spec, rng, rgb, out);
 }
 
-/* Ultralytics' load_image size: the long side to `side`, aspect kept, each
- * side min(ceil(side0 * r), side). */
-static void fit_size(uint32_t width, uint32_t height, uint32_t side, uint32_t *tw, uint32_t *th)
+/* The size pipeline_fit() makes of a width x height image. */
+static void fit_target(const struct fit_request *req, uint32_t width, uint32_t height, uint32_t *tw, uint32_t *th)
 {
-	double r = (double)side / (width > height ? width : height);
-	double w = ceil(width * r - 1e-9), h = ceil(height * r - 1e-9);
+	detect_fit_size(width, height, req->side, tw, th);
+	if (req->box_w && req->box_h && (*tw > req->box_w || *th > req->box_h)) {
+		struct detect_letterbox g;
 
-	*tw = (uint32_t)fmax(1, fmin(w, side));
-	*th = (uint32_t)fmax(1, fmin(h, side));
+		detect_letterbox_geometry(*tw, *th, req->box_w, req->box_h, &g);
+		*tw = g.w;
+		*th = g.h;
+	}
 }
 
-/* Resample the whole decoded `reg` (the full image at 1/denom) to tw x th. */
-static int fit_resize(struct pipeline *p, const struct decoded_region *reg, uint32_t tw, uint32_t th, uint8_t *out)
+/* Resample the whole decoded `reg` to tw x th, as `resample` says. */
+static int fit_resize(struct pipeline *p, const struct decoded_region *reg, enum fit_resample resample, uint32_t tw,
+		      uint32_t th, uint8_t *out)
 {
-	int r = resize_rgbx(p->rs, reg->pixels, reg->width, reg->height, reg->stride, 0, 0, reg->width, reg->height,
-			    out, tw, th, (size_t)tw * 3, false, resize_vertical_first(reg->width, reg->height, tw, th));
+	int r;
 
+	if (resample == FIT_CV2) {
+		r = p->cv ? 0 : cv_resizer_new(&p->cv);
+		if (r == 0)
+			r = cv_resize_linear(p->cv, reg->pixels, reg->width, reg->height, reg->stride, 4, out, tw, th,
+					     (size_t)tw * 3);
+	} else {
+		r = resize_rgbx(p->rs, reg->pixels, reg->width, reg->height, reg->stride, 0, 0, reg->width, reg->height,
+				out, tw, th, (size_t)tw * 3, false, resize_vertical_first(reg->width, reg->height, tw, th));
+	}
 	if (r < 0)
 		snprintf(p->error, sizeof(p->error), "Resampling failed: %s", r == -ENOMEM ? "out of memory" : "bad window");
 	return r;
 }
 
-int pipeline_fit(struct pipeline *p, const uint8_t *data, size_t len, uint32_t side, uint8_t *out, uint32_t *width,
-		 uint32_t *height)
+static bool fit_request_ok(const struct fit_request *req)
+{
+	return req && req->side && (req->resample == FIT_ANTIALIAS || req->resample == FIT_CV2);
+}
+
+int pipeline_fit(struct pipeline *p, const uint8_t *data, size_t len, const struct fit_request *req, uint8_t *out,
+		 struct fit_result *res)
 {
 	struct pipeline_image whole;
 	struct decoded_region reg;
@@ -586,47 +606,46 @@ int pipeline_fit(struct pipeline *p, const uint8_t *data, size_t len, uint32_t s
 	bool is_whole;
 	int r;
 
-	if (!p || !out || side == 0 || (!data && len))
+	if (!p || !out || !res || !fit_request_ok(req) || (!data && len))
 		return -EINVAL;
 	p->error[0] = '\0';
 	r = open_file(p, data, len, &w, &h, &whole, &is_whole);
 	if (r < 0)
 		goto finish;
-	fit_size(w, h, side, &tw, &th);
+	fit_target(req, w, h, &tw, &th);
 	if (is_whole)
 		reg = (struct decoded_region){.pixels = whole.pixels, .stride = whole.stride, .width = whole.width,
 					      .height = whole.height};
+	else if (req->resample == FIT_CV2)
+		r = decode_reduced(p, 0, 0, &reg, &denom); /* cv2's arithmetic wants what cv2.imread gives: full size */
 	else
 		r = decode_reduced(p, tw, th, &reg, &denom);
 	if (r < 0)
 		goto finish;
-	r = fit_resize(p, &reg, tw, th, out);
-	if (r == 0) {
-		*width = tw;
-		*height = th;
-	}
+	r = fit_resize(p, &reg, req->resample, tw, th, out);
+	if (r == 0)
+		*res = (struct fit_result){ .width = tw, .height = th, .full_width = w, .full_height = h };
 finish:
 	decoder_finish(p->dec);
 	return r;
 }
 
-int pipeline_fit_image(struct pipeline *p, const struct pipeline_image *img, uint32_t side, uint8_t *out,
-		       uint32_t *width, uint32_t *height)
+int pipeline_fit_image(struct pipeline *p, const struct pipeline_image *img, const struct fit_request *req,
+		       uint8_t *out, struct fit_result *res)
 {
 	struct decoded_region reg;
 	uint32_t tw, th;
 	int r;
 
-	if (!p || !img || !img->pixels || !out || side == 0 || img->width == 0 || img->height == 0)
+	if (!p || !img || !img->pixels || !out || !res || !fit_request_ok(req) || img->width == 0 || img->height == 0)
 		return -EINVAL;
 	p->error[0] = '\0';
-	fit_size(img->full_width, img->full_height, side, &tw, &th);
+	fit_target(req, img->full_width, img->full_height, &tw, &th);
 	reg = (struct decoded_region){.pixels = img->pixels, .stride = img->stride, .width = img->width,
 				      .height = img->height};
-	r = fit_resize(p, &reg, tw, th, out);
-	if (r == 0) {
-		*width = tw;
-		*height = th;
-	}
+	r = fit_resize(p, &reg, req->resample, tw, th, out);
+	if (r == 0)
+		*res = (struct fit_result){ .width = tw, .height = th, .full_width = img->full_width,
+					    .full_height = img->full_height };
 	return r;
 }

@@ -116,18 +116,38 @@ int pipeline_decode_image(struct pipeline *p, const uint8_t *data, size_t len, u
 int pipeline_run_image(struct pipeline *p, const struct pipeline_image *img, const struct transform_spec *spec,
 		       struct rng *rng, uint8_t *out);
 
+/* How pipeline_fit() resamples. */
+enum fit_resample {
+	FIT_ANTIALIAS = 0, /* resize.c's filter from the largest DCT reduction that keeps the size (fast) */
+	FIT_CV2 = 1,       /* resize_cv.c: cv2.resize INTER_LINEAR from the full-size decode (Ultralytics') */
+};
+
+struct fit_request {
+	uint32_t side;         /* the long side, as Ultralytics' load_image */
+	uint32_t box_w, box_h; /* then shrunk to fit this box as LetterBox would; 0: no box */
+	enum fit_resample resample;
+};
+
+struct fit_result {
+	uint32_t width, height;           /* written: RGB rows of width * 3 bytes */
+	uint32_t full_width, full_height; /* the JPEG's */
+};
+
 /*
  * The whole image resized so its long side is `side`, aspect kept (each
- * side min(ceil(side0 * side / long0), side), as Ultralytics' load_image):
- * RGB rows of *width * 3 bytes into `out` (side * side * 3 bytes at most).
- * A JPEG is decoded at the largest DCT reduction that keeps that size.
- * Errors as pipeline_run(). pipeline_fit_image() does the same from a
- * decoded image.
+ * side min(ceil(side0 * side / long0), side), detect_fit_size()), and if it
+ * then overflows the box, to LetterBox's smaller size for it in one resize
+ * (Ultralytics would resize twice; only stand-ins of unreadable files in
+ * rectangular batches need it). RGB into `out` (side * side * 3 bytes at
+ * most). A JPEG is decoded at the largest DCT reduction that keeps the
+ * size (FIT_ANTIALIAS) or at full size (FIT_CV2), other formats whole.
+ * Errors as pipeline_run(). pipeline_fit_image() does the same from
+ * a decoded image (FIT_CV2 is exact only from a full-size one, denom 1).
  */
-int pipeline_fit(struct pipeline *p, const uint8_t *data, size_t len, uint32_t side, uint8_t *out, uint32_t *width,
-		 uint32_t *height);
-int pipeline_fit_image(struct pipeline *p, const struct pipeline_image *img, uint32_t side, uint8_t *out,
-		       uint32_t *width, uint32_t *height);
+int pipeline_fit(struct pipeline *p, const uint8_t *data, size_t len, const struct fit_request *req, uint8_t *out,
+		 struct fit_result *res);
+int pipeline_fit_image(struct pipeline *p, const struct pipeline_image *img, const struct fit_request *req,
+		       uint8_t *out, struct fit_result *res);
 
 /* The last error's human-readable reason (the decoding library's message, or ours). */
 const char *pipeline_error(const struct pipeline *p);

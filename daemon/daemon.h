@@ -162,6 +162,8 @@ void conn_close(struct conn *c, const char *why);
 void session_handle_attach(struct conn *c, const Stoker__Attach *a);
 void session_handle_start_epoch(struct conn *c, const Stoker__StartEpoch *m);
 void session_handle_release(struct conn *c, const Stoker__Release *m);
+/* The file names of samples of the attached data set (a Names reply). */
+void session_handle_names(struct conn *c, const Stoker__NamesRequest *m);
 /* The connection is gone: cancel its work, free once workers are done. */
 void session_detach(struct conn *c);
 /* Give waiting sessions a chance at queue room. */

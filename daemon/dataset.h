@@ -56,6 +56,10 @@ struct dataset {
 	char **class_names;   /* [num_classes] from the yaml, else NULL */
 	/* Tar shards (shards.h): samples are members; NULL for files. */
 	struct shardset *shards;
+	/* [count][2] each image's width and height from its header, for
+	 * rectangular batches; NULL until a session needs them (set once, by
+	 * the loop thread, then read-only). */
+	uint32_t *sizes;
 };
 
 /* realpath() of a data set's name; for a shard pattern, of its directory
@@ -83,6 +87,20 @@ void dataset_unref(struct dataset *ds);
  * max_bytes). Returns the length, -EFBIG over max_bytes, or -errno.
  */
 int64_t dataset_read(const struct dataset *ds, uint64_t index, uint8_t **buf, size_t *cap, uint64_t max_bytes);
+
+/*
+ * Every sample's image width and height, read from its header
+ * (dataset_header_size; a tar shard's member is read whole, up to 64
+ * MiB): malloc'd [count][2]. A file whose header cannot be read, or of a
+ * format other than JPEG and PNG, gets 0 x 0 (its sample is served as any
+ * other, replaced if it does not decode). Blocking: run it off the loop
+ * thread. -ENOMEM.
+ */
+int dataset_read_sizes(const struct dataset *ds, uint32_t **out);
+/* The image size of the file open at `fd`, read with pread: a PNG's IHDR,
+ * a JPEG's frame header (its first SOFn marker's, within 256 markers and
+ * 16 MiB). 0, or -EBADMSG (another format, or none found). */
+int dataset_header_size(int fd, uint32_t *width, uint32_t *height);
 
 /* Size and modification time of sample `index`'s file, for cache keys. */
 int dataset_stat(const struct dataset *ds, uint64_t index, uint64_t *size, int64_t *mtime_ns);

@@ -52,7 +52,6 @@
 #define ISA_SCALAR 1
 #define ISA_AVX2 2
 
-#define DETECT_MAX_SIZE 16384u
 #define PAD 114
 /* Partners tried (the drawn one, then the next indices) before giving up. */
 #define PARTNER_TRIES 16u
@@ -868,24 +867,51 @@ static int warp(struct detect *d, const struct source *s, const double inv[9], b
 	return 0;
 }
 
-/* LetterBox's centre padding of a w x h image in a size x size square. */
-static void letterbox_offsets(uint32_t w, uint32_t h, uint32_t size, int *left, int *top)
+void detect_fit_size(uint32_t width, uint32_t height, uint32_t side, uint32_t *tw, uint32_t *th)
 {
-	/* round(dw - 0.1) with dw = (size - w) / 2, Python's round (half to even) */
-	*left = (int)nearbyint((size - w) / 2.0 - 0.1);
-	*top = (int)nearbyint((size - h) / 2.0 - 0.1);
+	/* r = imgsz / max(h0, w0); min(math.ceil(w0 * r), imgsz): the same
+	 * double operations as Python, so the same sizes */
+	double r = (double)side / (width > height ? width : height);
+	double w = ceil(width * r), h = ceil(height * r);
+
+	*tw = (uint32_t)fmax(1, fmin(w, side));
+	*th = (uint32_t)fmax(1, fmin(h, side));
 }
 
-/* Copy the sample into size x size `out` at (left, top), PAD around it, flipped as asked. */
-static void letterbox_copy(const struct detect_sample *s, int left, int top, uint8_t *out, uint32_t size,
-			   bool flipud, bool fliplr)
+void detect_letterbox_geometry(uint32_t w, uint32_t h, uint32_t out_w, uint32_t out_h, struct detect_letterbox *g)
 {
-	const size_t ostride = (size_t)size * 3, sstride = (size_t)s->width * 3;
-	/* a horizontal flip mirrors the padding too */
-	size_t l = (size_t)(fliplr ? (int)(size - s->width) - left : left) * 3;
+	/* r = min(new_h / h, new_w / w, 1.0); new_unpad = max(round(w * r), 1), ... */
+	double r = fmin(fmin((double)out_h / h, (double)out_w / w), 1.0);
 
-	for (uint32_t y = 0; y < size; y++) {
-		uint8_t *o = out + (size_t)(flipud ? size - 1 - y : y) * ostride;
+	g->r = r;
+	g->w = r == 1.0 ? w : (uint32_t)fmax(nearbyint(w * r), 1);
+	g->h = r == 1.0 ? h : (uint32_t)fmax(nearbyint(h * r), 1);
+	/* round(dw - 0.1) with dw = (new_w - w) / 2, Python's round (half to even) */
+	g->left = (int)nearbyint(((double)out_w - g->w) / 2.0 - 0.1);
+	g->top = (int)nearbyint(((double)out_h - g->h) / 2.0 - 0.1);
+}
+
+/* The square letterbox's padding of a w x h image, as above. */
+static void letterbox_offsets(uint32_t w, uint32_t h, uint32_t size, int *left, int *top)
+{
+	struct detect_letterbox g;
+
+	detect_letterbox_geometry(w, h, size, size, &g);
+	*left = g.left;
+	*top = g.top;
+}
+
+/* Copy the sample into out_w x out_h `out` at (left, top), PAD around it,
+ * flipped as asked. */
+static void letterbox_copy(const struct detect_sample *s, int left, int top, uint8_t *out, uint32_t out_w,
+			   uint32_t out_h, bool flipud, bool fliplr)
+{
+	const size_t ostride = (size_t)out_w * 3, sstride = (size_t)s->width * 3;
+	/* a horizontal flip mirrors the padding too */
+	size_t l = (size_t)(fliplr ? (int)(out_w - s->width) - left : left) * 3;
+
+	for (uint32_t y = 0; y < out_h; y++) {
+		uint8_t *o = out + (size_t)(flipud ? out_h - 1 - y : y) * ostride;
 		int sy = (int)y - top;
 
 		if (sy < 0 || sy >= (int)s->height) {
@@ -907,6 +933,23 @@ static void letterbox_copy(const struct detect_sample *s, int left, int top, uin
 		}
 		memset(o + l + sstride, PAD, ostride - l - sstride);
 	}
+}
+
+/* The metadata of sample s, loaded at long side `size`, placed with
+ * LetterBox scale r at (left, top). */
+static void meta_fill(struct detect_meta *m, const struct detect_sample *s, uint32_t size, double r, int left, int top)
+{
+	uint32_t ow = s->orig_width ? s->orig_width : s->width, oh = s->orig_height ? s->orig_height : s->height;
+	uint32_t rw, rh;
+
+	if (!m)
+		return;
+	detect_fit_size(ow, oh, size, &rw, &rh);
+	*m = (struct detect_meta){
+		.shape = { (int32_t)oh, (int32_t)ow, (int32_t)rh, (int32_t)rw },
+		/* (resized_shape[0] / ori_shape[0]) * ratio_h, as LetterBox updates it */
+		.ratio_pad = { (double)rh / oh * r, (double)rw / ow * r, left, top },
+	};
 }
 
 /*
@@ -1288,6 +1331,7 @@ struct job {
 	detect_load_fn load;
 	void *ctx;
 	bool flipud, fliplr;
+	struct detect_meta *meta; /* the primary sample's, or NULL */
 };
 
 /* Fill [a, b) of a canvas row with PAD except [c0, c1), the patch's part. */
@@ -1323,9 +1367,11 @@ static int mosaic4(const struct job *j, const struct image_draw *im, uint64_t in
 		struct detect_sample s;
 		int64_t w, h, x1a, y1a, x2a, y2a, x1b, y1b, x0, x1;
 
-		if (i == 0 && primary)
+		if (i == 0 && primary) {
 			r = load_checked(j->load, j->ctx, index, j->size, &s);
-		else
+			if (r == 0)
+				meta_fill(j->meta, &s, j->size, 1.0, 0, 0);
+		} else
 			r = load_partner(j->load, j->ctx, i == 0 ? index : im->partner[i - 1], j->count, j->size, &s);
 		if (r < 0)
 			goto out;
@@ -1520,6 +1566,8 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 			r = load_partner(j->load, j->ctx, index, j->count, size, &s);
 		if (r < 0)
 			goto out;
+		if (primary)
+			meta_fill(j->meta, &s, size, 1.0, 0, 0);
 		letterbox_offsets(s.width, s.height, size, &left, &top);
 		r = boxes_reserve(d, which, 0, s.box_count);
 		if (r < 0)
@@ -1528,7 +1576,7 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 		affine_matrix(im, size, size, size, M);
 		if (is_identity(M)) {
 			/* Ultralytics skips the warp when the border is 0 and M is I */
-			letterbox_copy(&s, left, top, out, size, j->flipud, j->fliplr);
+			letterbox_copy(&s, left, top, out, size, size, j->flipud, j->fliplr);
 		} else {
 			/* the letterbox's padding is 114 as the warp's border is: warp the sample in place */
 			struct source src = { s.pixels, (size_t)s.width * 3, (int)s.width, (int)s.height, left, top };
@@ -1548,10 +1596,10 @@ out:
 /* ---- the output ---- */
 
 /* Rows of (0, cls, cx, cy, w, h), normalised, flipped as asked. */
-static void write_boxes(const struct dbox *b, size_t n, uint32_t size, bool flipud, bool fliplr, float *out,
-			uint32_t max_boxes, uint32_t *written, uint64_t *dropped)
+static void write_boxes(const struct dbox *b, size_t n, uint32_t width, uint32_t height, bool flipud, bool fliplr,
+			float *out, uint32_t max_boxes, uint32_t *written, uint64_t *dropped)
 {
-	const double fs = size;
+	const double fw = width, fh = height;
 	uint32_t k = 0;
 
 	for (size_t i = 0; i < n; i++) {
@@ -1567,57 +1615,76 @@ static void write_boxes(const struct dbox *b, size_t n, uint32_t size, bool flip
 		if (fliplr) {
 			double t = x1;
 
-			x1 = fs - x2;
-			x2 = fs - t;
+			x1 = fw - x2;
+			x2 = fw - t;
 		}
 		if (flipud) {
 			double t = y1;
 
-			y1 = fs - y2;
-			y2 = fs - t;
+			y1 = fh - y2;
+			y2 = fh - t;
 		}
 		o = out + (size_t)k++ * DETECT_BOX_FLOATS;
 		o[0] = 0.0f;
 		o[1] = b[i].cls;
-		o[2] = (float)((x1 + x2) / 2.0 / fs);
-		o[3] = (float)((y1 + y2) / 2.0 / fs);
-		o[4] = (float)((x2 - x1) / fs);
-		o[5] = (float)((y2 - y1) / fs);
+		o[2] = (float)((x1 + x2) / 2.0 / fw);
+		o[3] = (float)((y1 + y2) / 2.0 / fh);
+		o[4] = (float)((x2 - x1) / fw);
+		o[5] = (float)((y2 - y1) / fh);
 	}
 	*written = k;
 }
 
-int detect_run(struct detect *d, enum detect_transform t, const struct detect_params *p, uint32_t size,
-	       uint64_t index, uint64_t count, struct rng *rng, detect_load_fn load, void *ctx, uint8_t *image,
-	       float *boxes, uint32_t max_boxes, uint32_t *box_count, uint64_t *boxes_dropped)
+int detect_make(struct detect *d, enum detect_transform t, const struct detect_params *p, uint32_t size, uint64_t index,
+		uint64_t count, struct rng *rng, detect_load_fn load, void *ctx, const struct detect_output *o)
 {
-	struct job j = { d, p, size, count, load, ctx, false, false };
+	struct job j = { d, p, size, count, load, ctx, false, false, o ? o->meta : NULL };
 	size_t n[2] = { 0, 0 };
 	uint64_t dropped = 0;
-	uint32_t written = 0;
+	uint32_t written = 0, max_boxes;
+	uint8_t *image;
+	float *boxes;
 	struct plan pl;
 	int r;
 
-	if (!d || !load || !image || (!boxes && max_boxes) || !box_count || !boxes_dropped || size == 0 ||
-	    size > DETECT_MAX_SIZE || count == 0 || index >= count || (t != DETECT_LETTERBOX && t != DETECT_TRAIN))
+	if (!d || !load || !o || !o->image || (!o->boxes && o->max_boxes) || !o->box_count || !o->boxes_dropped ||
+	    size == 0 || size > DETECT_MAX_SIZE || count == 0 || index >= count ||
+	    (t != DETECT_LETTERBOX && t != DETECT_TRAIN) || o->out_w == 0 || o->out_h == 0 ||
+	    o->out_w > DETECT_MAX_SIZE || o->out_h > DETECT_MAX_SIZE ||
+	    (t == DETECT_TRAIN && (o->out_w != size || o->out_h != size)))
 		return -EINVAL;
 	if (t == DETECT_TRAIN && (!p || !rng || detect_params_check(p, NULL, 0) < 0))
 		return -EINVAL;
+	image = o->image;
+	boxes = o->boxes;
+	max_boxes = o->max_boxes;
 
 	if (t == DETECT_LETTERBOX) {
 		struct detect_sample s;
-		int left, top;
+		struct detect_letterbox g;
+		uint32_t rw, rh;
 
 		r = load_checked(load, ctx, index, size, &s);
 		if (r < 0)
 			goto out;
-		letterbox_offsets(s.width, s.height, size, &left, &top);
+		/* Where LetterBox puts load_image's output; the loader already
+		 * shrank it if the batch's shape needs that. */
+		detect_fit_size(s.orig_width ? s.orig_width : s.width, s.orig_height ? s.orig_height : s.height, size,
+				&rw, &rh);
+		detect_letterbox_geometry(rw, rh, o->out_w, o->out_h, &g);
+		if (s.width > o->out_w || s.height > o->out_h) {
+			r = -EINVAL;
+			goto out;
+		}
+		if (s.width != g.w || s.height != g.h)
+			detect_letterbox_geometry(s.width, s.height, o->out_w, o->out_h, &g); /* a loader's own size */
+		meta_fill(o->meta, &s, size, g.r, g.left, g.top);
 		r = boxes_reserve(d, 0, 0, s.box_count);
 		if (r < 0)
 			goto out;
-		n[0] = append_boxes(d, 0, 0, &s, left, top);
-		letterbox_copy(&s, left, top, image, size, false, false);
-		write_boxes(d->boxes[0], n[0], size, false, false, boxes, max_boxes, &written, &dropped);
+		n[0] = append_boxes(d, 0, 0, &s, g.left, g.top);
+		letterbox_copy(&s, g.left, g.top, image, o->out_w, o->out_h, false, false);
+		write_boxes(d->boxes[0], n[0], o->out_w, o->out_h, false, false, boxes, max_boxes, &written, &dropped);
 		goto done;
 	}
 
@@ -1643,18 +1710,27 @@ int detect_run(struct detect *d, enum detect_transform t, const struct detect_pa
 	if (p->hsv_h != 0 || p->hsv_s != 0 || p->hsv_v != 0)
 		hsv_jitter(d, image, (size_t)size * size, pl.gain);
 
-	write_boxes(d->boxes[0], n[0], size, pl.flipud, pl.fliplr, boxes, max_boxes, &written, &dropped);
+	write_boxes(d->boxes[0], n[0], size, size, pl.flipud, pl.fliplr, boxes, max_boxes, &written, &dropped);
 	if (pl.mixup) {
 		uint32_t more = 0;
 
-		write_boxes(d->boxes[1], n[1], size, pl.flipud, pl.fliplr, boxes ? boxes + (size_t)written * DETECT_BOX_FLOATS : NULL,
-			    max_boxes - written, &more, &dropped);
+		write_boxes(d->boxes[1], n[1], size, size, pl.flipud, pl.fliplr,
+			    boxes ? boxes + (size_t)written * DETECT_BOX_FLOATS : NULL, max_boxes - written, &more, &dropped);
 		written += more;
 	}
 done:
-	*box_count = written;
-	*boxes_dropped += dropped;
+	*o->box_count = written;
+	*o->boxes_dropped += dropped;
 	r = 0;
 out:
 	return r;
+}
+
+int detect_run(struct detect *d, enum detect_transform t, const struct detect_params *p, uint32_t size,
+	       uint64_t index, uint64_t count, struct rng *rng, detect_load_fn load, void *ctx, uint8_t *image,
+	       float *boxes, uint32_t max_boxes, uint32_t *box_count, uint64_t *boxes_dropped)
+{
+	struct detect_output o = { image, size, size, boxes, max_boxes, box_count, boxes_dropped, NULL };
+
+	return detect_make(d, t, p, size, index, count, rng, load, ctx, &o);
 }

@@ -36,6 +36,9 @@
 
 #include "rng.h"
 
+/* The largest output side detect_make() takes. */
+#define DETECT_MAX_SIZE 16384u
+
 enum detect_transform {
 	DETECT_LETTERBOX = 0,
 	DETECT_TRAIN = 1,
@@ -68,6 +71,30 @@ struct detect_sample {
 	uint32_t width, height;
 	const struct detect_box *boxes;
 	uint32_t box_count;
+	uint32_t orig_width, orig_height; /* the file's size, for the metadata (0: width, height) */
+};
+
+/* Ultralytics' load_image size of a width x height image at long side
+ * `side`: r = side / max(w, h), each side min(ceil(side0 * r), side), in
+ * double as Python computes it. */
+void detect_fit_size(uint32_t width, uint32_t height, uint32_t side, uint32_t *tw, uint32_t *th);
+
+/* LetterBox(scaleup=False, center=True) of a w x h image into out_w x
+ * out_h: its scale r (<= 1), the size it is resized to (new_unpad) and the
+ * padding left and above. */
+struct detect_letterbox {
+	double r;
+	uint32_t w, h;
+	int left, top;
+};
+void detect_letterbox_geometry(uint32_t w, uint32_t h, uint32_t out_w, uint32_t out_h, struct detect_letterbox *g);
+
+/* What Ultralytics' batch carries per image for evaluation: ori_shape,
+ * load_image's resized shape, and ratio_pad ((ratio_h, ratio_w), (left,
+ * top)) with ratio = resized / ori * LetterBox's r. */
+struct detect_meta {
+	int32_t shape[4];    /* ori h, ori w, resized h, resized w */
+	double ratio_pad[4]; /* ratio h, ratio w, pad left, pad top */
 };
 
 /* Load sample `index` at long side `side`. The pixels need only stay valid
@@ -99,6 +126,27 @@ void detect_free(struct detect *d);
 int detect_run(struct detect *d, enum detect_transform t, const struct detect_params *p, uint32_t size,
 	       uint64_t index, uint64_t count, struct rng *rng, detect_load_fn load, void *ctx, uint8_t *image,
 	       float *boxes, uint32_t max_boxes, uint32_t *box_count, uint64_t *boxes_dropped);
+
+/*
+ * detect_run() with more said: DETECT_LETTERBOX letterboxes into out_w x
+ * out_h (a rectangular batch's shape, each side 1..DETECT_MAX_SIZE; the
+ * loader must return the sample at long side `size` shrunk to fit it, as
+ * LetterBox would), DETECT_TRAIN needs out_w = out_h = size. The sample's
+ * metadata goes to *meta (may be NULL): for the letterbox as Ultralytics'
+ * validator reads it; for the training transform the sample's own
+ * original and loaded sizes, ratio loaded / original, pad 0.
+ */
+struct detect_output {
+	uint8_t *image; /* out_h x out_w x 3 */
+	uint32_t out_w, out_h;
+	float *boxes;   /* max_boxes rows */
+	uint32_t max_boxes;
+	uint32_t *box_count;
+	uint64_t *boxes_dropped;
+	struct detect_meta *meta;
+};
+int detect_make(struct detect *d, enum detect_transform t, const struct detect_params *p, uint32_t size, uint64_t index,
+		uint64_t count, struct rng *rng, detect_load_fn load, void *ctx, const struct detect_output *out);
 
 /* Scratch bytes a `struct detect` holds for `size` (for memory accounting). */
 size_t detect_scratch_bytes(uint32_t size);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "plan.h"
 #include "rng.h"
@@ -10,6 +11,8 @@ int plan_validate(const struct plan_spec *s)
 	if (s->samples == 0 || s->world_size == 0 || s->rank >= s->world_size || s->batch_size == 0)
 		return -EINVAL;
 	if (s->shard_starts && (s->shards == 0 || s->shard_starts[s->shards] != s->samples))
+		return -EINVAL;
+	if (s->fixed && (s->shuffle || s->drop_last || s->shard_starts))
 		return -EINVAL;
 	if (plan_batches_per_epoch(s) == 0)
 		return -EINVAL;
@@ -23,9 +26,25 @@ static uint64_t plan_total(const struct plan_spec *s)
 	return s->drop_last ? s->samples / w * w : (s->samples + w - 1) / w * w;
 }
 
+void plan_fixed_range(const struct plan_spec *s, uint64_t *first, uint64_t *end)
+{
+	/* ContiguousDistributedSampler._get_rank_indices */
+	uint64_t n = s->samples, unit = s->batch_size >= n ? 1 : s->batch_size, w = s->world_size;
+	uint64_t batches = (n + unit - 1) / unit, base = batches / w, rem = batches % w;
+	uint64_t mine = base + (s->rank < rem), start = s->rank * base + (s->rank < rem ? s->rank : rem);
+
+	*first = start * unit < n ? start * unit : n;
+	*end = (start + mine) * unit < n ? (start + mine) * unit : n;
+}
+
 uint64_t plan_samples_per_epoch(const struct plan_spec *s)
 {
-	return plan_total(s) / s->world_size;
+	uint64_t first, end;
+
+	if (!s->fixed)
+		return plan_total(s) / s->world_size;
+	plan_fixed_range(s, &first, &end);
+	return end - first;
 }
 
 uint64_t plan_batches_per_epoch(const struct plan_spec *s)
@@ -117,6 +136,18 @@ int plan_epoch_order(const struct plan_spec *s, uint64_t epoch, uint64_t **out)
 {
 	uint64_t n = s->samples, total = plan_total(s), mine = total / s->world_size;
 	uint64_t *order, *result;
+
+	if (s->fixed) {
+		uint64_t first, end;
+
+		plan_fixed_range(s, &first, &end);
+		result = malloc((end > first ? end - first : 1) * sizeof(*result));
+		if (!result)
+			return -ENOMEM;
+		memcpy(result, s->fixed + first, (end - first) * sizeof(*result));
+		*out = result;
+		return 0;
+	}
 
 	if (s->shard_starts) {
 		int r;

@@ -18,6 +18,12 @@
  * random one, refill. Every draw is keyed by (seed, epoch) (and the rank,
  * for the buffer), so any worker count gives the same order, and the ranks
  * together still cover the data set exactly once (padding aside).
+ *
+ * Or, with a `fixed` order (rectangular detection batches), Ultralytics'
+ * ContiguousDistributedSampler: that order cut into batches (of one sample
+ * when batch_size covers the data set), rank r taking a contiguous run of
+ * whole batches, the first (count % W) ranks one more; no padding, no
+ * shuffle, no drop_last.
  */
 #ifndef STOKER_PLAN_H
 #define STOKER_PLAN_H
@@ -36,6 +42,7 @@ struct plan_spec {
 	const uint64_t *shard_starts;
 	uint32_t shards;
 	uint32_t shuffle_buffer; /* samples; 0 or 1: none */
+	const uint64_t *fixed; /* [samples] the order, or NULL; not owned */
 };
 
 /* -EINVAL for an impossible spec (world_size 0, rank >= world_size, ...). */
@@ -43,6 +50,8 @@ int plan_validate(const struct plan_spec *s);
 /* This rank's samples per epoch, and batches per epoch. */
 uint64_t plan_samples_per_epoch(const struct plan_spec *s);
 uint64_t plan_batches_per_epoch(const struct plan_spec *s);
+/* With a fixed order: the positions [*first, *end) of it this rank takes. */
+void plan_fixed_range(const struct plan_spec *s, uint64_t *first, uint64_t *end);
 /* Samples in batch b (batch_size, or fewer for the last). */
 uint32_t plan_batch_count(const struct plan_spec *s, uint64_t b);
 

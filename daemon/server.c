@@ -282,6 +282,9 @@ static void conn_dispatch(struct conn *c, const Stoker__Message *m)
 	case STOKER__MESSAGE__BODY_RELEASE:
 		session_handle_release(c, m->release);
 		break;
+	case STOKER__MESSAGE__BODY_NAMES_REQUEST:
+		session_handle_names(c, m->names_request);
+		break;
 	case STOKER__MESSAGE__BODY_STATS_REQUEST:
 		control_handle_stats(c);
 		break;

@@ -12,6 +12,7 @@
 #include "detect.h"
 #include "shards.h"
 #include "log.h"
+#include "rect.h"
 #include "ring.h"
 #include "session.h"
 #include "workers.h"
@@ -27,6 +28,10 @@ static const float imagenet_std[3] = {0.229f, 0.224f, 0.225f};
 #define SESSION_MAX_BOXES 10000u
 /* Label errors logged per data set; the rest are counted. */
 #define SESSION_MAX_LABEL_LOGS 100u
+
+/* A Names reply holds at most this many names and about this much text. */
+#define SESSION_NAMES_MAX_COUNT STOKER__NAMES_LIMITS__NAMES_MAX_COUNT
+#define SESSION_NAMES_MAX_BYTES STOKER__NAMES_LIMITS__NAMES_MAX_BYTES
 
 /* Data sets larger than this are refused (the plan holds 8 bytes a sample). */
 #define SESSION_MAX_SAMPLES (1ull << 32)
@@ -45,7 +50,13 @@ struct attach_request {
 	uint32_t close_mosaic, max_boxes;
 	uint64_t train_epochs;
 	char split[64];
+	bool rect;
+	uint32_t stride;
+	double pad;
+	enum fit_resample resample;
 	char key[PATH_MAX + 96]; /* the data set's dataset->key */
+	struct dataset *existing; /* open already, but without the image sizes rect needs */
+	uint32_t *sizes;          /* read by the scan for rect */
 	struct dataset *result;
 	int err;
 	char errbuf[512];
@@ -119,6 +130,8 @@ static void session_free(struct session *s)
 	if (s->ring)
 		s->d->ring_bytes -= s->ring->bytes;
 	s->d->fit_bytes -= s->fit_bytes;
+	free(s->rect_order);
+	free(s->rect_hw);
 	free(s->fit_tables);
 	free(s->fit_entries);
 	if (s->fit_pixels)
@@ -252,6 +265,11 @@ static void job_prepare(struct session *s, uint32_t slot, uint64_t b)
 		}
 		job->boxes = (float *)(base + s->boxes_offset);
 		job->box_count = 0;
+		job->out_w = s->rect ? s->rect_hw[2 * b + 1] : s->spec.image_size;
+		job->out_h = s->rect ? s->rect_hw[2 * b] : s->spec.image_size;
+		job->resample = s->resample;
+		job->shapes = (int32_t *)(base + s->shapes_offset);
+		job->ratio_pad = (double *)(base + s->ratio_pad_offset);
 	}
 	atomic_store_explicit(&job->replaced, 0, memory_order_relaxed);
 	atomic_store_explicit(&job->cancelled, false, memory_order_relaxed);
@@ -384,6 +402,11 @@ static void session_deliver(struct session *s)
 		br.boxes = s->jobs[slot].box_count;
 		br.has_decode_error_files = true;
 		br.decode_error_files = session_decode_error_files(s);
+		if (s->rect) {
+			br.has_height = br.has_width = true;
+			br.height = s->jobs[slot].out_h;
+			br.width = s->jobs[slot].out_w;
+		}
 		msg.body_case = STOKER__MESSAGE__BODY_BATCH_READY;
 		msg.batch_ready = &br;
 		s->slot_state[slot] = SLOT_CLIENT;
@@ -454,6 +477,7 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	Stoker__Attached at = STOKER__ATTACHED__INIT;
 	struct session *s;
 	uint64_t image_bytes, slot_bytes, ring_bytes, fit_bytes = 0;
+	uint32_t rect_side = req->rect ? (uint32_t)rect_max_side(a->image_size, req->stride, req->pad) : a->image_size;
 	uint32_t prefetch = a->prefetch ? a->prefetch : d->cfg.prefetch, slots;
 	int r, fd;
 
@@ -499,10 +523,20 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 		s->close_mosaic = req->close_mosaic;
 		s->train_epochs = req->train_epochs;
 		s->max_boxes = req->max_boxes;
+		s->resample = req->resample;
+		s->rect = req->rect;
 	}
 	for (int ch = 0; ch < 3; ch++) {
 		s->spec.mean[ch] = a->n_mean == 3 ? a->mean[ch] : imagenet_mean[ch];
 		s->spec.std[ch] = a->n_std == 3 ? a->std[ch] : imagenet_std[ch];
+	}
+	if (s->rect) {
+		/* The plan's order: the data set by aspect ratio, fixed. */
+		if (rect_order(ds->sizes, ds->count, &s->rect_order) < 0) {
+			conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory for the rect order");
+			goto fail;
+		}
+		s->plan.fixed = s->rect_order;
 	}
 	if (plan_validate(&s->plan) < 0) {
 		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT,
@@ -513,8 +547,10 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	}
 
 	/* Slot layout: images, then labels and indices, each 64-byte aligned;
-	 * slots page aligned. */
+	 * slots page aligned. Rectangular batches: room for the largest shape. */
 	image_bytes = (uint64_t)a->batch_size * transform_output_bytes(&s->spec);
+	if (s->rect)
+		image_bytes = (uint64_t)a->batch_size * rect_side * rect_side * 3;
 	s->labels_offset = align_up(image_bytes, 64);
 	s->indices_offset = s->labels_offset + (size_t)a->batch_size * sizeof(int64_t);
 	slot_bytes = s->indices_offset + (size_t)a->batch_size * sizeof(int64_t);
@@ -522,6 +558,10 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 		/* Then the boxes: room for max_boxes rows per image. */
 		s->boxes_offset = align_up(slot_bytes, 64);
 		slot_bytes = s->boxes_offset + (uint64_t)a->batch_size * s->max_boxes * DETECT_BOX_FLOATS * sizeof(float);
+		/* Then each image's shapes and ratio_pad. */
+		s->shapes_offset = align_up(slot_bytes, 64);
+		s->ratio_pad_offset = align_up(s->shapes_offset + (size_t)a->batch_size * 4 * sizeof(int32_t), 64);
+		slot_bytes = s->ratio_pad_offset + (size_t)a->batch_size * 4 * sizeof(double);
 	}
 	slot_bytes = align_up(slot_bytes, (size_t)sysconf(_SC_PAGESIZE));
 	slots = prefetch + 1; /* the batch the client holds, plus those ready ahead */
@@ -593,6 +633,25 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 		goto fail;
 	}
 	s->batches_per_epoch = plan_batches_per_epoch(&s->plan);
+	if (s->rect) {
+		uint64_t first, end;
+
+		s->rect_hw = calloc(s->batches_per_epoch, 2 * sizeof(*s->rect_hw));
+		if (!s->rect_hw) {
+			conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory for the batch shapes");
+			goto fail;
+		}
+		/* Each of this rank's batches lies in one batch of the whole
+		 * order (whole batches per rank), whose images set its shape. */
+		plan_fixed_range(&s->plan, &first, &end);
+		for (uint64_t b = 0; b < s->batches_per_epoch; b++) {
+			uint64_t g = (first + b * a->batch_size) / a->batch_size * a->batch_size;
+			uint64_t last = g + a->batch_size < ds->count ? g + a->batch_size - 1 : ds->count - 1;
+
+			rect_batch_shape(ds->sizes, s->rect_order, g, last, a->image_size, req->stride, req->pad,
+					 &s->rect_hw[2 * b], &s->rect_hw[2 * b + 1]);
+		}
+	}
 	if (a->expect_samples && a->expect_samples != ds->count) {
 		conn_send_error(c, STOKER__ERROR_CODE__FAILED_PRECONDITION,
 				"cannot resume: the checkpoint was taken on %llu samples, %s now has %llu",
@@ -618,7 +677,7 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	at.samples_per_epoch = plan_samples_per_epoch(&s->plan);
 	at.batches_per_epoch = s->batches_per_epoch;
 	at.batch_size = a->batch_size;
-	at.image_height = at.image_width = a->image_size;
+	at.image_height = at.image_width = rect_side;
 	at.channels = 3;
 	at.labels_offset = s->labels_offset;
 	at.indices_offset = s->indices_offset;
@@ -637,6 +696,9 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 		at.boxes_offset = s->boxes_offset;
 		at.max_boxes = s->max_boxes;
 		at.label_errors = ds->label_errors;
+		at.has_shapes_offset = at.has_ratio_pad_offset = true;
+		at.shapes_offset = s->shapes_offset;
+		at.ratio_pad_offset = s->ratio_pad_offset;
 		/* Names while they fit a frame; the classes themselves are numbers. */
 		for (uint32_t i = 0; ds->class_names && i < ds->num_classes; i++) {
 			names_bytes += strlen(ds->class_names[i]) + 4;
@@ -698,23 +760,26 @@ static void log_shards(const struct attach_request *req)
 			 (unsigned long long)set->indexed, (unsigned long long)set->skipped);
 }
 
-/* Runs on libuv's thread pool. */
+/* Runs on libuv's thread pool: the scan, and for rect the image sizes
+ * (of a data set already open, or of the one just scanned). */
 static void attach_scan(uv_work_t *w)
 {
 	struct attach_request *req = w->data;
 	struct label_log l = {.dataset = req->path};
+	const struct dataset *ds = req->existing;
 
-	if (req->params.task != STOKER__TASK__DETECT) {
+	if (!ds && req->params.task != STOKER__TASK__DETECT) {
 		req->err = dataset_open(req->path, SESSION_MAX_SAMPLES, &req->result, req->errbuf, sizeof(req->errbuf));
 		log_shards(req);
 		return;
 	}
-	req->err = dataset_open_detect(req->path, req->split, SESSION_MAX_SAMPLES, log_label_error, &l, &req->result,
-				       req->errbuf, sizeof(req->errbuf));
-	log_shards(req);
-	if (req->err == 0) {
-		struct dataset *ds = req->result;
-
+	if (!ds) {
+		req->err = dataset_open_detect(req->path, req->split, SESSION_MAX_SAMPLES, log_label_error, &l,
+					       &req->result, req->errbuf, sizeof(req->errbuf));
+		log_shards(req);
+		if (req->err < 0)
+			return;
+		ds = req->result;
 		log_info("data set %s: %llu images, %llu objects, %u classes; %llu without a label file, %llu label "
 			 "errors%s",
 			 req->path, (unsigned long long)ds->count, (unsigned long long)ds->box_off[ds->count],
@@ -722,40 +787,79 @@ static void attach_scan(uv_work_t *w)
 			 (unsigned long long)ds->label_errors,
 			 l.errors > SESSION_MAX_LABEL_LOGS ? " (only the first ones logged)" : "");
 	}
+	if (req->rect) {
+		uint64_t unknown = 0;
+
+		req->err = dataset_read_sizes(ds, &req->sizes);
+		if (req->err < 0) {
+			snprintf(req->errbuf, sizeof(req->errbuf), "data set %.400s: out of memory for its image sizes",
+				 req->path);
+			return;
+		}
+		for (uint64_t i = 0; i < ds->count; i++)
+			unknown += req->sizes[2 * i] == 0;
+		log_info("data set %s: image sizes read for rectangular batches; %llu without a readable JPEG header "
+			 "(taken as square)",
+			 req->path, (unsigned long long)unknown);
+	}
+}
+
+/* Drop the data set an attach request holds (it may be in the list). */
+static void request_put(struct attach_request *req, struct dataset *ds)
+{
+	if (ds == req->existing)
+		datasets_put(req->d, ds);
+	else
+		dataset_unref(ds);
 }
 
 static void attach_scanned(uv_work_t *w, int status)
 {
 	struct attach_request *req = w->data;
 	struct conn *c = req->conn;
-	struct dataset *ds = req->result, *existing;
+	struct dataset *ds = req->existing ? req->existing : req->result, *existing;
 
 	if (c)
 		c->attaching = NULL;
 	if (!c || c->closing || status < 0) {
-		dataset_unref(ds);
+		request_put(req, ds);
 		goto out;
 	}
 	if (req->err < 0) {
 		log_info("client %llu (pid %d): attach failed: %s", (unsigned long long)c->id, (int)c->pid,
 			 req->errbuf);
 		conn_send_error(c, req->err == -ENOENT ? STOKER__ERROR_CODE__NOT_FOUND
-						       : STOKER__ERROR_CODE__INVALID_ARGUMENT,
+						       : req->err == -ENOMEM ? STOKER__ERROR_CODE__RESOURCE_EXHAUSTED
+									     : STOKER__ERROR_CODE__INVALID_ARGUMENT,
 				"%s", req->errbuf);
+		request_put(req, ds); /* the sizes can fail after the scan worked */
 		goto out;
 	}
-	/* Another client may have opened the same data set meanwhile. */
-	existing = datasets_find(req->d, ds->key);
-	if (existing) {
-		dataset_unref(ds);
-		ds = existing;
-	} else if (datasets_add(req->d, ds) < 0) {
-		dataset_unref(ds);
-		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
+	if (!req->existing) {
+		/* Another client may have opened the same data set meanwhile. */
+		existing = datasets_find(req->d, ds->key);
+		if (existing) {
+			dataset_unref(ds);
+			ds = existing;
+		} else if (datasets_add(req->d, ds) < 0) {
+			dataset_unref(ds);
+			conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
+			goto out;
+		}
+	}
+	/* The sizes are set once, then only read (on this thread). */
+	if (req->sizes && !ds->sizes) {
+		ds->sizes = req->sizes;
+		req->sizes = NULL;
+	}
+	if (req->rect && !ds->sizes) {
+		datasets_put(req->d, ds);
+		conn_send_error(c, STOKER__ERROR_CODE__INTERNAL, "the data set's image sizes are missing");
 		goto out;
 	}
 	session_create(c, req, ds);
 out:
+	free(req->sizes);
 	free(req->params.dataset);
 	free(req);
 }
@@ -826,6 +930,34 @@ static bool attach_task_ok(struct conn *c, const Stoker__Attach *a)
 		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "max_boxes %u is not in 1..%u", o->max_boxes,
 				SESSION_MAX_BOXES);
 		return false;
+	}
+	if (o && o->has_stride && (o->stride == 0 || o->stride > RECT_MAX_STRIDE)) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "stride %u is not in 1..%u", o->stride,
+				RECT_MAX_STRIDE);
+		return false;
+	}
+	if (o && o->has_pad && !(o->pad >= 0 && o->pad <= RECT_MAX_PAD)) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "pad %g is not in 0..%g", o->pad, RECT_MAX_PAD);
+		return false;
+	}
+	if (o && o->has_resample && o->resample != STOKER__RESAMPLE__RESAMPLE_DEFAULT &&
+	    o->resample != STOKER__RESAMPLE__RESAMPLE_ANTIALIAS && o->resample != STOKER__RESAMPLE__RESAMPLE_CV2) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "unknown resample %d", (int)o->resample);
+		return false;
+	}
+	if (o && o->rect) {
+		/* BaseDataset.set_rectangle's batches, for validation */
+		const char *no = a->transform != STOKER__TRANSFORM__LETTERBOX ? "takes transform letterbox"
+				  : a->shuffle				   ? "needs shuffle off (batches come in aspect-ratio order)"
+				  : a->drop_last			   ? "keeps every batch: drop_last must be off"
+				  : rect_max_side(a->image_size, o->stride, o->pad) > DETECT_MAX_SIZE
+					  ? "with this image_size, stride and pad makes batches over 16384 pixels"
+					  : NULL;
+
+		if (no) {
+			conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "rect %s", no);
+			return false;
+		}
 	}
 	if (o && o->split && (!o->split[0] || strlen(o->split) > 32 || strchr(o->split, '/'))) {
 		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "split '%.40s' is not a data.yaml key",
@@ -935,6 +1067,14 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 		req->train_epochs = o ? o->epochs : 0;
 		req->max_boxes = o && o->has_max_boxes ? o->max_boxes : SESSION_DEFAULT_MAX_BOXES;
 		snprintf(req->split, sizeof(req->split), "%s", o && o->split ? o->split : "train");
+		req->rect = o && o->rect;
+		req->stride = o ? o->stride : 32;
+		req->pad = o ? o->pad : 0.5;
+		/* Evaluation defaults to Ultralytics' own resampling, training to the fast filter. */
+		req->resample = o && o->resample == STOKER__RESAMPLE__RESAMPLE_CV2 ? FIT_CV2
+				: o && o->resample == STOKER__RESAMPLE__RESAMPLE_ANTIALIAS ? FIT_ANTIALIAS
+				: a->transform == STOKER__TRANSFORM__LETTERBOX ? FIT_CV2
+									   : FIT_ANTIALIAS;
 		snprintf(req->key, sizeof(req->key), "detect:%s:%s", req->split, real);
 	} else {
 		snprintf(req->key, sizeof(req->key), "%s", real);
@@ -946,18 +1086,21 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 	}
 
 	ds = datasets_find(d, req->key);
-	if (ds) {
+	if (ds && (!req->rect || ds->sizes)) {
 		session_create(c, req, ds);
 		free(req->params.dataset);
 		free(req);
 		return;
 	}
-	/* Scanning a large tree takes seconds: not on the loop thread. */
+	/* Scanning a large tree, or reading its image headers, takes
+	 * seconds: not on the loop thread. */
+	req->existing = ds;
 	req->work.data = req;
 	c->attaching = req;
 	r = uv_queue_work(d->loop, &req->work, attach_scan, attach_scanned);
 	if (r < 0) {
 		c->attaching = NULL;
+		datasets_put(d, ds);
 		free(req->params.dataset);
 		free(req);
 		conn_send_error(c, STOKER__ERROR_CODE__INTERNAL, "cannot queue the data set scan: %s", uv_strerror(r));
@@ -1060,4 +1203,44 @@ void session_job_done(struct batch_job *job, void *userdata)
 	session_unhold(s);
 	if (d->pool_full)
 		sessions_schedule_all(d);
+}
+
+void session_handle_names(struct conn *c, const Stoker__NamesRequest *m)
+{
+	struct session *s = c->session;
+	Stoker__Message msg = STOKER__MESSAGE__INIT;
+	Stoker__Names reply = STOKER__NAMES__INIT;
+	char *names[SESSION_NAMES_MAX_COUNT];
+	const struct dataset *ds;
+	uint64_t left;
+	size_t bytes = 0, n = 0;
+
+	if (!s) {
+		conn_send_error(c, STOKER__ERROR_CODE__FAILED_PRECONDITION, "NamesRequest before Attach");
+		return;
+	}
+	ds = s->ds;
+	if (m->first >= ds->count) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "sample %llu is past the data set's %llu",
+				(unsigned long long)m->first, (unsigned long long)ds->count);
+		return;
+	}
+	left = ds->count - m->first;
+	/* Bounded reply: at least one name, then while they fit. */
+	while (n < m->count && n < left && n < SESSION_NAMES_MAX_COUNT) {
+		const char *name = dataset_name(ds, m->first + n);
+		size_t len = strlen(name) + 3; /* tag, length, text */
+
+		if (n && bytes + len > SESSION_NAMES_MAX_BYTES)
+			break;
+		names[n++] = (char *)name;
+		bytes += len;
+	}
+	reply.first = m->first;
+	reply.dir = ds->root;
+	reply.n_names = n;
+	reply.names = names;
+	msg.body_case = STOKER__MESSAGE__BODY_NAMES;
+	msg.names = &reply;
+	conn_send(c, &msg, -1);
 }

@@ -55,6 +55,13 @@ struct session {
 	uint32_t close_mosaic, max_boxes;
 	uint64_t train_epochs;
 	size_t boxes_offset;
+	enum fit_resample resample;
+	size_t shapes_offset, ratio_pad_offset; /* per-image metadata in each slot */
+	/* Rectangular batches: the data set in aspect-ratio order (the plan's
+	 * fixed order) and each of this rank's batches' height and width. */
+	bool rect;
+	uint64_t *rect_order;
+	uint32_t *rect_hw; /* [batches_per_epoch][2] */
 	struct fit_table *fit_tables; /* [slot_count], mosaic: the batch's images */
 	struct fit_entry *fit_entries;
 	uint8_t *fit_pixels;

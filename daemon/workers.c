@@ -210,10 +210,10 @@ static int report_failure(struct worker *w, struct dataset *ds, uint64_t index, 
 	return r;
 }
 
-/* Sample `index` at long side `side` into dst (side * side * 3 bytes), from
- * the decoded tier or the file; failures reported here. */
-static int fit_load(struct worker *w, struct dataset *ds, uint64_t index, uint32_t side, uint8_t *dst,
-		    uint32_t *width, uint32_t *height)
+/* Sample `index` fitted as `req` says into dst, from the decoded tier or
+ * the file; failures reported here. */
+static int fit_load(struct worker *w, struct dataset *ds, uint64_t index, const struct fit_request *req, uint8_t *dst,
+		    struct fit_result *res)
 {
 	bool read_failed = false;
 	int64_t len;
@@ -221,16 +221,18 @@ static int fit_load(struct worker *w, struct dataset *ds, uint64_t index, uint32
 
 	if (dataset_is_bad(ds, index))
 		return -EBADMSG;
-	if (w->pool->settings.decoded_side) {
+	/* cv2's arithmetic is exact from the full-size decode only, which
+	 * the decoded tier does not keep: that mode reads the file. */
+	if (w->pool->settings.decoded_side && req->resample != FIT_CV2) {
 		struct pipeline_image img;
 
 		r = sample_image(w, ds, index, &img, &read_failed);
 		if (r == 0)
-			r = pipeline_fit_image(w->pipeline, &img, side, dst, width, height);
+			r = pipeline_fit_image(w->pipeline, &img, req, dst, res);
 	} else {
 		len = sample_bytes(w, ds, index);
 		read_failed = len < 0;
-		r = len < 0 ? (int)len : pipeline_fit(w->pipeline, w->buf, (size_t)len, side, dst, width, height);
+		r = len < 0 ? (int)len : pipeline_fit(w->pipeline, w->buf, (size_t)len, req, dst, res);
 	}
 	return report_failure(w, ds, index, r, read_failed);
 }
@@ -256,8 +258,10 @@ static int detect_load(void *arg, uint64_t pos, uint32_t side, struct detect_sam
 	struct dataset *ds = job->ds;
 	uint64_t index = pos == l->self_pos ? l->self_index : job->order[pos];
 	struct fit_entry *e = NULL;
+	/* a rectangular batch's shape may be smaller than side x side */
+	struct fit_request req = { side, job->out_w, job->out_h, job->resample };
+	struct fit_result res = { 0 };
 	uint8_t *dst;
-	uint32_t width = 0, height = 0;
 	int r;
 
 	if (pos >= job->count)
@@ -271,8 +275,7 @@ static int detect_load(void *arg, uint64_t pos, uint32_t side, struct detect_sam
 			if (state == FIT_FAILED)
 				return e->error;
 			if (state == FIT_READY) {
-				width = e->width;
-				height = e->height;
+				res = (struct fit_result){ e->width, e->height, e->full_width, e->full_height };
 				dst = job->fits->pixels + pos * (size_t)side * side * 3;
 				goto done;
 			}
@@ -287,10 +290,12 @@ static int detect_load(void *arg, uint64_t pos, uint32_t side, struct detect_sam
 			return r;
 		dst = w->fit;
 	}
-	r = fit_load(w, ds, index, side, dst, &width, &height);
+	r = fit_load(w, ds, index, &req, dst, &res);
 	if (e) {
-		e->width = width;
-		e->height = height;
+		e->width = res.width;
+		e->height = res.height;
+		e->full_width = res.full_width;
+		e->full_height = res.full_height;
 		e->error = r;
 		atomic_store_explicit(&e->state, r < 0 ? FIT_FAILED : FIT_READY, memory_order_release);
 	}
@@ -299,10 +304,12 @@ static int detect_load(void *arg, uint64_t pos, uint32_t side, struct detect_sam
 done:
 	*out = (struct detect_sample){
 		.pixels = dst,
-		.width = width,
-		.height = height,
+		.width = res.width,
+		.height = res.height,
 		.boxes = ds->boxes + ds->box_off[index],
 		.box_count = (uint32_t)(ds->box_off[index + 1] - ds->box_off[index]),
+		.orig_width = res.full_width,
+		.orig_height = res.full_height,
 	};
 	return 0;
 }
@@ -313,6 +320,8 @@ static int produce_detect(struct worker *w, struct batch_job *job, uint32_t pos,
 {
 	struct detect_loader l = {.w = w, .job = job, .self_pos = pos, .self_index = index};
 	uint64_t dropped = 0;
+	struct detect_meta meta = { { 0 }, { 0 } };
+	struct detect_output o = { dst, job->out_w, job->out_h, rows, job->max_boxes, nrows, &dropped, &meta };
 	struct rng rng;
 	int r;
 
@@ -322,8 +331,12 @@ static int produce_detect(struct worker *w, struct batch_job *job, uint32_t pos,
 			return r;
 	}
 	rng_init(&rng, job->seed, job->epoch, index, RNG_AUGMENT);
-	r = detect_run(w->detect, job->detect_transform, &job->detect_params, job->spec.image_size, pos, job->count,
-		       &rng, detect_load, &l, dst, rows, job->max_boxes, nrows, &dropped);
+	r = detect_make(w->detect, job->detect_transform, &job->detect_params, job->spec.image_size, pos, job->count,
+			&rng, detect_load, &l, &o);
+	if (r == 0) {
+		memcpy(job->shapes + (size_t)pos * 4, meta.shape, sizeof(meta.shape));
+		memcpy(job->ratio_pad + (size_t)pos * 4, meta.ratio_pad, sizeof(meta.ratio_pad));
+	}
 	if (r == 0 && dropped)
 		atomic_fetch_add_explicit(&w->counters[COUNTER_BOXES_DROPPED], dropped, memory_order_relaxed);
 	return r;
@@ -366,7 +379,8 @@ static int produce_one(struct worker *w, struct batch_job *job, uint64_t index, 
 static void produce_sample(struct worker *w, struct batch_job *job, uint32_t pos)
 {
 	struct pool *p = w->pool;
-	size_t image_bytes = transform_output_bytes(&job->spec);
+	/* detection batches may be rectangular: their own shape */
+	size_t image_bytes = job->detect ? (size_t)job->out_w * job->out_h * 3 : transform_output_bytes(&job->spec);
 	uint8_t *dst = job->images + (size_t)pos * image_bytes;
 	uint64_t index = job->order[pos], n = job->ds->count;
 
@@ -402,6 +416,10 @@ static void produce_sample(struct worker *w, struct batch_job *job, uint32_t pos
 	/* Nothing near it decodes: an empty image with label -1 (for
 	 * detection: no boxes) says so. */
 	memset(dst, 0, image_bytes);
+	if (job->detect) {
+		memset(job->shapes + (size_t)pos * 4, 0, 4 * sizeof(*job->shapes));
+		memset(job->ratio_pad + (size_t)pos * 4, 0, 4 * sizeof(*job->ratio_pad));
+	}
 	job->labels[pos] = job->detect ? 0 : -1;
 	job->indices[pos] = (int64_t)index;
 	atomic_fetch_add_explicit(&job->replaced, 1, memory_order_relaxed);

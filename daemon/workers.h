@@ -36,6 +36,7 @@ enum fit_state {
 struct fit_entry {
 	_Atomic uint32_t state; /* enum fit_state; READY/FAILED published with release */
 	uint32_t width, height;
+	uint32_t full_width, full_height; /* the file's */
 	int error;
 };
 
@@ -72,6 +73,12 @@ struct batch_job {
 	struct fit_table *fits; /* mosaic partners come from the batch; NULL: none */
 	float *boxes;
 	uint32_t box_count; /* written before the job is handed back */
+	/* The batch's image shape: images are [count][out_h][out_w][3]
+	 * (image_size square but for rectangular batches). */
+	uint32_t out_w, out_h;
+	enum fit_resample resample;
+	int32_t *shapes;    /* [count][4] in the slot: detect_meta.shape */
+	double *ratio_pad;  /* [count][4] in the slot: detect_meta.ratio_pad */
 
 	atomic_uint remaining;  /* samples not yet done */
 	atomic_uint replaced;   /* samples replaced by a stand-in */

@@ -145,6 +145,8 @@ enum stoker_dtype stoker_batch_dtype(const struct stoker_batch *b);
 const int64_t *stoker_batch_labels(const struct stoker_batch *b);
 const int64_t *stoker_batch_indices(const struct stoker_batch *b);
 uint32_t stoker_batch_count(const struct stoker_batch *b);
+/* The batch's image height and width (the same for every batch, but for
+ * rectangular detection batches). */
 uint32_t stoker_batch_height(const struct stoker_batch *b);
 uint32_t stoker_batch_width(const struct stoker_batch *b);
 uint32_t stoker_batch_channels(const struct stoker_batch *b);
@@ -161,8 +163,9 @@ uint32_t stoker_batch_replaced(const struct stoker_batch *b);
  * hyper-parameters by name (hsv_h hsv_s hsv_v degrees translate scale
  * shear perspective flipud fliplr mosaic mixup), close_mosaic and epochs
  * (mosaic and mixup stop for epochs >= epochs - close_mosaic), max_boxes
- * per image (default 1000). Images are uint8 [count, size, size, 3]; the
- * labels array holds each image's box count.
+ * per image (default 1000), rect, stride, pad, resample (below). Images
+ * are uint8 [count, size, size, 3] (rect: each batch's own height and
+ * width); the labels array holds each image's box count.
  */
 enum stoker_task {
 	STOKER_TASK_CLASSIFY = 0,
@@ -173,6 +176,39 @@ enum stoker_task stoker_task(const struct stoker *s);
  * class, cx, cy, w, h; normalised to the image), ordered by image. NULL
  * for a classification batch. */
 const float *stoker_batch_boxes(const struct stoker_batch *b, uint32_t *count);
+/*
+ * Per image of a detection batch, what Ultralytics' batch carries for
+ * evaluation: shapes int32 [count][4] = (original height, width; height,
+ * width after load_image's resize to long side image_size, before the
+ * letterbox's padding), and ratio_pad double [count][4] = (ratio h, ratio
+ * w, pad left, pad top), Ultralytics' ((ratio_h, ratio_w), (left, top)):
+ * ratio = resized / original times the letterbox's own scale (1 unless an
+ * image had to shrink to fit its batch). With transform=mosaic the rows
+ * describe each sample's own image (ratio resized / original, pad 0).
+ * A sample that could not be made at all has zero rows. NULL for
+ * classification batches (or a daemon that sends no metadata).
+ */
+const int32_t *stoker_batch_shapes(const struct stoker_batch *b);
+const double *stoker_batch_ratio_pad(const struct stoker_batch *b);
+/*
+ * Rectangular batches (option rect=true, with transform=letterbox,
+ * shuffle=false; stride (32) and pad (0.5) as Ultralytics' validator):
+ * the data set in aspect-ratio order, each batch letterboxed to its own
+ * shape, given by stoker_batch_height() and stoker_batch_width() (images
+ * [count, height, width, 3]). Ranks take contiguous runs of whole batches.
+ * Option resample=cv2|antialias: how each image is resized to image_size
+ * (cv2: OpenCV's INTER_LINEAR from a full decode, as Ultralytics does, the
+ * default for letterbox; antialias: a filter from a DCT-reduced decode,
+ * faster, the default for mosaic).
+ */
+
+/* The path of data-set sample `index` (as stoker_batch_indices() names
+ * them), NUL-terminated into buf: its length, -ERANGE past the data set,
+ * -ENOBUFS when buf is too small (2 * PATH_MAX always suffices), or the
+ * connection's error. Names come from the daemon in chunks and are cached
+ * (bounded); works while batches are being delivered. */
+int stoker_sample_path(struct stoker *s, uint64_t index, char *buf, size_t size);
+
 /* Objects dropped from the data set's label files (malformed lines, values
  * out of range); the daemon logged each with file and line. */
 uint64_t stoker_label_errors(const struct stoker *s);

@@ -89,6 +89,9 @@ def _declare(lib):
         "stoker_batch_replaced": (ctypes.c_uint32, [P]),
         "stoker_batch_dtype": (ctypes.c_int, [P]),
         "stoker_batch_boxes": (ctypes.c_void_p, [P, ctypes.POINTER(ctypes.c_uint32)]),
+        "stoker_batch_shapes": (ctypes.c_void_p, [P]),
+        "stoker_batch_ratio_pad": (ctypes.c_void_p, [P]),
+        "stoker_sample_path": (ctypes.c_int, [P, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t]),
         "stoker_task": (ctypes.c_int, [P]),
         "stoker_label_errors": (ctypes.c_uint64, [P]),
         "stoker_decode_error_files": (ctypes.c_uint64, [P]),
@@ -197,12 +200,17 @@ class Batch:
     that were replaced). Detection batches also have .boxes, float32 [N, 6]
     rows (image index in the batch, class, cx, cy, w, h), normalised, as
     Ultralytics' collate lays them out; .labels then holds each image's box
-    count, and unpacking gives `images, boxes`. Valid until the loader takes
+    count, and unpacking gives `images, boxes`. Detection batches carry
+    Ultralytics' per-image metadata too: .shapes int32 [B, 4] (original
+    h, w; load_image's resized h, w) and .ratio_pad float64 [B, 4]
+    (ratio h, ratio w, pad left, pad top: Ultralytics' ratio_pad is
+    ((r[0], r[1]), (r[2], r[3]))). Rectangular batches (rect=True) have
+    each their own image height and width. Valid until the loader takes
     the next batch."""
 
-    __slots__ = ("images", "labels", "indices", "epoch", "index", "replaced", "boxes")
+    __slots__ = ("images", "labels", "indices", "epoch", "index", "replaced", "boxes", "shapes", "ratio_pad")
 
-    def __init__(self, images, labels, indices, epoch, index, replaced, boxes=None):
+    def __init__(self, images, labels, indices, epoch, index, replaced, boxes=None, shapes=None, ratio_pad=None):
         self.images = images
         self.labels = labels
         self.indices = indices
@@ -210,6 +218,8 @@ class Batch:
         self.index = index
         self.replaced = replaced
         self.boxes = boxes
+        self.shapes = shapes
+        self.ratio_pad = ratio_pad
 
     def __iter__(self):
         yield self.images
@@ -232,7 +242,7 @@ class _BatchMemory:
     shapes and numpy dtypes, for whichever framework wraps them."""
 
     __slots__ = ("count", "images", "image_shape", "image_dtype", "labels", "label_dtype", "indices",
-                 "boxes", "box_rows", "epoch", "index", "replaced")
+                 "boxes", "box_rows", "shapes", "ratio_pad", "epoch", "index", "replaced")
 
     def __init__(self, b):
         n = int(_lib.stoker_batch_count(b))
@@ -249,6 +259,9 @@ class _BatchMemory:
         # A detection batch has an address even with no rows; NULL otherwise.
         self.boxes = _lib.stoker_batch_boxes(b, ctypes.byref(nboxes)) or None
         self.box_rows = int(nboxes.value)
+        # Detection's per-image metadata: int32 [count, 4] and float64 [count, 4].
+        self.shapes = _lib.stoker_batch_shapes(b) or None
+        self.ratio_pad = _lib.stoker_batch_ratio_pad(b) or None
         self.epoch = int(_lib.stoker_batch_epoch(b))
         self.index = int(_lib.stoker_batch_index(b))
         self.replaced = int(_lib.stoker_batch_replaced(b))
@@ -256,7 +269,8 @@ class _BatchMemory:
 
 # Options of task="detect" (Ultralytics' hyper-parameter names and ours).
 _DETECT_OPTIONS = {"hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective",
-                   "flipud", "fliplr", "mosaic", "mixup", "close_mosaic", "epochs", "max_boxes", "split"}
+                   "flipud", "fliplr", "mosaic", "mixup", "close_mosaic", "epochs", "max_boxes", "split",
+                   "rect", "stride", "pad", "resample"}
 
 
 def _opt_text(v):
@@ -323,7 +337,7 @@ class Loader:
     _launcher_rank = None
 
     def __init__(self, dataset, socket=None, batch_size=256, image_size=224, seed=0, rank=None,
-                 world_size=None, transform=None, shuffle=True, drop_last=False,
+                 world_size=None, transform=None, shuffle=None, drop_last=False,
                  epoch=0, prefetch=0, timeout=None, dtype="uint8", mean=None, std=None,
                  coordinated=False, task="classify", order="samples", shuffle_buffer=1000, dct_scaling=None,
                  **detect):
@@ -337,6 +351,8 @@ class Loader:
         lib = load_library()
         if transform is None:  # each task's training transform
             transform = "mosaic" if task == "detect" else "random_resized_crop"
+        if shuffle is None:  # rectangular batches come in aspect-ratio order
+            shuffle = not detect.get("rect")
         unknown = set(detect) - _DETECT_OPTIONS
         if unknown:
             raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
@@ -428,6 +444,20 @@ class Loader:
                 return out
             out.append(name.decode())
 
+    def sample_path(self, index):
+        """The path of data-set sample `index` (as batch.indices names them):
+        Ultralytics' im_file. Fetched from the daemon in chunks, cached."""
+        h = self._handle()
+        buf = ctypes.create_string_buffer(8192)
+        rc = _lib.stoker_sample_path(h, int(index), buf, len(buf))
+        if rc < 0:
+            raise _error(rc, h, f"sample_path({index})")
+        return os.fsdecode(buf.value)
+
+    def sample_paths(self, indices):
+        """[sample_path(i) for i in indices], e.g. a batch's .indices."""
+        return [self.sample_path(i) for i in indices]
+
     @property
     def epoch(self):
         """The epoch being produced."""
@@ -506,6 +536,8 @@ class Loader:
         views here; stoker.torch makes tensors)."""
         return Batch(
             boxes=None if mem.boxes is None else _view(mem.boxes, (mem.box_rows, 6), np.float32),
+            shapes=None if mem.shapes is None else _view(mem.shapes, (mem.count, 4), np.int32),
+            ratio_pad=None if mem.ratio_pad is None else _view(mem.ratio_pad, (mem.count, 4), np.float64),
             images=_view(mem.images, mem.image_shape, mem.image_dtype),
             labels=_view(mem.labels, (mem.count,), mem.label_dtype),
             indices=_view(mem.indices, (mem.count,), np.int64),
