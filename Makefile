@@ -298,6 +298,9 @@ $(FB)/seeds/.done: $(B)/tests/fuzz_mkseeds $(B)/tests/mkjpeg tests/tools/mkimage
 	$(Q)rm -rf $(FB)/seeds/images && $(PYTHON) tests/tools/mkimages.py --side 23 17 $(FB)/seeds/images
 	$(Q)set -e; for f in $(FUZZ_IMAGE); do mkdir -p $(FB)/seeds/$$f; \
 	    cp $(FB)/seeds/images/$${f}_* $(FB)/seeds/$$f/; cp $(FB)/seeds/images/$${f}_* $(FB)/seeds/decode/; done
+	$(Q){ printf '\003'; head -c 4096 data/photos/rocket.jpg; } > $(FB)/seeds/detect/jpeg-header
+	$(Q)printf '\003\211PNG\r\n\032\n\000\000\000\015IHDR\000\000\001\000\000\000\000\200\010\002\000\000\000' \
+	    > $(FB)/seeds/detect/png-header
 	@touch $@
 
 fuzz-build: $(FUZZ_BINS) $(FB)/seeds/.done

@@ -3,19 +3,25 @@
  * libFuzzer target: detection's untrusted inputs. The first byte picks
  *   0: a label file's text into labels_parse(),
  *   1: a data.yaml's text into data_yaml_load() (through a memfd path),
- *   2: detect_run() with parameters, image sizes and boxes taken from the
- *      input (whatever detect_params_check() accepts), on small outputs:
- *      the geometry and box code must never read or write out of bounds,
- *      and every box it writes must lie inside the image.
+ *   2: detect_make() with parameters, image sizes and boxes taken from the
+ *      input (whatever detect_params_check() accepts), on small outputs,
+ *      square or (letterbox) a rectangular batch's shape: the geometry and
+ *      box code must never read or write out of bounds, every box it
+ *      writes must lie inside the image, the metadata inside it too;
+ *   3: a file's bytes into the header reader (a PNG's IHDR, a JPEG's
+ *      markers) that reads image sizes for rectangular batches
+ *      (dataset_header_size, through a memfd).
  */
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "dataset.h"
 #include "detect.h"
 #include "fuzz_common.h"
 #include "labels.h"
@@ -75,6 +81,9 @@ static void run_detect(struct input *in)
 	char why[160];
 	uint32_t size = 8 + take_u32(in, 89), count = 1 + take_u32(in, 8), nboxes = 0, max_boxes = 1 + take_u32(in, 40);
 	uint64_t dropped = 0;
+	struct detect_meta meta;
+	enum detect_transform t;
+	uint32_t out_w, out_h;
 	uint8_t *image;
 	float *boxes;
 
@@ -100,14 +109,23 @@ static void run_detect(struct input *in)
 	}
 	f.fail_mask = take_u32(in, 16);
 	rng_init(&rng, take_u32(in, 0), 0, 0, RNG_AUGMENT);
-	image = malloc((size_t)size * size * 3);
+	t = take_u32(in, 2) ? DETECT_TRAIN : DETECT_LETTERBOX;
+	/* letterbox: a rectangular batch's shape, up to a stride's pad beyond size */
+	out_w = t == DETECT_TRAIN ? size : 1 + take_u32(in, size + 32);
+	out_h = t == DETECT_TRAIN ? size : 1 + take_u32(in, size + 32);
+	image = malloc((size_t)out_w * out_h * 3);
 	boxes = malloc((size_t)max_boxes * DETECT_BOX_FLOATS * sizeof(float));
 	if (!image || !boxes)
 		abort();
-	if (detect_run(d, take_u32(in, 2) ? DETECT_TRAIN : DETECT_LETTERBOX, &p, size, take_u32(in, count), count,
-		       &rng, fake_load, &f, image, boxes, max_boxes, &nboxes, &dropped) == 0) {
+	struct detect_output o = { image, out_w, out_h, boxes, max_boxes, &nboxes, &dropped, &meta };
+	if (detect_make(d, t, &p, size, take_u32(in, count), count, &rng, fake_load, &f, &o) == 0) {
 		if (nboxes > max_boxes)
 			abort();
+		if (meta.shape[0] <= 0 || meta.shape[1] <= 0 || meta.shape[2] <= 0 || meta.shape[3] <= 0 ||
+		    meta.shape[2] > (int32_t)size || meta.shape[3] > (int32_t)size || !(meta.ratio_pad[0] > 0) ||
+		    !(meta.ratio_pad[1] > 0) || meta.ratio_pad[2] < 0 || meta.ratio_pad[2] >= out_w ||
+		    meta.ratio_pad[3] < 0 || meta.ratio_pad[3] >= out_h)
+			abort(); /* metadata that describes no image inside the output */
 		for (uint32_t b = 0; b < nboxes; b++) {
 			const float *r = boxes + b * DETECT_BOX_FLOATS;
 
@@ -126,7 +144,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 	if (size == 0)
 		return 0;
-	switch (data[0] % 3) {
+	switch (data[0] % 4) {
 	case 0: {
 		struct box_vec v = {0};
 
@@ -154,8 +172,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		close(fd);
 		break;
 	}
-	default:
+	case 2:
 		run_detect(&in);
+		break;
+	default: {
+		uint32_t w = 0, h = 0;
+		int fd = memfd_create("jpeg", MFD_CLOEXEC);
+
+		if (fd < 0 || write(fd, in.p, in.n) != (ssize_t)in.n)
+			abort();
+		if (dataset_header_size(fd, &w, &h) == 0 && (w == 0 || h == 0 || w > INT32_MAX || h > INT32_MAX))
+			abort();
+		close(fd);
+	}
 	}
 	return 0;
 }

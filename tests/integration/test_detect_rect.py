@@ -1,0 +1,291 @@
+"""What Ultralytics' validator needs from detection batches, against a real stokerd:
+per-image metadata (original and load_image sizes, ratio_pad), sample file names, and
+rectangular batches (rect=True), checked against an independent numpy transcription
+of Ultralytics' formulas (BaseDataset.load_image / set_rectangle, LetterBox,
+ContiguousDistributedSampler) and the images' own sizes (Pillow). The comparison
+with Ultralytics' own YOLODataset is tests/detect_parity (make check-detect-parity).
+"""
+
+import math
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import stoker
+
+PAD = 114
+
+
+def images_of(root):
+    return sorted((root / "images" / "train").glob("*.jpg"))
+
+
+def load_size(w0, h0, imgsz):
+    """load_image: r = imgsz / max(h0, w0); each side min(ceil(side0 * r), imgsz)."""
+    r = imgsz / max(h0, w0)
+    return min(math.ceil(w0 * r), imgsz), min(math.ceil(h0 * r), imgsz)
+
+
+def letterbox(w, h, new_h, new_w):
+    """LetterBox(scaleup=False): (r, new_unpad w, h, left, top)."""
+    r = min(new_h / h, new_w / w, 1.0)
+    uw, uh = (w, h) if r == 1.0 else (max(round(w * r), 1), max(round(h * r), 1))
+    return r, uw, uh, round((new_w - uw) / 2 - 0.1), round((new_h - uh) / 2 - 0.1)
+
+
+def rect_plan(sizes, batch, imgsz, stride=32, pad=0.5):
+    """set_rectangle with a stable sort: (order, batch_shapes [nb, 2] as (h, w))."""
+    s = np.array([(h, w) for w, h in sizes], dtype=np.int64)
+    ar = s[:, 0] / s[:, 1]
+    order = np.argsort(ar, kind="stable")
+    ar = ar[order]
+    n = len(sizes)
+    bi = np.floor(np.arange(n) / batch).astype(int)
+    nb = bi[-1] + 1
+    shapes = [[1, 1]] * nb
+    for i in range(nb):
+        ari = ar[bi == i]
+        mini, maxi = ari.min(), ari.max()
+        if maxi < 1:
+            shapes[i] = [maxi, 1]
+        elif mini > 1:
+            shapes[i] = [1, 1 / mini]
+    return order, np.ceil(np.array(shapes) * imgsz / stride + pad).astype(int) * stride
+
+
+def contiguous_range(n, batch, rank, world):
+    """ContiguousDistributedSampler._get_rank_indices."""
+    unit = 1 if batch >= n else batch
+    nb = math.ceil(n / unit)
+    base, rem = divmod(nb, world)
+    mine = base + (1 if rank < rem else 0)
+    start = rank * base + min(rank, rem)
+    return min(start * unit, n), min((start + mine) * unit, n)
+
+
+def open_loader(d, path, **kw):
+    opts = dict(socket=d.socket, batch_size=4, image_size=256, task="detect", transform="letterbox")
+    opts.update(kw)
+    return stoker.Loader(path, **opts)
+
+
+def collect(ld):
+    out = []
+    for b in ld:
+        out.append(dict(images=np.array(b.images), boxes=np.array(b.boxes), indices=np.array(b.indices),
+                        shapes=np.array(b.shapes), ratio_pad=np.array(b.ratio_pad), replaced=b.replaced))
+    return out
+
+
+@pytest.fixture
+def varied(make_yolo):
+    """Scenes of independent width and height, 320..800: many aspect ratios."""
+    root, manifest, _ = make_yolo(kind="scenes", images=23, classes=4, seed=21)
+    files = images_of(root)
+    sizes = [Image.open(f).size for f in files]
+    return root, files, sizes
+
+
+def check_metadata(b, sizes, imgsz, out_h, out_w):
+    for i, idx in enumerate(b["indices"]):
+        w0, h0 = sizes[idx]
+        w1, h1 = load_size(w0, h0, imgsz)
+        r, uw, uh, left, top = letterbox(w1, h1, out_h, out_w)
+        assert b["shapes"][i].tolist() == [h0, w0, h1, w1], (idx, b["shapes"][i])
+        want = [h1 / h0 * r, w1 / w0 * r, left, top]
+        assert b["ratio_pad"][i].tolist() == want, (idx, b["ratio_pad"][i], want)
+        img = b["images"][i]
+        # the padding is exactly where LetterBox puts it
+        assert (img[:top] == PAD).all() and (img[top + uh:] == PAD).all()
+        assert (img[:, :left] == PAD).all() and (img[:, left + uw:] == PAD).all()
+
+
+def test_square_letterbox_metadata(daemon, varied):
+    root, files, sizes = varied
+    d = daemon()
+    with open_loader(d, root / "images" / "train", shuffle=False) as ld:
+        batches = collect(ld)
+    assert sum(len(b["indices"]) for b in batches) == len(files)
+    for b in batches:
+        assert b["images"].shape[1:] == (256, 256, 3)
+        check_metadata(b, sizes, 256, 256, 256)
+
+
+def test_mosaic_metadata_describes_each_sample(daemon, varied):
+    root, files, sizes = varied
+    d = daemon()
+    with open_loader(d, root / "images" / "train", transform="mosaic", seed=3) as ld:
+        batches = collect(ld)
+    seen = 0
+    for b in batches:
+        for i, idx in enumerate(b["indices"]):
+            w0, h0 = sizes[idx]
+            w1, h1 = load_size(w0, h0, 256)
+            assert b["shapes"][i].tolist() == [h0, w0, h1, w1]
+            assert b["ratio_pad"][i].tolist() == [h1 / h0, w1 / w0, 0.0, 0.0]
+            seen += 1
+    assert seen == len(files)
+
+
+def test_sample_paths_name_the_delivered_files(daemon, varied):
+    root, files, sizes = varied
+    d = daemon()
+    with open_loader(d, root / "images" / "train", transform="mosaic", seed=1) as ld:
+        for b in ld:
+            paths = ld.sample_paths(b.indices)
+            for i, p in enumerate(paths):
+                assert p == os.path.realpath(files[b.indices[i]])
+                # and the metadata is that file's
+                assert b.shapes[i, :2].tolist() == list(Image.open(p).size[::-1])
+        with pytest.raises(stoker.StokerError) as e:
+            ld.sample_path(len(files))
+        assert e.value.errno == 34  # ERANGE
+        assert "past" in str(e.value)
+
+
+def test_sample_names_in_chunks_of_a_long_list(daemon, varied, tmp_path):
+    """2,500 entries with long names, relative and absolute: every name right, over many
+    bounded replies and chunk evictions."""
+    root, files, sizes = varied
+    links = tmp_path / "imgs"
+    links.mkdir()
+    lines, want = [], []
+    for k in range(2500):
+        f = files[k % len(files)]
+        name = f"{k:05d}_" + "x" * 180 + ".jpg"       # ~190 bytes: a reply holds ~170
+        (links / name).symlink_to(f)
+        if k % 2:
+            lines.append(str(links / name))             # absolute
+        else:
+            lines.append(f"./imgs/{name}")              # relative to the list
+        want.append(str(links / name))
+    listing = tmp_path / "list.txt"
+    listing.write_text("\n".join(lines) + "\n")
+    d = daemon()
+    with open_loader(d, listing, batch_size=8, shuffle=False) as ld:
+        assert ld.dataset_samples == 2500
+        got = [ld.sample_path(i) for i in range(2500)]
+        # in an order that defeats the cache, interleaved with batches
+        it = iter(ld)
+        for i in (2499, 0, 1500, 3, 2048, 1023, 1024):
+            assert ld.sample_path(i) == want[i]
+            next(it)
+    assert got == want
+
+
+def test_rect_batches_follow_set_rectangle(daemon, varied):
+    root, files, sizes = varied
+    d = daemon()
+    order, shapes = rect_plan(sizes, 4, 256)
+    with open_loader(d, root / "images" / "train", rect=True) as ld:
+        assert len(ld) == len(shapes)
+        batches = collect(ld)
+    assert [b["images"].shape[1:3] for b in batches] == [tuple(s) for s in shapes.tolist()]
+    assert np.concatenate([b["indices"] for b in batches]).tolist() == order.tolist()
+    assert any(s[0] != s[1] for s in shapes.tolist()), "the data set should give rectangular batches"
+    for b, (h, w) in zip(batches, shapes.tolist()):
+        check_metadata(b, sizes, 256, h, w)
+        # boxes normalised to this batch's own width and height
+        bx = b["boxes"]
+        assert ((bx[:, 2] - bx[:, 4] / 2) >= -1e-6).all() and ((bx[:, 2] + bx[:, 4] / 2) <= 1 + 1e-6).all()
+
+
+@pytest.mark.parametrize("world,batch", [(3, 4), (2, 5), (4, 64)])
+def test_rect_ranks_take_contiguous_whole_batches(daemon, varied, world, batch):
+    root, files, sizes = varied
+    d = daemon()
+    order, shapes = rect_plan(sizes, batch, 256)
+    seen = []
+    for rank in range(world):
+        with open_loader(d, root / "images" / "train", rect=True, batch_size=batch, rank=rank,
+                         world_size=world) as ld:
+            batches = collect(ld)
+        lo, hi = contiguous_range(len(files), batch, rank, world)
+        got = np.concatenate([b["indices"] for b in batches]).tolist()
+        assert got == order[lo:hi].tolist(), (rank, lo, hi)
+        for k, b in enumerate(batches):
+            g = (lo + k * batch) // batch if batch < len(files) else 0
+            assert b["images"].shape[1:3] == tuple(shapes[g].tolist())
+        seen += got
+    assert sorted(seen) == list(range(len(files)))          # each image once, none padded
+
+
+def test_rect_resume_exact(daemon, varied):
+    root, files, sizes = varied
+    d = daemon()
+    with open_loader(d, root / "images" / "train", rect=True, batch_size=3) as ld:
+        it = iter(ld)
+        for _ in range(2):
+            next(it)
+        state = ld.state_dict()
+        rest = [(np.array(b.images), np.array(b.boxes), np.array(b.indices)) for b in it]
+    d.stop()
+    d2 = daemon()
+    with open_loader(d2, root / "images" / "train", rect=True, batch_size=3) as ld:
+        ld.load_state_dict(state)
+        again = [(np.array(b.images), np.array(b.boxes), np.array(b.indices)) for b in ld]
+    assert len(rest) == len(again) == math.ceil(len(files) / 3) - 2
+    for a, b in zip(rest, again):
+        assert all(np.array_equal(x, y) for x, y in zip(a, b))
+
+
+def test_resample_modes_differ_only_in_pixels(daemon, make_yolo):
+    root, _, _ = make_yolo(kind="photos", images=6, classes=5, seed=4, min_side=500, max_side=900)
+    d = daemon()
+    out = {}
+    for mode in ("cv2", "antialias"):
+        with open_loader(d, root / "images" / "train", shuffle=False, resample=mode) as ld:
+            out[mode] = collect(ld)
+    for a, b in zip(out["cv2"], out["antialias"]):
+        for key in ("indices", "boxes", "shapes", "ratio_pad"):
+            assert np.array_equal(a[key], b[key]), key
+    diff = np.mean([np.abs(a["images"].astype(int) - b["images"].astype(int)).mean()
+                    for a, b in zip(out["cv2"], out["antialias"])])
+    assert diff > 0.1, "the two resamplers gave the same pixels"
+
+
+@pytest.mark.parametrize("kw,words", [
+    (dict(rect=True, transform="mosaic"), "letterbox"),
+    (dict(rect=True, shuffle=True), "shuffle"),
+    (dict(rect=True, drop_last=True), "drop_last"),
+    (dict(rect=True, stride=0), "stride"),
+    (dict(rect=True, stride=4096), "stride"),
+    (dict(rect=True, pad=-1.0), "pad"),
+    (dict(rect=True, pad=100.0), "pad"),
+    (dict(rect=True, image_size=2048, stride=1024, pad=8.0), "ring"),  # slots sized for 10240 x 10240
+    (dict(resample="lanczos"), None),          # the library refuses it before sending
+    (dict(rect=True, world_size=9, rank=8, batch_size=4), "no batch"),   # 6 batches, 9 ranks
+])
+def test_rect_refusals(daemon, varied, kw, words):
+    root, files, sizes = varied
+    d = daemon()
+    with pytest.raises(stoker.StokerError) as e:
+        open_loader(d, root / "images" / "train", **kw)
+    if words:
+        assert words in str(e.value), str(e.value)
+    with open_loader(d, root / "images" / "train", rect=True) as ld:     # the daemon serves on
+        assert len(collect(ld)) == len(rect_plan(sizes, 4, 256)[1])
+
+
+def test_rect_unreadable_image_square_and_replaced(daemon, make_yolo):
+    """A corrupt file: its header gives no size (taken as square), it is replaced by the next
+    image, shrunk to fit the batch's shape as LetterBox would, and counted."""
+    root, manifest, _ = make_yolo(kind="scenes", images=12, classes=3, seed=8, corrupt=2)
+    files = images_of(root)
+    corrupt = [i for i, f in enumerate(files) if f.name.startswith("corrupt")]
+    assert len(files) == 14 and len(corrupt) == 2
+    d = daemon()
+    with open_loader(d, root / "images" / "train", rect=True, batch_size=3) as ld:
+        batches = collect(ld)
+        assert ld.dataset_samples == 14
+    delivered = np.concatenate([b["indices"] for b in batches]).tolist()
+    assert len(delivered) == 14 and not set(corrupt) & set(delivered)      # stand-ins instead
+    assert sum(b["replaced"] for b in batches) == 2
+    for b in batches:
+        h, w = b["images"].shape[1:3]
+        for i in range(len(b["indices"])):
+            oh, ow, rh, rw = b["shapes"][i].tolist()
+            r, uw, uh, left, top = letterbox(rw, rh, h, w)
+            assert b["ratio_pad"][i].tolist() == [rh / oh * r, rw / ow * r, left, top]
