@@ -1,0 +1,98 @@
+"""stoker's evaluation batches against Ultralytics' own YOLODataset (the installed
+ultralytics), image by image: rectangular batch shapes (its batch_shapes), the
+order (set_rectangle's), each rank's share (its ContiguousDistributedSampler),
+ori_shape / resized_shape / ratio_pad, boxes, file names, and the pixels of
+resample="cv2" (bit-exact with opencv-python 5; within 1 of OpenCV 4).
+Runs once, in `make check-detect-parity`."""
+
+import os
+
+import numpy as np
+import pytest
+
+import stoker
+
+ultralytics = pytest.importorskip("ultralytics")   # make check-detect-parity installs it
+import cv2  # noqa: E402  (comes with ultralytics)
+from ultralytics.cfg import get_cfg  # noqa: E402
+from ultralytics.data.build import ContiguousDistributedSampler  # noqa: E402
+from ultralytics.data.dataset import YOLODataset  # noqa: E402
+from ultralytics.utils import DEFAULT_CFG  # noqa: E402
+
+# OpenCV 5 rounds every vertical-pass pixel as its SIMD kernel does; 4.x rounds a row's
+# last partial vector exactly, which can differ by one.
+PIXEL_SLACK = 0 if int(cv2.__version__.split(".")[0]) >= 5 else 1
+
+
+def yolo_dataset(path, imgsz, batch, rect):
+    return YOLODataset(img_path=str(path), imgsz=imgsz, augment=False, hyp=get_cfg(DEFAULT_CFG), rect=rect,
+                       batch_size=batch, stride=32, pad=0.5,
+                       data={"names": {i: str(i) for i in range(80)}, "nc": 80, "channels": 3})
+
+
+def compare_batches(ld, ds):
+    """Every batch of `ld` against `ds` item by item; returns the (H, W) of each batch."""
+    index = {os.path.realpath(f): i for i, f in enumerate(ds.im_files)}
+    shapes, order = [], []
+    for b in ld:
+        shapes.append(tuple(b.images.shape[1:3]))
+        for i, p in enumerate(ld.sample_paths(b.indices)):
+            k = index[p]
+            order.append(k)
+            u = ds[k]
+            where = ds.im_files[k]
+            assert tuple(u["ori_shape"]) == tuple(b.shapes[i, :2]), where
+            assert tuple(u["resized_shape"]) == b.images.shape[1:3], where
+            (rh, rw), (left, top) = u["ratio_pad"]
+            assert [rh, rw, left, top] == b.ratio_pad[i].tolist(), where
+            ref = u["img"].numpy().transpose(1, 2, 0)       # Format gives RGB CHW
+            d = np.abs(ref.astype(np.int16) - b.images[i].astype(np.int16)).max()
+            assert d <= PIXEL_SLACK, f"{where}: pixels differ by {d}"
+            ub = u["bboxes"].numpy()
+            sb = b.boxes[b.boxes[:, 0] == i]
+            assert ub.shape[0] == sb.shape[0] and np.allclose(ub, sb[:, 2:], atol=1e-5), where
+            assert np.array_equal(u["cls"].numpy().ravel(), sb[:, 1]), where
+    return shapes, order
+
+
+@pytest.fixture
+def varied(make_yolo):
+    """Real-photo objects on scenes of independent width and height: many aspect ratios."""
+    root, _, _ = make_yolo(kind="scenes", images=27, classes=6, seed=31, background="photo")
+    return root / "images" / "train"
+
+
+@pytest.mark.parametrize("imgsz,batch", [(320, 4), (640, 8)])
+def test_rect_batches_equal_ultralytics(daemon, varied, imgsz, batch):
+    ds = yolo_dataset(varied, imgsz, batch, rect=True)
+    d = daemon()
+    with stoker.Loader(varied, socket=d.socket, task="detect", transform="letterbox", image_size=imgsz,
+                       batch_size=batch, rect=True) as ld:
+        assert len(ld) == len(ds.batch_shapes)
+        shapes, order = compare_batches(ld, ds)
+    assert shapes == [tuple(s) for s in ds.batch_shapes.tolist()]
+    # set_rectangle reorders im_files by aspect ratio: ours is that order (no ties here)
+    assert order == list(range(len(ds.im_files)))
+
+
+def test_square_letterbox_equals_ultralytics(daemon, varied):
+    ds = yolo_dataset(varied, 320, 8, rect=False)
+    d = daemon()
+    with stoker.Loader(varied, socket=d.socket, task="detect", transform="letterbox", image_size=320,
+                       batch_size=8, shuffle=False) as ld:
+        shapes, _ = compare_batches(ld, ds)
+    assert set(shapes) == {(320, 320)}
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_rect_ranks_equal_contiguous_sampler(daemon, varied, world):
+    batch = 4
+    ds = yolo_dataset(varied, 320, batch, rect=True)
+    d = daemon()
+    for rank in range(world):
+        want = list(ContiguousDistributedSampler(ds, num_replicas=world, rank=rank, batch_size=batch))
+        with stoker.Loader(varied, socket=d.socket, task="detect", transform="letterbox", image_size=320,
+                           batch_size=batch, rect=True, rank=rank, world_size=world) as ld:
+            shapes, order = compare_batches(ld, ds)
+        assert order == want
+        assert shapes == [tuple(ds.batch_shapes[ds.batch[want[k]]].tolist()) for k in range(0, len(want), batch)]
