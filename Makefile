@@ -72,7 +72,7 @@ Q := @
 say = @printf '  %-8s %s\n' $(1) $(2)
 endif
 
-.PHONY: all clean check check-unit check-integration check-sanitize check-torch demo bench bench-detect install uninstall FORCE \
+.PHONY: all clean check check-unit check-integration check-sanitize check-torch check-detect-parity demo bench bench-detect install uninstall FORCE \
         fuzz fuzz-build fuzz-smoke check-tsan check-valgrind check-faults
 all: $(B)/stokerd $(B)/stokerctl $(LIB_SO) $(B)/libstoker.so $(B)/libstoker.a $(B)/stoker.pc $(UNIT_BINS) $(FAULT_BINS)
 
@@ -164,6 +164,7 @@ check: all
 	$(MAKE) --no-print-directory check-integration
 ifeq ($(SANITIZE),)
 	$(MAKE) --no-print-directory check-torch
+	$(MAKE) --no-print-directory check-detect-parity
 	$(MAKE) --no-print-directory check-sanitize
 	$(MAKE) --no-print-directory check-tsan
 	$(MAKE) --no-print-directory fuzz-smoke
@@ -218,6 +219,14 @@ check-integration: all
 # defaults, and examples/torch/train.py under torchrun with two ranks (DDP,
 # gloo on the CPU, ResNet-18), stopped mid-epoch and resumed. torch and
 # torchvision come from PyPI when the interpreter lacks them.
+# stoker's evaluation batches against Ultralytics' own YOLODataset (rect
+# shapes and order, ranks, metadata, boxes, cv2-exact pixels); once, not
+# under the sanitizers (torch with the ASan runtime preloaded is not viable).
+check-detect-parity: all
+	@$(PYTHON) -c 'import ultralytics' 2>/dev/null || $(PYTHON) -m pip install -q ultralytics 2>/dev/null || \
+	    $(PYTHON) -m pip install -q --break-system-packages ultralytics
+	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) -m pytest -q tests/detect_parity
+
 check-torch: all
 	@$(PYTHON) -c 'import torch, torchvision' 2>/dev/null || $(PYTHON) -m pip install -q torch torchvision 2>/dev/null || \
 	    $(PYTHON) -m pip install -q --break-system-packages torch torchvision

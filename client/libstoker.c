@@ -627,6 +627,20 @@ static int parse_float3(const char *v, float out[3], bool positive)
 }
 
 /* Detection's options (Ultralytics' hyper-parameters under their names). */
+/* A finite number, all of `v`. */
+static int parse_double(const char *v, double *out)
+{
+	char *end;
+	double x;
+
+	errno = 0;
+	x = strtod(v, &end);
+	if (errno || end == v || *end || !isfinite(x))
+		return -EINVAL;
+	*out = x;
+	return 0;
+}
+
 static int opts_set_detect(struct stoker_opts *o, const char *key, const char *value)
 {
 	Stoker__DetectOptions *d = &o->detect;
@@ -635,11 +649,8 @@ static int opts_set_detect(struct stoker_opts *o, const char *key, const char *v
 
 #define SET_FLOAT(name)                                                 \
 	if (!strcmp(key, #name)) {                                      \
-		char *end;                                              \
 		double x;                                               \
-		errno = 0;                                              \
-		x = strtod(value, &end);                                \
-		if (errno || end == value || *end || !isfinite(x))      \
+		if (parse_double(value, &x) < 0)                        \
 			return -EINVAL;                                 \
 		d->name = (float)x;                                     \
 		d->has_##name = true;                                   \
@@ -675,16 +686,8 @@ static int opts_set_detect(struct stoker_opts *o, const char *key, const char *v
 		d->stride = (uint32_t)v;
 		d->has_stride = true;
 	} else if (!strcmp(key, "pad")) {
-		char *end;
-		double x;
-
-		errno = 0;
-		x = strtod(value, &end);
-		if (errno || end == value || *end || !isfinite(x))
-			return -EINVAL;
-		d->pad = x;
-		d->has_pad = true;
-		r = 0;
+		r = parse_double(value, &d->pad);
+		d->has_pad = d->has_pad || r == 0;
 	} else if (!strcmp(key, "resample")) {
 		if (!strcmp(value, "cv2"))
 			d->resample = STOKER__RESAMPLE__RESAMPLE_CV2;

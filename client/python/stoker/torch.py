@@ -60,13 +60,16 @@ class Batch(tuple):
     """One batch as the default collate gives it: `images, labels = batch`,
     batch[0], batch[1], len(batch) == 2 (for detection: images, boxes).
     Also .images, .labels (int64 [B]; detection: each image's box count),
-    .boxes (detection: float32 [N, 6], else None), .indices (int64 [B], the
-    samples delivered), .epoch, .index (batch number in the epoch),
-    .replaced (unreadable samples replaced). Valid until the next batch."""
+    .boxes (detection: float32 [N, 6], else None), .shapes and .ratio_pad
+    (detection: int32 [B, 4] and float64 [B, 4], Ultralytics' per-image
+    metadata, see stoker.Batch), .indices (int64 [B], the samples
+    delivered), .epoch, .index (batch number in the epoch), .replaced
+    (unreadable samples replaced). Valid until the next batch."""
 
-    def __new__(cls, images, labels, indices, epoch, index, replaced, boxes=None):
+    def __new__(cls, images, labels, indices, epoch, index, replaced, boxes=None, shapes=None, ratio_pad=None):
         self = super().__new__(cls, (images, labels if boxes is None else boxes))
         self.images, self.labels, self.indices, self.boxes = images, labels, indices, boxes
+        self.shapes, self.ratio_pad = shapes, ratio_pad
         self.epoch, self.index, self.replaced = epoch, index, replaced
         return self
 
@@ -92,8 +95,11 @@ class Loader(_core.Loader):
         if labels.dtype != torch.int64:
             labels = labels.to(torch.int64)
         boxes = None if mem.boxes is None else _tensor(mem.boxes, (mem.box_rows, 6), np.float32)
+        shapes = None if mem.shapes is None else _tensor(mem.shapes, (mem.count, 4), np.int32)
+        ratio_pad = None if mem.ratio_pad is None else _tensor(mem.ratio_pad, (mem.count, 4), np.float64)
         return Batch(images=images, labels=labels, indices=_tensor(mem.indices, (mem.count,), np.int64),
-                     epoch=mem.epoch, index=mem.index, replaced=mem.replaced, boxes=boxes)
+                     epoch=mem.epoch, index=mem.index, replaced=mem.replaced, boxes=boxes, shapes=shapes,
+                     ratio_pad=ratio_pad)
 
     def __repr__(self):
         return "<stoker.torch" + super().__repr__()[len("<stoker"):]

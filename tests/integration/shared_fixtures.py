@@ -1,0 +1,21 @@
+"""The integration tests' fixtures (real stokerd processes, real-photo data
+sets) for test directories that run in make targets of their own
+(tests/torch, tests/detect_parity): their conftest.py calls export(globals())."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+_INTEGRATION = Path(__file__).resolve().parent
+
+
+def export(namespace):
+    """Put everything the integration conftest defines, fixtures and helpers,
+    into `namespace` (so `from conftest import Daemon` finds them there too
+    when pytest collects several directories at once)."""
+    if str(_INTEGRATION) not in sys.path:
+        sys.path.insert(0, str(_INTEGRATION))
+    spec = importlib.util.spec_from_file_location("stoker_integration_conftest", _INTEGRATION / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    namespace.update({k: v for k, v in vars(conftest).items() if not k.startswith("__")})
