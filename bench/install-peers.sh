@@ -4,6 +4,7 @@
 #   nvidia-dali-cuda120  (NVIDIA DALI; the bench uses only its CPU pipeline)
 #   ultralytics          (YOLO's own training data loader, for bench/detect.py;
 #                         pulls in opencv-python and pyyaml)
+#   webdataset           (WebDataset's own loader, on the same tar shards)
 # Each is optional: the bench prints "not installed" for a missing peer.
 # The default torch wheel on x86_64 Linux pulls in the CUDA runtime wheels
 # (several GB); that is fine for a benchmark machine.
@@ -24,10 +25,11 @@ pipi() {
 pipi torch torchvision
 pipi nvidia-dali-cuda120
 pipi ultralytics
+pipi webdataset
 
 "$PY" - <<'PY'
 import importlib
-for m in ("torch", "torchvision", "nvidia.dali", "ultralytics"):
+for m in ("torch", "torchvision", "nvidia.dali", "ultralytics", "webdataset"):
     try:
         mod = importlib.import_module(m)
         print(f"install-peers: {m} {getattr(mod, '__version__', '?')}")

@@ -21,6 +21,8 @@ def main():
     p.add_argument("--transform", default="random_resized_crop", choices=["random_resized_crop", "center_crop"])
     p.add_argument("--dct-scaling", choices=["default", "true", "false"], default="default",
                    help="decode large crops at a DCT reduction (default: the transform's own choice)")
+    p.add_argument("--order", default="samples", choices=["samples", "shards"],
+                   help="tar shard data sets: sample order (random access) or shard order")
     a = p.parse_args()
     log = log_to_stderr(f"stoker {a.dtype}")
 
@@ -35,6 +37,8 @@ def main():
         kw["dct_scaling"] = a.dct_scaling == "true"
     if a.dtype != "uint8":
         kw["dtype"] = a.dtype
+    if a.order != "samples":
+        kw["order"] = a.order
     try:
         loader = stoker.Loader(**kw)
     except TypeError as e:  # the binding has no dtype argument yet

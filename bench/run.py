@@ -377,14 +377,15 @@ def bench_limit(r, files, cores, a):
     return d, par
 
 
-def bench_stoker(r, tmp, data, cores, dtype, a, name=None, daemon_args=()):
+def bench_stoker(r, tmp, data, cores, dtype, a, name=None, daemon_args=(), peer_args=()):
     try:
         dm = Daemon(r, tmp, cores, name or f"stoker-{dtype}", extra_args=daemon_args)
     except RuntimeError as e:
         return {"status": "failed", "reason": str(e)}
     try:
         res = r.peer([os.path.join(HERE, "peer_stoker.py"), "--socket", dm.sock, "--dataset", data,
-                      "--dtype", dtype, "--epochs", str(a.epochs), "--min-seconds", str(a.min_seconds)])
+                      "--dtype", dtype, "--epochs", str(a.epochs), "--min-seconds", str(a.min_seconds),
+                      *peer_args])
         st = dm.status()
         stats = dm.stats()
     finally:
@@ -439,6 +440,24 @@ CATEGORIES = [
      lambda s, f: re.search(r"copy_to_iter|copy_user|filemap|folio|vfs_read|ksys_read|ext4_|xfs_|pread", s)),
     ("memset/memcpy/page faults", lambda s, f: re.search(r"mem(set|cpy|move)|page_fault|clear_page|fault", s)),
 ]
+
+
+def build_shards(data, cores):
+    """The data set as WebDataset tar shards (scripts/mkshards.py, 64 samples a
+    shard so every worker of every row has shards), made once: its pattern."""
+    out = data.rstrip("/") + "-shards"
+    done = os.path.join(out, "PATTERN")
+    if not os.path.exists(done):
+        shutil.rmtree(out, ignore_errors=True)
+        say(f"writing tar shards of {data} ...")
+        p = subprocess.run([sys.executable, os.path.join(REPO, "scripts", "mkshards.py"), "imagefolder", data, out,
+                            "--maxcount", "64"], capture_output=True, text=True, check=True)
+        with open(done, "w") as f:
+            f.write(p.stdout.strip())
+    with open(done) as f:
+        pattern = f.read().strip()
+    warm_cache([os.path.join(out, n) for n in os.listdir(out) if n.endswith(".tar")])
+    return pattern
 
 
 def categorise(costs):
@@ -558,6 +577,9 @@ def table(res):
         ("dali_fused", "DALI CPU (fused image_random_crop) [extra]", s8, ""),
         ("stoker_png_uint8", "stoker uint8, PNG data", None, ""),
         ("torch_png_uint8", "PyTorch DataLoader uint8, PNG data", s8png, ""),
+        ("stoker_shards", "stoker uint8, tar shards (sample order)", s8, ""),
+        ("stoker_shards_order", "stoker uint8, tar shards (shard order)", s8, ""),
+        ("webdataset", "webdataset loader on the same shards", rows.get("stoker_shards"), ""),
     ]
     lines = [f"{'row':46} {'images/s':>9} {'row/limit':>10} {'stoker/row':>11}  {'target':7} {'other':>5}  note",
              "-" * 100]
@@ -630,7 +652,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "out"))
     ap.add_argument("--png-images", type=int, default=env_int("BENCH_PNG_IMAGES", 512),
                     help="pictures of the data set converted to PNG for the PNG rows (env BENCH_PNG_IMAGES)")
-    ap.add_argument("--only", help="comma-separated rows: limit,stoker,torch,dali,png,rtt,profile")
+    ap.add_argument("--only", help="comma-separated rows: limit,stoker,shards,torch,dali,png,rtt,profile")
     a = ap.parse_args()
 
     avail = sorted(os.sched_getaffinity(0))
@@ -706,6 +728,21 @@ def main():
             tasks.append((("stoker_uint8_decoded",), "stoker uint8, decoded cache tier",
                           lambda: (bench_stoker(r, tmp, data, cores, "uint8", a, "stoker-decoded",
                                                 ["--set", f"cache_decoded_side={2 * 224}"]),)))
+        if want("shards"):
+            # WebDataset tar shards of the same files: stoker in sample order
+            # (random access through the member index) and in shard order,
+            # and webdataset's own loader; one index directory for the run.
+            pattern = build_shards(data, cores)
+            index = ["--set", f"shard_index_dir={os.path.join(tmp, 'shard-index')}"]
+            os.makedirs(os.path.join(tmp, "shard-index"), exist_ok=True)
+            tasks.append((("stoker_shards",), "stoker uint8, tar shards",
+                          lambda: (bench_stoker(r, tmp, pattern, cores, "uint8", a, "stoker-shards", index),)))
+            tasks.append((("stoker_shards_order",), "stoker uint8, tar shards in shard order",
+                          lambda: (bench_stoker(r, tmp, pattern, cores, "uint8", a, "stoker-shard-order", index,
+                                                ["--order", "shards"]),)))
+            tasks.append((("webdataset",), "webdataset loader, tar shards", lambda: (
+                r.peer([os.path.join(HERE, "peer_webdataset.py"), *common[2:], "--dataset", pattern,
+                        "--samples", str(len(files))]),)))
         if want("torch"):
             for dt in ("uint8", "float32"):
                 tasks.append(((f"torch_{dt}",), f"PyTorch DataLoader {dt}", lambda dt=dt: (

@@ -738,18 +738,18 @@ int dataset_open_detect(const char *path, const char *split, uint64_t max_sample
 		r = data_yaml_load(real, split, &yaml, errbuf, errlen);
 		if (r < 0)
 			return r;
+		if (shards_spec(yaml.split_path)) {
+			r = detect_shards(yaml.split_path, split, &yaml, max_samples, report, report_ctx, out, errbuf,
+					  errlen);
+			data_yaml_clear(&yaml);
+			return r;
+		}
 		if (!realpath(yaml.split_path, images)) {
 			r = -errno;
 			set_err(errbuf, errlen, "dataset %s: split '%s' is %s: %s", path, split, yaml.split_path,
 				strerror(-r));
 			goto fail;
 		}
-	}
-	if (shards_spec(yaml.split_path ? yaml.split_path : path)) {
-		r = detect_shards(yaml.split_path ? yaml.split_path : path, split, &yaml, max_samples, report,
-				  report_ctx, out, errbuf, errlen);
-		data_yaml_clear(&yaml);
-		return r;
 	}
 	if (stat(images, &st) < 0) {
 		r = -errno;

@@ -485,8 +485,13 @@ static int shard_index(struct shard *sh, struct tar_index *out, bool *built, cha
 		set_err(errbuf, errlen, "shard %s: %s", sh->loc, strerror(-r));
 		return r;
 	}
-	if (fstat(fr.fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		r = S_ISREG(st.st_mode) ? -errno : -EINVAL;
+	if (fstat(fr.fd, &st) < 0) {
+		r = -errno;
+		set_err(errbuf, errlen, "shard %s: %s", sh->loc, strerror(-r));
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		r = -EINVAL;
 		set_err(errbuf, errlen, "shard %s: not a regular file", sh->loc);
 		goto out;
 	}
@@ -517,6 +522,14 @@ static bool is_pattern(const char *path)
 	return open && strchr(open, '}') && access(path, F_OK) != 0;
 }
 
+/* Is entry `name` of d a regular .tar file (following links)? */
+static bool is_tar_entry(DIR *d, const char *name)
+{
+	struct stat st;
+
+	return has_suffix_ci(name, ".tar") && fstatat(dirfd(d), name, &st, 0) == 0 && S_ISREG(st.st_mode);
+}
+
 /* A directory with .tar files at its top level? */
 static bool dir_has_tars(const char *path)
 {
@@ -527,7 +540,7 @@ static bool dir_has_tars(const char *path)
 	if (!d)
 		return false;
 	while (!found && (e = readdir(d)))
-		found = has_suffix_ci(e->d_name, ".tar");
+		found = is_tar_entry(d, e->d_name);
 	closedir(d);
 	return found;
 }
@@ -627,7 +640,7 @@ static int list_dir_tars(const char *dir, struct strvec *out, char *errbuf, size
 		return r;
 	}
 	while (r == 0 && (e = readdir(d)))
-		if (has_suffix_ci(e->d_name, ".tar"))
+		if (is_tar_entry(d, e->d_name))
 			r = names.n >= SHARDS_MAX ? -E2BIG : strvec_push(&names, e->d_name);
 	closedir(d);
 	strvec_sort(&names);
@@ -807,11 +820,11 @@ static int samples_add(struct samples *s, const char *shard_name, const char *me
 }
 
 /* A small member's text (NUL-terminated) into *buf. */
-static int read_member(const struct shard *sh, const struct tar_member *m, char **buf, size_t *cap)
+static int read_member(const struct shard *sh, const struct tar_member *m, uint64_t max, char **buf, size_t *cap)
 {
 	int r;
 
-	if (m->size > SHARDS_MAX_LABEL_BYTES)
+	if (m->size > max)
 		return -EFBIG;
 	r = grow((void **)buf, cap, (size_t)m->size + 1, 1);
 	if (r < 0)
@@ -933,7 +946,7 @@ static int group_done(struct open_ctx *o, struct samples *s, const struct group 
 				(int)g->key_len, g->key);
 			return -EINVAL;
 		}
-		r = read_member(sh, &t->v[lm], &o->text, &o->text_cap);
+		r = read_member(sh, &t->v[lm], SHARDS_MAX_LABEL_BYTES, &o->text, &o->text_cap);
 		if (r < 0) {
 			set_err(errbuf, errlen, "shard %s: %s: %s", sh->loc, tar_member_name(t, (size_t)lm),
 				r == -EFBIG ? "too large for a label" : strerror(-r));
@@ -964,13 +977,13 @@ static int group_done(struct open_ctx *o, struct samples *s, const struct group 
 			return 0;
 		}
 		snprintf(where, sizeof(where), "%s:%s", shard_name, tar_member_name(t, (size_t)lm));
-		r = read_member(sh, &t->v[lm], &o->text, &o->text_cap);
+		r = read_member(sh, &t->v[lm], LABELS_MAX_FILE_BYTES, &o->text, &o->text_cap);
 		if (r < 0) {
 			if (r == -ENOMEM)
 				return r;
 			if (o->report)
 				o->report(o->report_ctx, where, 0,
-					  r == -EFBIG ? "too large for a label file" : strerror(-r));
+					  r == -EFBIG ? "larger than 4 MiB: not a label file" : strerror(-r));
 			o->label_errors++;
 			return 0;
 		}

@@ -276,13 +276,16 @@ int tar_index_build(tar_read_fn read, void *ctx, uint64_t size, uint64_t max_mem
 			msize = pax_size;
 		}
 		data = off + TAR_BLOCK;
+		/* Links, directories, devices and FIFOs carry no data in tar,
+		 * whatever their size field says (as tarfile reads them). */
+		if (type >= '1' && type <= '6')
+			msize = 0;
 		if (msize > size - data) {
 			reason = "member data runs past the end (truncated archive)";
 			r = -EBADMSG;
 			goto out;
 		}
-		/* Links, directories, devices and FIFOs carry no data in tar. */
-		next = type >= '1' && type <= '6' ? data : data + (msize + TAR_BLOCK - 1) / TAR_BLOCK * TAR_BLOCK;
+		next = data + (msize + TAR_BLOCK - 1) / TAR_BLOCK * TAR_BLOCK;
 		if (type == 'L' || type == 'x')
 			meta_off = off; /* where an extended header with no member began */
 		if (type == 'L') {

@@ -139,9 +139,7 @@ def test_shard_order_exactly_once_and_deterministic(daemon, tmp_path, clean):
     # Unshuffled: each rank a contiguous run.
     runs = shard_runs(d1, pattern, 2, shuffle=False)
     assert runs == [list(range(32)), list(range(32, 64))]
-    # The buffer keeps reads local: a sample leaves at most `buffer` places early.
-    seq = shard_runs(d1, pattern, 1, shuffle=False)[0]
-    assert seq == list(range(64))
+    assert shard_runs(d1, pattern, 1, shuffle=False)[0] == list(range(64))
 
 
 def test_shard_order_resume(daemon, tmp_path, clean):
@@ -255,6 +253,7 @@ def test_detection_shards_same_as_loose(daemon, tmp_path, make_yolo):
     pattern = mkshards("yolo", images, tmp_path / "ysh", "--maxcount", "6")
     d = start(daemon, tmp_path)
     opts = dict(socket=d.socket, batch_size=4, image_size=160, task="detect", seed=2)
+    out_letterbox = None
     for transform in ("letterbox", "mosaic"):
         out = []
         for ds in (images, pattern):
@@ -263,10 +262,20 @@ def test_detection_shards_same_as_loose(daemon, tmp_path, make_yolo):
                 out.append([(np.asarray(b.images).copy(), np.asarray(b.boxes).copy(),
                              list(map(int, b.indices))) for b in ld])
         assert len(out[0]) == len(out[1]) == 5
+        if transform == "letterbox":
+            out_letterbox = [(x[0], x[1]) for x in out[1]]
         for (ia, ba, xa), (ib, bb, xb) in zip(*out):
             assert xa == xb
             assert np.array_equal(ia, ib)
             assert np.array_equal(ba, bb)
+    # A data.yaml whose split names the shards: its names name the classes.
+    yaml = tmp_path / "data.yaml"
+    names = "".join(f"  {i}: thing{i}\n" for i in range(10))
+    yaml.write_text(f"path: {tmp_path}\ntrain: ysh/{os.path.basename(pattern)}\nnames:\n{names}")
+    with stoker.Loader(yaml, transform="letterbox", **opts) as ld:
+        assert ld.class_names == [f"thing{i}" for i in range(10)]
+        got = [(np.asarray(b.images).copy(), np.asarray(b.boxes).copy()) for b in ld]
+    assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(got, out_letterbox))
 
 
 def test_mkshards_deterministic_and_bounded(tmp_path, tree):

@@ -116,7 +116,7 @@ static void test_tar_formats(void **state)
 	(void)state;
 	member(&b, "a/x.jpg", "JPEGDATA");
 	header(&b, "a/", '5', 0, NULL);              /* a directory: skipped */
-	header(&b, "link.jpg", '2', 0, NULL);        /* a symlink: skipped */
+	header(&b, "link.jpg", '2', 700, NULL);      /* a symlink: skipped, its size field ignored */
 	header(&b, "x.cls", '0', 1, "some/prefix");  /* ustar prefix joined */
 	put(&b, "7", 1);
 	pad(&b);
@@ -550,6 +550,30 @@ static void test_shard_order_plan(void **state)
 		for (uint64_t k = 0; k < 17; k++)
 			assert_int_equal(a[k], 17 + k);
 		free(a);
+	}
+	/* The buffer only moves a sample earlier by less than its size: the
+	 * same run as without a buffer, each sample at most K-1 places early. */
+	s.shuffle = true;
+	for (uint32_t r = 0; r < 3; r++) {
+		uint64_t *plain, *buffered, n;
+
+		s.rank = r;
+		n = plan_samples_per_epoch(&s);
+		s.shuffle_buffer = 1;
+		assert_int_equal(plan_epoch_order(&s, 4, &plain), 0);
+		s.shuffle_buffer = 6;
+		assert_int_equal(plan_epoch_order(&s, 4, &buffered), 0);
+		assert_memory_not_equal(plain, buffered, n * sizeof(*plain));
+		for (uint64_t k = 0; k < n; k++) {
+			uint64_t j = 0;
+
+			while (j < n && plain[j] != buffered[k])
+				j++;
+			assert_true(j < n);
+			assert_true(k + 5 >= j);
+		}
+		free(plain);
+		free(buffered);
 	}
 	/* Bounds: the starts must end at the sample count. */
 	s.samples = 49;
