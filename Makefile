@@ -30,6 +30,8 @@ PYTHONDIR    ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(P
 MANPAGES     := man/stokerd.8 man/stokerctl.1 man/stoker.conf.5 man/libstoker.3
 
 PKGS_DAEMON  := libuv libturbojpeg libjpeg libprotobuf-c libsystemd inih
+# HTTP/S3 data sets (daemon/fetch.h).
+PKGS_DAEMON  += libcurl
 # The image formats beside JPEG (daemon/image.h): PNG, WebP, TIFF.
 PKGS_DAEMON  += spng libwebp libwebpdemux libtiff-4
 PKGS_CLIENT  := libprotobuf-c

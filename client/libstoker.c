@@ -1440,10 +1440,18 @@ static void stats_json(struct text *t, const Stoker__Stats *st)
 		    (unsigned long long)st->rss_bytes, st->connections, st->worker_threads, st->worker_busy_seconds);
 	text_printf(t,
 		    ", \"samples_decoded\": %llu, \"samples_copied\": %llu, \"label_errors\": %llu, "
-		    "\"boxes_dropped\": %llu, \"ring_bytes\": %llu, \"memory_budget_bytes\": %llu, \"cache\": ",
+		    "\"boxes_dropped\": %llu, \"ring_bytes\": %llu, \"memory_budget_bytes\": %llu, ",
 		    (unsigned long long)st->samples_decoded, (unsigned long long)st->samples_copied,
 		    (unsigned long long)st->label_errors, (unsigned long long)st->boxes_dropped,
 		    (unsigned long long)st->ring_bytes, (unsigned long long)st->memory_budget_bytes);
+	if (st->has_net_requests)
+		text_printf(t,
+			    "\"net_requests\": %llu, \"net_bytes\": %llu, \"net_retries\": %llu, \"net_errors\": %llu, "
+			    "\"net_inflight\": %u, \"remote_cache_hits\": %llu, \"remote_fetched\": %llu, ",
+			    (unsigned long long)st->net_requests, (unsigned long long)st->net_bytes,
+			    (unsigned long long)st->net_retries, (unsigned long long)st->net_errors, st->net_inflight,
+			    (unsigned long long)st->remote_cache_hits, (unsigned long long)st->remote_fetched);
+	text_printf(t, "\"cache\": ");
 	if (!st->cache_policy) {
 		text_printf(t, "null}\n");
 		return;
@@ -1487,6 +1495,13 @@ static void stats_text(struct text *t, const Stoker__Stats *st)
 		text_printf(t, "  label errors    %llu (objects dropped from label files)\n  boxes dropped   %llu (over "
 			       "max_boxes)\n",
 			    (unsigned long long)st->label_errors, (unsigned long long)st->boxes_dropped);
+	if (st->net_requests || st->remote_cache_hits)
+		text_printf(t,
+			    "  network         %llu requests, %.1f MiB, %llu retries, %llu errors; remote samples: %llu "
+			    "fetched, %llu from the cache\n",
+			    (unsigned long long)st->net_requests, st->net_bytes / 1048576.0,
+			    (unsigned long long)st->net_retries, (unsigned long long)st->net_errors,
+			    (unsigned long long)st->remote_fetched, (unsigned long long)st->remote_cache_hits);
 	text_printf(t, "  memory          %.1f MiB of %.1f MiB budget in rings\n", st->ring_bytes / 1048576.0,
 		    st->memory_budget_bytes / 1048576.0);
 	if (st->cache_policy) {

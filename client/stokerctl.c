@@ -225,6 +225,16 @@ static void top_frame(const struct stoker_stats *st, struct tier_prev *prev, siz
 	       human_bytes(num(st, "ring_bytes"), b, sizeof(b)),
 	       human_bytes(num(st, "memory_budget_bytes"), c, sizeof(c)));
 	top_cache(st, prev, nprev);
+	if (num(st, "net_requests") > 0 || num(st, "remote_cache_hits") > 0) {
+		double fetched = num(st, "remote_fetched"), hits = num(st, "remote_cache_hits");
+
+		/* Remote samples: warm ones came from the node cache. */
+		printf("network   %.0f requests   %s   %.0f retries   %.0f errors   %.0f in flight   remote samples "
+		       "%.1f%% from the cache\n",
+		       num(st, "net_requests"), human_bytes(num(st, "net_bytes"), a, sizeof(a)), num(st, "net_retries"),
+		       num(st, "net_errors"), num(st, "net_inflight"),
+		       fetched + hits > 0 ? 100.0 * hits / (fetched + hits) : 0.0);
+	}
 	printf("\n%7s %8s %9s %6s %9s %10s %7s %10s  %s\n", "CLIENT", "PID", "RANK", "EPOCH", "BATCHES", "IMAGES/S",
 	       "STALL", "RING", "DATASET");
 	if (!order)

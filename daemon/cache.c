@@ -236,6 +236,17 @@ out:
 	return r;
 }
 
+bool cache_contains(struct cache *c, enum cache_tier tier, const struct cache_key *key)
+{
+	struct shard *s = shard_of(c, key->path_hash);
+	bool found;
+
+	pthread_mutex_lock(&s->lock);
+	found = shard_find(c, s, tier, key) != NULL;
+	pthread_mutex_unlock(&s->lock);
+	return found;
+}
+
 /* Take `charge` bytes of the budget, or say there is no room. */
 static bool reserve(struct cache *c, uint64_t charge)
 {

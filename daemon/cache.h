@@ -67,6 +67,10 @@ uint64_t cache_key_hash(const char *dir, const char *name);
 int64_t cache_get(struct cache *c, enum cache_tier tier, const struct cache_key *key, uint8_t **buf, size_t *cap,
 		  struct cache_image *image);
 
+/* Does the cache hold the entry? Not counted as a hit or miss: for the
+ * fetch stage, which only needs to know whether to fetch. */
+bool cache_contains(struct cache *c, enum cache_tier tier, const struct cache_key *key);
+
 /*
  * Offer data for caching (copied). 0 when stored, -ENOSPC when the policy
  * declines (MINIO: full; LRU: larger than the budget), -EEXIST when another

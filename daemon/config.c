@@ -38,6 +38,12 @@ void config_defaults(struct config *c)
 	c->stopped_lease_ms = 30000;
 	c->metrics_interval_ms = 15000;
 	c->log_level = LOG_LVL_INFO;
+	c->fetch_max_inflight = 64;
+	c->fetch_connect_timeout_ms = 5000;
+	c->fetch_stall_timeout_ms = 10000;
+	c->fetch_retries = 5;
+	c->fetch_backoff_ms = 200;
+	c->remote_listing_ttl_s = 600;
 }
 
 /* "123", "64K", "4M", "2G", "1T" (binary multiples). */
@@ -131,6 +137,16 @@ static const struct config_key config_keys[] = {
 	STR("metrics_listen", metrics_listen, RESTART),
 	STR("shard_index_dir", shard_index_dir, RESTART),
 	{"log_level", KEY_LOG_LEVEL, offsetof(struct config, log_level), 0, 0, LIVE},
+	U32(fetch_max_inflight, 1, 4096, RESTART),
+	U32(fetch_connect_timeout_ms, 100, 600000, RESTART),
+	U32(fetch_stall_timeout_ms, 1000, 3600000, RESTART),
+	U32(fetch_retries, 0, 100, RESTART),
+	U32(fetch_backoff_ms, 1, 60000, RESTART),
+	U32(remote_listing_ttl_s, 0, 31u << 20, LIVE),
+	STR("s3_endpoint", s3_endpoint, LIVE),
+	STR("s3_region", s3_region, LIVE),
+	STR("s3_profile", s3_profile, LIVE),
+	STR("s3_credentials_file", s3_credentials_file, LIVE),
 };
 #define NKEYS (sizeof(config_keys) / sizeof(config_keys[0]))
 _Static_assert(NKEYS <= CONFIG_MAX_KEYS, "raise CONFIG_MAX_KEYS");

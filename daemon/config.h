@@ -54,6 +54,17 @@ struct config {
 	char metrics_listen[64]; /* "": none; else a loopback host:port */
 	char shard_index_dir[CONFIG_VALUE_MAX]; /* tar shard indexes; "": $CACHE_DIRECTORY/shards, or none */
 	enum log_level log_level;
+	/* Objects over HTTP/S3 (fetch.h, s3.h). */
+	uint32_t fetch_max_inflight;       /* transfers at once, all data sets */
+	uint32_t fetch_connect_timeout_ms;
+	uint32_t fetch_stall_timeout_ms;   /* no byte for this long: retried */
+	uint32_t fetch_retries;
+	uint32_t fetch_backoff_ms;         /* the first retry's delay bound; doubles */
+	uint32_t remote_listing_ttl_s;     /* listings reused this long */
+	char s3_endpoint[512];             /* "": AWS_ENDPOINT_URL(_S3), else AWS */
+	char s3_region[64];                /* "": AWS_REGION, AWS_DEFAULT_REGION, us-east-1 */
+	char s3_profile[128];              /* "": AWS_PROFILE, else "default" */
+	char s3_credentials_file[512];     /* "": AWS_SHARED_CREDENTIALS_FILE, ~/.aws/credentials */
 };
 
 /* Where each key's value came from: "default", a file path, "command

@@ -15,6 +15,7 @@
 #include "cache.h"
 #include "daemon.h"
 #include "ring.h"
+#include "prefetch.h"
 #include "session.h"
 #include "workers.h"
 
@@ -157,6 +158,19 @@ void control_handle_stats(struct conn *c)
 	st.has_label_errors = st.has_boxes_dropped = true;
 	st.label_errors = d->label_errors;
 	st.boxes_dropped = pool_boxes_dropped(d->pool);
+	if (d->fetch && d->prefetch) {
+		struct fetch_stats fs;
+
+		fetch_get_stats(d->fetch, &fs);
+		st.has_net_requests = st.has_net_bytes = st.has_net_retries = st.has_net_errors = true;
+		st.has_remote_cache_hits = st.has_remote_fetched = st.has_net_inflight = true;
+		st.net_requests = fs.requests;
+		st.net_bytes = fs.bytes;
+		st.net_retries = fs.retries;
+		st.net_errors = fs.errors;
+		st.net_inflight = (uint32_t)fs.inflight;
+		prefetch_counts(d->prefetch, &st.remote_cache_hits, &st.remote_fetched);
+	}
 	st.has_ring_bytes = st.has_memory_budget_bytes = true;
 	st.ring_bytes = d->ring_bytes;
 	st.memory_budget_bytes = d->cfg.memory_budget;

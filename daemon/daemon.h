@@ -20,6 +20,8 @@ struct dataset;
 struct attach_request;
 struct batch_job;
 struct metrics;
+struct fetch;
+struct prefetch;
 
 /* Samples of the last few seconds, for rates. */
 #define STATS_WINDOW 6
@@ -87,6 +89,9 @@ struct daemon {
 	uint64_t ring_bytes; /* all rings alive, against cfg.memory_budget */
 	uint64_t fit_bytes;  /* detection sessions' partner images, against it too */
 	bool pool_full; /* a session waits for queue room */
+	struct fetch *fetch;       /* HTTP/S3 transfers (fetch.h) */
+	struct prefetch *prefetch; /* remote samples fetched before decoding */
+	struct batch_job *fetched_head, *fetched_tail; /* fetched, waiting for queue room */
 	int listen_fd;
 	int reserve_fd; /* spare descriptor, given up to refuse a client clearly at EMFILE */
 	uint64_t fd_limit; /* RLIMIT_NOFILE (raised to the hard limit); 0: none */
@@ -166,12 +171,16 @@ void session_handle_release(struct conn *c, const Stoker__Release *m);
 void session_handle_names(struct conn *c, const Stoker__NamesRequest *m);
 /* The connection is gone: cancel its work, free once workers are done. */
 void session_detach(struct conn *c);
+/* At exit: drop the listing cache's data sets and the registry. */
+void datasets_free_all(struct daemon *d);
 /* Give waiting sessions a chance at queue room. */
 void sessions_schedule_all(struct daemon *d);
 /* The pool's completion callback. */
 void session_job_done(struct batch_job *job, void *userdata);
 /* Files of the session's data set found unreadable so far. */
 uint64_t session_decode_error_files(const struct session *s);
+/* The fetch stage's: a job's remote samples are here; queue it. */
+void session_fetched(struct batch_job *job, void *userdata);
 
 /* May this peer reconfigure the daemon? Root, the daemon's own user, or a
  * member of admin_group (server.c). */

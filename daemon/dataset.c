@@ -10,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dataset.h"
@@ -292,22 +293,17 @@ out:
 	return r;
 }
 
-static int scan_list_file(const char *path, struct builder *b, uint32_t *num_classes, char *errbuf, size_t errlen)
+/* `path label` lines from f (named `path` in messages). */
+static int scan_list_stream(FILE *f, const char *path, struct builder *b, uint32_t *num_classes, char *errbuf,
+			    size_t errlen)
 {
 	char *line = NULL;
 	size_t cap = 0;
 	ssize_t len;
 	unsigned long lineno = 0;
 	int64_t max_label = -1;
-	FILE *f;
 	int r = 0;
 
-	f = fopen(path, "re");
-	if (!f) {
-		r = -errno;
-		set_err(errbuf, errlen, "%s: %s", path, strerror(errno));
-		return r;
-	}
 	while ((len = getline(&line, &cap, f)) >= 0) {
 		char *end = line + len, *label_start, *endp;
 		long long label;
@@ -355,6 +351,20 @@ static int scan_list_file(const char *path, struct builder *b, uint32_t *num_cla
 	*num_classes = (uint32_t)(max_label + 1);
 out:
 	free(line);
+	return r;
+}
+
+static int scan_list_file(const char *path, struct builder *b, uint32_t *num_classes, char *errbuf, size_t errlen)
+{
+	FILE *f = fopen(path, "re");
+	int r;
+
+	if (!f) {
+		r = -errno;
+		set_err(errbuf, errlen, "%s: %s", path, strerror(errno));
+		return r;
+	}
+	r = scan_list_stream(f, path, b, num_classes, errbuf, errlen);
 	fclose(f);
 	return r;
 }
@@ -804,6 +814,310 @@ fail:
 	return r;
 }
 
+/* ---- remote data sets (s3://, http://, https://) ---- */
+
+static uint64_t monotonic_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int dataset_url(const struct dataset *ds, uint64_t index, char *out, size_t size)
+{
+	const struct dataset_remote *rm = ds->remote;
+	const char *name = dataset_name(ds, index);
+	int n;
+
+	if (strncasecmp(name, "http://", 7) == 0 || strncasecmp(name, "https://", 8) == 0) {
+		n = snprintf(out, size, "%s", name);
+		return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+	}
+	if (strncmp(name, "s3://", 5) == 0) {
+		char bucket[256];
+		const char *key;
+
+		if (s3_split(name, bucket, sizeof(bucket), &key) < 0)
+			return -EINVAL;
+		return s3_object_url(&rm->s3, bucket, key, out, size);
+	}
+	n = snprintf(out, size, "%s", name[0] == '/' ? rm->origin : rm->base);
+	if (n < 0 || (size_t)n >= size)
+		return -ENAMETOOLONG;
+	return url_encode_append(out, size, name, true);
+}
+
+/* A worker's fetch of one sample, when the fetch stage did not bring it
+ * (a replacement candidate): blocking, through the I/O thread. */
+static int64_t remote_read(const struct dataset *ds, uint64_t index, uint8_t **buf, size_t *cap, uint64_t max_bytes)
+{
+	struct fetch_req req = {0};
+	char url[8192];
+	int r = dataset_url(ds, index, url, sizeof(url));
+
+	if (r < 0)
+		return r;
+	req.url = url;
+	req.auth = ds->remote->is_signed ? &ds->remote->auth : NULL;
+	r = fetch_sync(ds->remote->fetch, &req);
+	if (r == 0 && req.len > max_bytes)
+		r = -EFBIG;
+	if (r < 0) {
+		free(req.data);
+		return r;
+	}
+	free(*buf);
+	*buf = req.data;
+	*cap = req.cap;
+	return (int64_t)req.len;
+}
+
+/* One object of an S3 ImageFolder listing. */
+struct listed {
+	char *rel; /* the key after the prefix: class/.../file.jpg */
+	size_t class_len, dir_len; /* lengths of "class" and "class/.../" */
+	uint64_t size;
+};
+
+struct listing {
+	struct listed *v;
+	size_t n, cap;
+	size_t prefix_len;
+	uint64_t max;
+	char *errbuf;
+	size_t errlen;
+	const char *url;
+};
+
+static int listing_add(void *ctx, const char *key, uint64_t size)
+{
+	struct listing *l = ctx;
+	const char *rel = key + l->prefix_len, *slash = strchr(rel, '/'), *last = strrchr(rel, '/');
+
+	/* Objects beside the class folders, and folder markers, are not samples. */
+	if (strlen(key) < l->prefix_len || !slash || !last[1])
+		return 0;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 1024;
+		struct listed *v = realloc(l->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		l->v = v;
+		l->cap = cap;
+	}
+	if (l->n >= l->max * 2 + 1024) {
+		set_err(l->errbuf, l->errlen, "%s: more than %llu objects", l->url, (unsigned long long)l->max);
+		return -EFBIG;
+	}
+	l->v[l->n].rel = strdup(rel);
+	if (!l->v[l->n].rel)
+		return -ENOMEM;
+	l->v[l->n].class_len = (size_t)(slash - rel);
+	l->v[l->n].dir_len = (size_t)(last - rel) + 1;
+	l->v[l->n].size = size;
+	l->n++;
+	return 0;
+}
+
+static int cmp_part(const char *a, size_t alen, const char *b, size_t blen)
+{
+	int c = memcmp(a, b, alen < blen ? alen : blen);
+
+	return c ? c : (alen > blen) - (alen < blen);
+}
+
+/* The local scan's order: class, then directory (os.walk sorted), then
+ * file name. */
+static int cmp_listed(const void *pa, const void *pb)
+{
+	const struct listed *a = pa, *b = pb;
+	int c = cmp_part(a->rel, a->class_len, b->rel, b->class_len);
+
+	if (!c)
+		c = cmp_part(a->rel, a->dir_len, b->rel, b->dir_len);
+	return c ? c : strcmp(a->rel + a->dir_len, b->rel + b->dir_len);
+}
+
+static int scan_s3_folder(struct dataset_remote *rm, const char *url, const char *bucket, const char *prefix,
+			  struct builder *b, uint64_t **sizes, uint32_t *num_classes, char *errbuf, size_t errlen)
+{
+	struct listing l = {.prefix_len = strlen(prefix), .max = b->max, .errbuf = errbuf, .errlen = errlen, .url = url};
+	uint64_t class_start = 0, sizes_cap = 0;
+	uint32_t classes = 0;
+	int r;
+
+	r = s3_list(rm->fetch, &rm->s3, rm->is_signed ? &rm->auth : NULL, bucket, prefix, listing_add, &l, errbuf,
+		    errlen);
+	if (r < 0)
+		goto out;
+	if (l.n > 1)
+		qsort(l.v, l.n, sizeof(*l.v), cmp_listed);
+	for (size_t i = 0; i <= l.n; i++) {
+		if (i == l.n || i == 0 ||
+		    cmp_part(l.v[i].rel, l.v[i].class_len, l.v[i - 1].rel, l.v[i - 1].class_len)) {
+			if (i > 0 && b->n == class_start) {
+				/* torchvision's ImageFolder refuses this too. */
+				set_err(errbuf, errlen, "%s: class '%.*s' has no image files", url,
+					(int)l.v[i - 1].class_len, l.v[i - 1].rel);
+				r = -ENOENT;
+				goto out;
+			}
+			if (i == l.n)
+				break;
+			classes++;
+			class_start = b->n;
+		}
+		if (!is_folder_image(l.v[i].rel + l.v[i].dir_len))
+			continue;
+		r = builder_add(b, l.v[i].rel, (int32_t)(classes - 1), url, errbuf, errlen);
+		if (r < 0)
+			goto out;
+		if (b->n > sizes_cap) {
+			uint64_t *v = realloc(*sizes, b->cap * sizeof(*v));
+
+			if (!v) {
+				r = -ENOMEM;
+				goto out;
+			}
+			*sizes = v;
+			sizes_cap = b->cap;
+		}
+		(*sizes)[b->n - 1] = l.v[i].size;
+	}
+	if (classes == 0) {
+		set_err(errbuf, errlen, "%s: no class folders (expected ImageFolder layout: prefix/class/image.jpg)",
+			url);
+		r = -ENOENT;
+		goto out;
+	}
+	*num_classes = classes;
+	r = 0;
+out:
+	for (size_t i = 0; i < l.n; i++)
+		free(l.v[i].rel);
+	free(l.v);
+	return r;
+}
+
+/* Fetch a list file and parse it as the local ones are. */
+static int scan_remote_list(struct dataset_remote *rm, const char *url, const char *http_url, struct builder *b,
+			    uint32_t *num_classes, char *errbuf, size_t errlen)
+{
+	struct fetch_req req = {.url = http_url, .auth = rm->is_signed ? &rm->auth : NULL};
+	FILE *f;
+	int r;
+
+	r = fetch_sync(rm->fetch, &req);
+	if (r < 0) {
+		char why[768];
+
+		s3_error_text(&req, why, sizeof(why));
+		set_err(errbuf, errlen, "%s: %s", url, why);
+		goto out;
+	}
+	f = req.len ? fmemopen(req.data, req.len, "r") : NULL;
+	if (!f) {
+		set_err(errbuf, errlen, "%s: no samples listed", url);
+		r = -ENOENT;
+		goto out;
+	}
+	r = scan_list_stream(f, url, b, num_classes, errbuf, errlen);
+	fclose(f);
+out:
+	free(req.data);
+	return r;
+}
+
+int dataset_open_remote(const char *url, uint64_t max_samples, struct fetch *f, const struct s3_config *s3,
+			struct dataset **out, char *errbuf, size_t errlen)
+{
+	struct builder b = {.max = max_samples};
+	struct dataset_remote *rm = calloc(1, sizeof(*rm));
+	struct dataset *ds = NULL;
+	uint64_t *sizes = NULL;
+	uint32_t num_classes = 0;
+	char bucket[256], http_url[4096];
+	const char *key, *slash, *p;
+	int r;
+
+	if (!rm)
+		return -ENOMEM;
+	rm->fetch = f;
+	rm->s3 = *s3;
+	if (strncmp(url, "s3://", 5) == 0) {
+		const char *last;
+
+		r = s3_auth_load(&rm->s3, &rm->auth, errbuf, errlen);
+		if (r < 0)
+			goto fail;
+		rm->is_signed = r > 0;
+		if (s3_split(url, bucket, sizeof(bucket), &key) < 0) {
+			set_err(errbuf, errlen, "%s: expected s3://bucket/prefix", url);
+			r = -EINVAL;
+			goto fail;
+		}
+		last = strrchr(key, '/');
+		last = last ? last + 1 : key;
+		if (!*last || !strchr(last, '.')) {
+			/* A folder: list the keys under PREFIX/. */
+			char prefix[2048];
+
+			snprintf(prefix, sizeof(prefix), "%s%s", key, *key && !*last ? "" : (*key ? "/" : ""));
+			r = s3_object_url(&rm->s3, bucket, prefix, rm->base, sizeof(rm->base));
+			if (r == 0)
+				r = scan_s3_folder(rm, url, bucket, prefix, &b, &sizes, &num_classes, errbuf, errlen);
+		} else {
+			char dir[2048];
+
+			snprintf(dir, sizeof(dir), "%.*s", (int)(last - key), key);
+			r = s3_object_url(&rm->s3, bucket, dir, rm->base, sizeof(rm->base));
+			if (r == 0)
+				r = s3_object_url(&rm->s3, bucket, key, http_url, sizeof(http_url));
+			if (r == 0)
+				r = scan_remote_list(rm, url, http_url, &b, &num_classes, errbuf, errlen);
+		}
+	} else {
+		if (url[strlen(url) - 1] == '/' || strlen(url) >= sizeof(rm->base)) {
+			set_err(errbuf, errlen,
+				"%s: HTTP servers have no listing to scan: give a list file of 'path label' lines", url);
+			r = -EINVAL;
+			goto fail;
+		}
+		snprintf(http_url, sizeof(http_url), "%s", url);
+		slash = strrchr(url, '/');
+		snprintf(rm->base, sizeof(rm->base), "%.*s", (int)(slash - url + 1), url);
+		r = scan_remote_list(rm, url, http_url, &b, &num_classes, errbuf, errlen);
+	}
+	if (r < 0)
+		goto fail;
+	/* scheme://host[:port] */
+	p = strstr(rm->base, "://");
+	slash = p ? strchr(p + 3, '/') : NULL;
+	snprintf(rm->origin, sizeof(rm->origin), "%.*s", slash ? (int)(slash - rm->base) : (int)strlen(rm->base),
+		 rm->base);
+	rm->sizes = sizes;
+	sizes = NULL;
+	rm->listed_ns = monotonic_ns();
+	r = dataset_make(&b, url, url, -1, num_classes, &ds);
+	if (r < 0) {
+		set_err(errbuf, errlen, "dataset %s: out of memory", url);
+		free(rm->sizes);
+		goto fail;
+	}
+	ds->remote = rm;
+	*out = ds;
+	return 0;
+fail:
+	if (!errbuf[0])
+		set_err(errbuf, errlen, "dataset %s: %s", url, strerror(-r));
+	free(sizes);
+	free(rm);
+	builder_free(&b);
+	return r;
+}
+
 struct dataset *dataset_ref(struct dataset *ds)
 {
 	ds->refs++;
@@ -817,6 +1131,9 @@ void dataset_unref(struct dataset *ds)
 	if (ds->dirfd >= 0)
 		close(ds->dirfd);
 	shardset_free(ds->shards);
+	if (ds->remote)
+		free(ds->remote->sizes);
+	free(ds->remote);
 	free(ds->root);
 	free(ds->key);
 	free(ds->boxes);
@@ -838,6 +1155,8 @@ int64_t dataset_read(const struct dataset *ds, uint64_t index, uint8_t **buf, si
 		return -ERANGE;
 	if (ds->shards)
 		return shards_read(ds->shards, index, buf, cap, max_bytes);
+	if (ds->remote)
+		return remote_read(ds, index, buf, cap, max_bytes);
 	return read_bounded(ds->dirfd, dataset_name(ds, index), buf, cap, max_bytes);
 }
 
@@ -983,9 +1302,33 @@ int dataset_stat(const struct dataset *ds, uint64_t index, uint64_t *size, int64
 		return -ERANGE;
 	if (ds->shards)
 		return shards_stat(ds->shards, index, size, mtime_ns);
+	if (ds->remote) {
+		*size = ds->remote->sizes ? ds->remote->sizes[index] : 0;
+		*mtime_ns = 0;
+		return 0;
+	}
 	if (fstatat(ds->dirfd, dataset_name(ds, index), &st, 0) < 0)
 		return -errno;
 	*size = (uint64_t)st.st_size;
 	*mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+	return 0;
+}
+
+int dataset_cache_key(const struct dataset *ds, uint64_t index, struct cache_key *key)
+{
+	char url[8192];
+	int r = dataset_stat(ds, index, &key->size, &key->mtime_ns);
+
+	if (r < 0)
+		return r;
+	if (!ds->remote) {
+		key->path_hash = cache_key_hash(ds->root, dataset_name(ds, index));
+		return 0;
+	}
+	/* The object, whichever data set names it. */
+	r = dataset_url(ds, index, url, sizeof(url));
+	if (r < 0)
+		return r;
+	key->path_hash = cache_key_hash(url, "");
 	return 0;
 }

@@ -31,7 +31,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cache.h"
 #include "labels.h"
+#include "s3.h"
+
+/*
+ * A data set whose samples are objects (s3://, http://, https://), fetched
+ * with fetch.h. Read-only once opened, like the rest of the data set.
+ */
+struct dataset_remote {
+	struct fetch *fetch;
+	struct s3_config s3;
+	struct fetch_auth auth;
+	bool is_signed;   /* auth is used */
+	char base[4096];  /* the HTTP URL relative sample names are appended to (ends in '/') */
+	char origin[512]; /* scheme://host[:port] of base, for names starting with '/' */
+	uint64_t *sizes;  /* [count] listed sizes; NULL when not listed (list files) */
+	uint64_t listed_ns; /* CLOCK_MONOTONIC when listed: the listing cache's age */
+};
 
 struct dataset {
 	char *root; /* real path of the directory or list file */
@@ -60,6 +77,7 @@ struct dataset {
 	 * rectangular batches; NULL until a session needs them (set once, by
 	 * the loop thread, then read-only). */
 	uint32_t *sizes;
+	struct dataset_remote *remote; /* NULL: local files */
 };
 
 /* realpath() of a data set's name; for a shard pattern, of its directory
@@ -75,6 +93,22 @@ int dataset_open(const char *path, uint64_t max_samples, struct dataset **out, c
  */
 int dataset_open_detect(const char *path, const char *split, uint64_t max_samples, label_report_fn report,
 			void *report_ctx, struct dataset **out, char *errbuf, size_t errlen);
+/*
+ * Open a remote data set at `url`:
+ *   s3://BUCKET/PREFIX/ (or a PREFIX whose last part has no '.'): an
+ *     ImageFolder laid out in the keys under it (ListObjectsV2);
+ *   s3://BUCKET/KEY, http(s)://HOST/PATH: a list file fetched from there;
+ *     its relative names are resolved against its own URL's directory, and
+ *     absolute ones (http://, https://, s3://, /path) taken as they are.
+ * HTTP has no listing, so an http(s):// directory is refused: give a list
+ * file. A refused request (wrong credentials: 403) fails the open with the
+ * store's message.
+ */
+int dataset_open_remote(const char *url, uint64_t max_samples, struct fetch *f, const struct s3_config *s3,
+			struct dataset **out, char *errbuf, size_t errlen);
+/* Sample `index`'s HTTP URL. -ENAMETOOLONG. */
+int dataset_url(const struct dataset *ds, uint64_t index, char *out, size_t size);
+
 struct dataset *dataset_ref(struct dataset *ds);
 /* An empty data set of `count` samples (no directory: dirfd -1) for the
  * scanners to fill; 0 or -ENOMEM. */
@@ -102,8 +136,19 @@ int dataset_read_sizes(const struct dataset *ds, uint32_t **out);
  * 16 MiB). 0, or -EBADMSG (another format, or none found). */
 int dataset_header_size(int fd, uint32_t *width, uint32_t *height);
 
-/* Size and modification time of sample `index`'s file, for cache keys. */
+/* Size and modification time of sample `index`'s file, for cache keys.
+ * For a remote sample, its listed size (0 when not listed) and 0. */
 int dataset_stat(const struct dataset *ds, uint64_t index, uint64_t *size, int64_t *mtime_ns);
+
+/* Sample `index`'s node-cache key: (path or URL, size, mtime). */
+int dataset_cache_key(const struct dataset *ds, uint64_t index, struct cache_key *key);
+
+/* Is `len` bytes just read or fetched what the key says (so cacheable)? */
+static inline bool dataset_key_matches(const struct dataset *ds, const struct cache_key *key, uint64_t len)
+{
+	/* Unlisted remote objects have no size to hold against. */
+	return len == key->size || (ds->remote && !ds->remote->sizes);
+}
 
 static inline const char *dataset_name(const struct dataset *ds, uint64_t index)
 {

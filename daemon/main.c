@@ -16,7 +16,9 @@
 #include "cache.h"
 #include "daemon.h"
 #include "log.h"
+#include "fetch.h"
 #include "paths.h"
+#include "prefetch.h"
 #include "shards.h"
 #include "workers.h"
 
@@ -139,6 +141,7 @@ int main(int argc, char **argv)
 {
 	struct daemon d = {.listen_fd = -1, .reserve_fd = -1};
 	struct pool_settings ps;
+	struct fetch_settings fs;
 	char err[512];
 	int r, status = 0;
 
@@ -181,10 +184,34 @@ int main(int argc, char **argv)
 		cache_free(d.cache);
 		return 1;
 	}
-	r = server_listen(&d);
+	fs = (struct fetch_settings){
+		.max_inflight = d.cfg.fetch_max_inflight,
+		.connect_timeout_ms = d.cfg.fetch_connect_timeout_ms,
+		.stall_timeout_ms = d.cfg.fetch_stall_timeout_ms,
+		.retries = d.cfg.fetch_retries,
+		.backoff_ms = d.cfg.fetch_backoff_ms,
+		.backoff_max_ms = 10000,
+		.max_bytes = d.cfg.max_file_bytes,
+	};
+	r = fetch_new(&fs, &d.fetch);
+	if (r == 0)
+		r = prefetch_new(d.loop, d.fetch, d.cache, d.cfg.cache_decoded_side > 0, session_fetched, &d, &d.prefetch);
 	if (r < 0) {
+		log_error("cannot start the HTTP/S3 I/O thread: %s", strerror(-r));
+		fetch_free(d.fetch);
 		pool_free(d.pool);
 		uv_run(d.loop, UV_RUN_DEFAULT);
+		cache_free(d.cache);
+		return 1;
+	}
+	r = server_listen(&d);
+	if (r < 0) {
+		fetch_stop(d.fetch);
+		prefetch_flush(d.prefetch);
+		prefetch_free(d.prefetch);
+		pool_free(d.pool);
+		uv_run(d.loop, UV_RUN_DEFAULT);
+		fetch_free(d.fetch);
 		cache_free(d.cache);
 		return 1;
 	}
@@ -196,7 +223,9 @@ int main(int argc, char **argv)
 
 	uv_run(d.loop, UV_RUN_DEFAULT);
 
-	free(d.datasets);
+	datasets_free_all(&d);
+	/* After the loop: scans on libuv's pool and workers may have used it. */
+	fetch_free(d.fetch);
 	cache_free(d.cache);
 	for (size_t i = 0; i < CONFIG_MAX_KEYS; i++) {
 		free(d.conf.runtime[i]);

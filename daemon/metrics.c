@@ -29,6 +29,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "ring.h"
+#include "prefetch.h"
 #include "session.h"
 #include "workers.h"
 
@@ -257,6 +258,22 @@ int metrics_render(struct daemon *d, char **out, size_t *len)
 		d->label_errors);
 	COUNTER(&e, "stoker_boxes_dropped_total", "Boxes left out of a batch: an image had more than its max_boxes.",
 		d->pool ? pool_boxes_dropped(d->pool) : 0);
+	if (d->fetch && d->prefetch) {
+		struct fetch_stats fs;
+		uint64_t hits, fetched;
+
+		fetch_get_stats(d->fetch, &fs);
+		prefetch_counts(d->prefetch, &hits, &fetched);
+		COUNTER(&e, "stoker_net_requests_total", "HTTP/S3 transfers started, retries included.", fs.requests);
+		COUNTER(&e, "stoker_net_bytes_total", "HTTP/S3 body bytes received.", fs.bytes);
+		COUNTER(&e, "stoker_net_retries_total", "HTTP/S3 transfers retried after a 5xx, a timeout or a lost "
+			"connection.", fs.retries);
+		COUNTER(&e, "stoker_net_errors_total", "HTTP/S3 requests that failed after their retries.", fs.errors);
+		GAUGE(&e, "stoker_net_inflight", "HTTP/S3 transfers running.", fs.inflight);
+		COUNTER(&e, "stoker_remote_cache_hits_total", "Remote samples found in the node cache (not fetched).",
+			hits);
+		COUNTER(&e, "stoker_remote_fetched_total", "Remote samples fetched from their store.", fetched);
+	}
 	COUNTER(&e, "stoker_worker_busy_seconds_total", "Time the workers spent producing samples, all summed.",
 		d->pool ? (double)pool_busy_ns(d->pool) / 1e9 : 0);
 	GAUGE(&e, "stoker_workers", "Worker threads configured.", d->pool ? pool_workers(d->pool) : 0);

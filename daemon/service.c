@@ -19,7 +19,9 @@
 
 #include "cache.h"
 #include "daemon.h"
+#include "fetch.h"
 #include "log.h"
+#include "prefetch.h"
 #include "workers.h"
 
 /* How long the stop waits for clients to take their last replies. */
@@ -327,6 +329,12 @@ static void stop_finish(struct daemon *d)
 	uv_close((uv_handle_t *)&d->conn_timer, NULL);
 	metrics_stop(d);
 	server_close_all(d, false);
+	/* Transfers are cancelled; their jobs go to the pool (cancelled, so
+	 * skipped) to complete as usual. Workers' own fetches fail at once. */
+	fetch_stop(d->fetch);
+	prefetch_flush(d->prefetch);
+	prefetch_free(d->prefetch);
+	d->prefetch = NULL;
 	/* Sessions are detached and their jobs cancelled: draining is quick. */
 	pool_free(d->pool);
 	d->pool = NULL;

@@ -12,6 +12,7 @@
 #include "detect.h"
 #include "shards.h"
 #include "log.h"
+#include "prefetch.h"
 #include "rect.h"
 #include "ring.h"
 #include "session.h"
@@ -57,6 +58,7 @@ struct attach_request {
 	char key[PATH_MAX + 96]; /* the data set's dataset->key */
 	struct dataset *existing; /* open already, but without the image sizes rect needs */
 	uint32_t *sizes;          /* read by the scan for rect */
+	struct s3_config s3; /* a copy: the scan runs off the loop thread */
 	struct dataset *result;
 	int err;
 	char errbuf[512];
@@ -82,6 +84,20 @@ static size_t align_up(size_t v, size_t a)
 
 static struct dataset *datasets_find(struct daemon *d, const char *key)
 {
+	uint64_t now = daemon_now_ns(), ttl = (uint64_t)d->cfg.remote_listing_ttl_s * 1000000000ull;
+
+	/* Remote listings are kept for remote_listing_ttl_s after they were
+	 * made, used or not; then the next attach lists again. */
+	for (size_t i = 0; i < d->ndatasets;) {
+		struct dataset *ds = d->datasets[i];
+
+		if (ds->remote && now - ds->remote->listed_ns >= ttl) {
+			d->datasets[i] = d->datasets[--d->ndatasets];
+			dataset_unref(ds); /* the registry's reference */
+			continue;
+		}
+		i++;
+	}
 	for (size_t i = 0; i < d->ndatasets; i++)
 		if (strcmp(d->datasets[i]->key, key) == 0)
 			return dataset_ref(d->datasets[i]);
@@ -97,6 +113,8 @@ static int datasets_add(struct daemon *d, struct dataset *ds)
 	d->datasets = v;
 	d->datasets[d->ndatasets++] = ds;
 	d->label_errors += ds->label_errors;
+	if (ds->remote)
+		dataset_ref(ds); /* the listing cache's own reference */
 	return 0;
 }
 
@@ -104,7 +122,7 @@ static void datasets_put(struct daemon *d, struct dataset *ds)
 {
 	if (!ds)
 		return;
-	if (ds->refs == 1) {
+	if (ds->refs == 1 && !ds->remote) {
 		for (size_t i = 0; i < d->ndatasets; i++) {
 			if (d->datasets[i] == ds) {
 				d->datasets[i] = d->datasets[--d->ndatasets];
@@ -113,6 +131,17 @@ static void datasets_put(struct daemon *d, struct dataset *ds)
 		}
 	}
 	dataset_unref(ds);
+}
+
+void datasets_free_all(struct daemon *d)
+{
+	/* What is left at exit: the listing cache's references. */
+	for (size_t i = 0; i < d->ndatasets; i++)
+		if (d->datasets[i]->remote)
+			dataset_unref(d->datasets[i]);
+	free(d->datasets);
+	d->datasets = NULL;
+	d->ndatasets = 0;
 }
 
 /* ---- sessions ---- */
@@ -140,6 +169,9 @@ static void session_free(struct session *s)
 	free(s->slot_state);
 	free(s->waiting_on);
 	free(s->pins);
+	for (uint32_t slot = 0; s->jobs && s->fetches && slot < s->ring->slot_count; slot++)
+		prefetch_release(&s->jobs[slot]);
+	free(s->fetches);
 	free(s->jobs);
 	free(s->job_orders);
 	free(s->order);
@@ -288,8 +320,21 @@ static bool job_submit(struct session *s, uint32_t slot, const struct slot_sourc
 				      atomic_load_explicit(&src->session->jobs[src->slot].replaced, memory_order_relaxed),
 				      memory_order_relaxed);
 	}
+	if (!src && job->fetches && s->d->prefetch) {
+		/* A remote data set: fetch what the cache lacks first; the job
+		 * is queued when it has arrived (session_fetched). */
+		int r = prefetch_start(s->d->prefetch, job);
+
+		if (r == 1) {
+			s->slot_state[slot] = SLOT_FILLING;
+			s->inflight++;
+			return true;
+		}
+	}
 	if (pool_submit(s->d->pool, job) < 0) {
 		s->d->pool_full = true;
+		if (job->fetches)
+			prefetch_release(job);
 		return false;
 	}
 	if (src) {
@@ -624,8 +669,14 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	s->pins = calloc(slots, sizeof(*s->pins));
 	s->jobs = calloc(slots, sizeof(*s->jobs));
 	s->job_orders = calloc((size_t)slots * a->batch_size, sizeof(*s->job_orders));
+	if (ds->remote) {
+		s->fetches = calloc((size_t)slots * a->batch_size, sizeof(*s->fetches));
+		for (uint32_t i = 0; s->fetches && s->jobs && i < slots; i++)
+			s->jobs[i].fetches = s->fetches + (size_t)i * a->batch_size;
+	}
 	s->dataset_name = strdup(ds->root);
-	if (!s->slot_state || !s->waiting_on || !s->pins || !s->jobs || !s->job_orders || !s->dataset_name) {
+	if (!s->slot_state || !s->waiting_on || !s->pins || !s->jobs || !s->job_orders || !s->dataset_name ||
+	    (ds->remote && !s->fetches)) {
 		log_warning("client %llu (pid %d): attach failed: out of memory for a session of %u slots x %u samples",
 			    (unsigned long long)c->id, (int)c->pid, slots, a->batch_size);
 		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
@@ -768,6 +819,14 @@ static void attach_scan(uv_work_t *w)
 	struct label_log l = {.dataset = req->path};
 	const struct dataset *ds = req->existing;
 
+	if (!ds && url_is_remote(req->path)) {
+		/* Remote data sets are classification only (session_handle_attach). */
+		req->err = dataset_open_remote(req->path, SESSION_MAX_SAMPLES, req->d->fetch, &req->s3, &req->result,
+					       req->errbuf, sizeof(req->errbuf));
+		if (req->err == 0)
+			log_info("data set %s: %llu objects listed", req->path, (unsigned long long)req->result->count);
+		return;
+	}
 	if (!ds && req->params.task != STOKER__TASK__DETECT) {
 		req->err = dataset_open(req->path, SESSION_MAX_SAMPLES, &req->result, req->errbuf, sizeof(req->errbuf));
 		log_shards(req);
@@ -828,9 +887,10 @@ static void attach_scanned(uv_work_t *w, int status)
 	if (req->err < 0) {
 		log_info("client %llu (pid %d): attach failed: %s", (unsigned long long)c->id, (int)c->pid,
 			 req->errbuf);
-		conn_send_error(c, req->err == -ENOENT ? STOKER__ERROR_CODE__NOT_FOUND
-						       : req->err == -ENOMEM ? STOKER__ERROR_CODE__RESOURCE_EXHAUSTED
-									     : STOKER__ERROR_CODE__INVALID_ARGUMENT,
+		conn_send_error(c, req->err == -ENOENT	   ? STOKER__ERROR_CODE__NOT_FOUND
+				   : req->err == -ENOMEM ? STOKER__ERROR_CODE__RESOURCE_EXHAUSTED
+				   : req->err == -EACCES ? STOKER__ERROR_CODE__PERMISSION_DENIED
+							 : STOKER__ERROR_CODE__INVALID_ARGUMENT,
 				"%s", req->errbuf);
 		request_put(req, ds); /* the sizes can fail after the scan worked */
 		goto out;
@@ -1032,8 +1092,15 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "no data set path given");
 		return;
 	}
-	r = -dataset_realpath(a->dataset, real);
-	if (r) {
+	if (url_is_remote(a->dataset)) {
+		/* Objects: the URL is the data set's name (dataset.h). */
+		if (a->task == STOKER__TASK__DETECT) {
+			conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT,
+					"data set %s: detection data sets are read from local paths only", a->dataset);
+			return;
+		}
+		snprintf(real, sizeof(real), "%s", a->dataset);
+	} else if ((r = -dataset_realpath(a->dataset, real)) != 0) {
 		conn_send_error(c, r == ENOENT ? STOKER__ERROR_CODE__NOT_FOUND : STOKER__ERROR_CODE__INVALID_ARGUMENT,
 				"data set %s: %s", a->dataset, strerror(r));
 		return;
@@ -1058,6 +1125,11 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 	req->params.std = req->std;
 	req->params.dataset = strdup(real);
 	req->params.detect = NULL;
+	snprintf(req->s3.endpoint, sizeof(req->s3.endpoint), "%s", d->cfg.s3_endpoint);
+	snprintf(req->s3.region, sizeof(req->s3.region), "%s", d->cfg.s3_region);
+	snprintf(req->s3.profile, sizeof(req->s3.profile), "%s", d->cfg.s3_profile);
+	snprintf(req->s3.credentials_file, sizeof(req->s3.credentials_file), "%s", d->cfg.s3_credentials_file);
+	s3_config_resolve(&req->s3);
 	snprintf(req->path, sizeof(req->path), "%s", real);
 	if (a->task == STOKER__TASK__DETECT) {
 		const Stoker__DetectOptions *o = a->detect;
@@ -1167,8 +1239,44 @@ void session_detach(struct conn *c)
 	session_unhold(s);
 }
 
+/* Fetched jobs waiting for queue room, oldest first. */
+static bool fetched_submit_waiting(struct daemon *d)
+{
+	while (d->fetched_head) {
+		struct batch_job *job = d->fetched_head;
+
+		if (pool_submit(d->pool, job) < 0)
+			return false;
+		d->fetched_head = job->fetch_next;
+		if (!d->fetched_head)
+			d->fetched_tail = NULL;
+		job->fetch_next = NULL;
+	}
+	return true;
+}
+
+void session_fetched(struct batch_job *job, void *userdata)
+{
+	struct daemon *d = userdata;
+
+	/* Queued even when cancelled meanwhile: workers skip its work, and
+	 * the usual completion frees the slot (session_job_done). */
+	job->fetch_next = NULL;
+	if (d->fetched_tail)
+		d->fetched_tail->fetch_next = job;
+	else
+		d->fetched_head = job;
+	d->fetched_tail = job;
+	if (!fetched_submit_waiting(d))
+		d->pool_full = true;
+}
+
 void sessions_schedule_all(struct daemon *d)
 {
+	if (!fetched_submit_waiting(d)) {
+		d->pool_full = true;
+		return;
+	}
 	d->pool_full = false;
 	for (struct conn *c = d->conns; c && !d->pool_full; c = c->next)
 		if (c->session)
@@ -1183,6 +1291,8 @@ void session_job_done(struct batch_job *job, void *userdata)
 
 	session_hold(s);
 	s->inflight--;
+	if (job->fetches)
+		prefetch_release(job);
 	if (job->source_owner) {
 		struct session *src = job->source_owner;
 

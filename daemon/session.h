@@ -74,6 +74,7 @@ struct session {
 	bool coordinated;
 	struct batch_job *jobs;  /* one per slot, reused */
 	uint64_t *job_orders;    /* [slot_count][batch_size] */
+	struct sample_fetch *fetches; /* [slot_count][batch_size], remote data sets only */
 
 	uint64_t epoch;
 	uint32_t generation;

@@ -124,17 +124,40 @@ static struct pool_task queue_pop(struct pool *p)
 
 static bool sample_key(const struct pool *p, const struct dataset *ds, uint64_t index, struct cache_key *key)
 {
-	if (!p->settings.cache || dataset_stat(ds, index, &key->size, &key->mtime_ns) < 0)
-		return false;
-	key->path_hash = cache_key_hash(ds->root, dataset_name(ds, index));
-	return true;
+	return p->settings.cache && dataset_cache_key(ds, index, key) == 0;
+}
+
+/* Sample `index`'s file bytes into the worker's buffer, from disk or, for
+ * a remote data set, as the fetch stage brought them (taken over without a
+ * copy; the worker's old buffer goes back in their place). A remote
+ * sample the stage did not fetch (a stand-in for a failed one) is fetched
+ * now, waiting on the I/O thread: the rare case. */
+static int64_t sample_read(struct worker *w, const struct batch_job *job, uint32_t pos, uint64_t index)
+{
+	struct sample_fetch *sf = job->fetches && pos < job->count ? &job->fetches[pos] : NULL;
+
+	/* Position pos is made by one worker only, so its entry is ours. */
+	if (sf && sf->wanted && job->order[pos] == index) {
+		if (sf->req.err < 0)
+			return sf->req.err; /* its buffer and URL are freed with the job */
+		free(w->buf);
+		w->buf = sf->req.data;
+		w->cap = sf->req.cap;
+		sf->req.data = NULL;
+		free(sf->url);
+		sf->url = NULL;
+		sf->wanted = false;
+		return (int64_t)sf->req.len;
+	}
+	return dataset_read(job->ds, index, &w->buf, &w->cap, w->pool->settings.max_file_bytes);
 }
 
 /* Sample `index`'s file bytes into the worker's buffer: from the node
- * cache when it has them, else from disk (and offered to the cache). */
-static int64_t sample_bytes(struct worker *w, const struct dataset *ds, uint64_t index)
+ * cache when it has them, else read (and offered to the cache). */
+static int64_t sample_bytes(struct worker *w, const struct batch_job *job, uint32_t pos, uint64_t index)
 {
 	struct cache *cache = w->pool->settings.cache;
+	const struct dataset *ds = job->ds;
 	struct cache_key key;
 	bool keyed = sample_key(w->pool, ds, index, &key);
 	int64_t len;
@@ -144,18 +167,20 @@ static int64_t sample_bytes(struct worker *w, const struct dataset *ds, uint64_t
 		if (len >= 0)
 			return len;
 	}
-	len = dataset_read(ds, index, &w->buf, &w->cap, w->pool->settings.max_file_bytes);
+	len = sample_read(w, job, pos, index);
 	/* Only what was read whole and matches the key it was statted with. */
-	if (len >= 0 && keyed && (uint64_t)len == key.size)
+	if (len >= 0 && keyed && dataset_key_matches(ds, &key, (uint64_t)len))
 		cache_put(cache, CACHE_ENCODED, &key, w->buf, (size_t)len, NULL);
 	return len;
 }
 
 /* The decoded tier: sample `index` as a decoded image, from the cache or
  * decoded now (and offered to the cache). */
-static int sample_image(struct worker *w, const struct dataset *ds, uint64_t index, struct pipeline_image *img,
+static int sample_image(struct worker *w, const struct batch_job *job, uint32_t pos, uint64_t index,
+			struct pipeline_image *img,
 			bool *read_failed)
 {
+	const struct dataset *ds = job->ds;
 	struct pool *p = w->pool;
 	struct cache_image ci;
 	struct cache_key key;
@@ -175,7 +200,7 @@ static int sample_image(struct worker *w, const struct dataset *ds, uint64_t ind
 		};
 		return 0;
 	}
-	len = dataset_read(ds, index, &w->buf, &w->cap, p->settings.max_file_bytes);
+	len = sample_read(w, job, pos, index);
 	if (len < 0) {
 		*read_failed = true;
 		return (int)len;
@@ -183,7 +208,7 @@ static int sample_image(struct worker *w, const struct dataset *ds, uint64_t ind
 	r = pipeline_decode_image(w->pipeline, w->buf, (size_t)len, p->settings.decoded_side, img);
 	if (r < 0)
 		return r;
-	if (keyed && (uint64_t)len == key.size) {
+	if (keyed && dataset_key_matches(ds, &key, (uint64_t)len)) {
 		ci = (struct cache_image){.width = img->width, .height = img->height, .full_width = img->full_width,
 					  .full_height = img->full_height, .denom = img->denom};
 		cache_put(p->settings.cache, CACHE_DECODED, &key, img->pixels, img->stride * img->height, &ci);
@@ -197,7 +222,8 @@ static int report_failure(struct worker *w, struct dataset *ds, uint64_t index, 
 	/* Marking it bad means each bad file is logged once, and later epochs
 	 * skip it. A shortage of the daemon's own (descriptors, memory) says
 	 * nothing about the file: it is replaced this time only. */
-	bool transient = r == -EMFILE || r == -ENFILE || r == -ENOMEM || r == -EINTR || r == -EAGAIN || r == -ENOBUFS;
+	bool transient = r == -EMFILE || r == -ENFILE || r == -ENOMEM || r == -EINTR || r == -EAGAIN || r == -ENOBUFS ||
+			 (ds->remote && fetch_error_transient(r));
 
 	if (r >= 0 || (!transient && !dataset_mark_bad(ds, index)))
 		return r; /* fine, or another worker found it bad at the same time, and said so */
@@ -206,15 +232,18 @@ static int report_failure(struct worker *w, struct dataset *ds, uint64_t index, 
 	log_warning("sample %llu (%s/%s): cannot %s: %s; replaced%s", (unsigned long long)index, ds->root,
 		    dataset_name(ds, index), read_failed ? "read" : "decode",
 		    read_failed ? strerror(-r) : pipeline_error(w->pipeline),
-		    transient ? " this time (the daemon's shortage, not the file's fault)" : "");
+		    transient ? (ds->remote ? " this time (the store's failure, not the object's)"
+					    : " this time (the daemon's shortage, not the file's fault)")
+			      : "");
 	return r;
 }
 
 /* Sample `index` fitted as `req` says into dst, from the decoded tier or
  * the file; failures reported here. */
-static int fit_load(struct worker *w, struct dataset *ds, uint64_t index, const struct fit_request *req, uint8_t *dst,
-		    struct fit_result *res)
+static int fit_load(struct worker *w, struct batch_job *job, uint64_t index, const struct fit_request *req,
+		    uint8_t *dst, struct fit_result *res)
 {
+	struct dataset *ds = job->ds;
 	bool read_failed = false;
 	int64_t len;
 	int r;
@@ -226,11 +255,11 @@ static int fit_load(struct worker *w, struct dataset *ds, uint64_t index, const 
 	if (w->pool->settings.decoded_side && req->resample != FIT_CV2) {
 		struct pipeline_image img;
 
-		r = sample_image(w, ds, index, &img, &read_failed);
+		r = sample_image(w, job, UINT32_MAX, index, &img, &read_failed);
 		if (r == 0)
 			r = pipeline_fit_image(w->pipeline, &img, req, dst, res);
 	} else {
-		len = sample_bytes(w, ds, index);
+		len = sample_bytes(w, job, UINT32_MAX, index);
 		read_failed = len < 0;
 		r = len < 0 ? (int)len : pipeline_fit(w->pipeline, w->buf, (size_t)len, req, dst, res);
 	}
@@ -290,7 +319,7 @@ static int detect_load(void *arg, uint64_t pos, uint32_t side, struct detect_sam
 			return r;
 		dst = w->fit;
 	}
-	r = fit_load(w, ds, index, &req, dst, &res);
+	r = fit_load(w, job, index, &req, dst, &res);
 	if (e) {
 		e->width = res.width;
 		e->height = res.height;
@@ -343,7 +372,7 @@ static int produce_detect(struct worker *w, struct batch_job *job, uint32_t pos,
 }
 
 /* Try one candidate sample; 0 when its pixels are in place. */
-static int produce_one(struct worker *w, struct batch_job *job, uint64_t index, uint8_t *dst)
+static int produce_one(struct worker *w, struct batch_job *job, uint32_t pos, uint64_t index, uint8_t *dst)
 {
 	struct dataset *ds = job->ds;
 	bool read_failed = false;
@@ -359,11 +388,11 @@ static int produce_one(struct worker *w, struct batch_job *job, uint64_t index, 
 	if (w->pool->settings.decoded_side && job->spec.dct_scaling) {
 		struct pipeline_image img;
 
-		r = sample_image(w, ds, index, &img, &read_failed);
+		r = sample_image(w, job, pos, index, &img, &read_failed);
 		if (r == 0)
 			r = pipeline_run_image(w->pipeline, &img, &job->spec, &rng, dst);
 	} else {
-		len = sample_bytes(w, ds, index);
+		len = sample_bytes(w, job, pos, index);
 		read_failed = len < 0;
 		r = len < 0 ? (int)len : pipeline_run(w->pipeline, w->buf, (size_t)len, &job->spec, &rng, dst);
 	}
@@ -402,7 +431,7 @@ static void produce_sample(struct worker *w, struct batch_job *job, uint32_t pos
 		uint32_t nrows = 0;
 		int r = job->detect ? produce_detect(w, job, pos, candidate, dst,
 						     job->boxes + (size_t)pos * job->max_boxes * DETECT_BOX_FLOATS, &nrows)
-				    : produce_one(w, job, candidate, dst);
+				    : produce_one(w, job, pos, candidate, dst);
 
 		if (r == 0) {
 			job->labels[pos] = job->detect ? (int64_t)nrows : job->ds->labels[candidate];

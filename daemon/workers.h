@@ -19,6 +19,7 @@
 
 #include "augment.h"
 #include "detect.h"
+#include "fetch.h"
 
 struct dataset;
 struct cache;
@@ -43,6 +44,17 @@ struct fit_entry {
 struct fit_table {
 	struct fit_entry *entries; /* [batch_size] */
 	uint8_t *pixels;           /* [batch_size][image_size * image_size * 3] */
+};
+
+/* A remote sample's bytes, fetched for a job before its tasks were
+ * queued (prefetch.h). Only the worker making position i touches entry i
+ * once the job is queued; the session frees what is left. */
+struct sample_fetch {
+	struct fetch_req req; /* req.data/len/err once arrived */
+	struct batch_job *job;
+	struct prefetch *stage;
+	char *url;
+	bool wanted; /* fetched for this job (else the cache had it) */
 };
 
 /* One batch to fill. Fields above `remaining` are written by the loop thread
@@ -79,6 +91,10 @@ struct batch_job {
 	enum fit_resample resample;
 	int32_t *shapes;    /* [count][4] in the slot: detect_meta.shape */
 	double *ratio_pad;  /* [count][4] in the slot: detect_meta.ratio_pad */
+	/* Remote data sets: [count] fetched bytes (NULL for local files). */
+	struct sample_fetch *fetches;
+	atomic_uint fetch_pending;     /* fetches not yet finished (+1 while starting) */
+	struct batch_job *fetch_next;  /* prefetch's completion stack, then the loop's wait list */
 
 	atomic_uint remaining;  /* samples not yet done */
 	atomic_uint replaced;   /* samples replaced by a stand-in */
