@@ -1447,10 +1447,12 @@ static void stats_json(struct text *t, const Stoker__Stats *st)
 	if (st->has_net_requests)
 		text_printf(t,
 			    "\"net_requests\": %llu, \"net_bytes\": %llu, \"net_retries\": %llu, \"net_errors\": %llu, "
-			    "\"net_inflight\": %u, \"remote_cache_hits\": %llu, \"remote_fetched\": %llu, ",
+			    "\"net_inflight\": %u, \"remote_cache_hits\": %llu, \"remote_fetched\": %llu, "
+			    "\"remote_coalesced\": %llu, ",
 			    (unsigned long long)st->net_requests, (unsigned long long)st->net_bytes,
 			    (unsigned long long)st->net_retries, (unsigned long long)st->net_errors, st->net_inflight,
-			    (unsigned long long)st->remote_cache_hits, (unsigned long long)st->remote_fetched);
+			    (unsigned long long)st->remote_cache_hits, (unsigned long long)st->remote_fetched,
+			    (unsigned long long)st->remote_coalesced);
 	text_printf(t, "\"cache\": ");
 	if (!st->cache_policy) {
 		text_printf(t, "null}\n");

@@ -169,7 +169,8 @@ void control_handle_stats(struct conn *c)
 		st.net_retries = fs.retries;
 		st.net_errors = fs.errors;
 		st.net_inflight = (uint32_t)fs.inflight;
-		prefetch_counts(d->prefetch, &st.remote_cache_hits, &st.remote_fetched);
+		st.has_remote_coalesced = true;
+		prefetch_counts(d->prefetch, &st.remote_cache_hits, &st.remote_fetched, &st.remote_coalesced);
 	}
 	st.has_ring_bytes = st.has_memory_budget_bytes = true;
 	st.ring_bytes = d->ring_bytes;

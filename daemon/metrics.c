@@ -260,10 +260,10 @@ int metrics_render(struct daemon *d, char **out, size_t *len)
 		d->pool ? pool_boxes_dropped(d->pool) : 0);
 	if (d->fetch && d->prefetch) {
 		struct fetch_stats fs;
-		uint64_t hits, fetched;
+		uint64_t hits, fetched, coalesced;
 
 		fetch_get_stats(d->fetch, &fs);
-		prefetch_counts(d->prefetch, &hits, &fetched);
+		prefetch_counts(d->prefetch, &hits, &fetched, &coalesced);
 		COUNTER(&e, "stoker_net_requests_total", "HTTP/S3 transfers started, retries included.", fs.requests);
 		COUNTER(&e, "stoker_net_bytes_total", "HTTP/S3 body bytes received.", fs.bytes);
 		COUNTER(&e, "stoker_net_retries_total", "HTTP/S3 transfers retried after a 5xx, a timeout or a lost "
@@ -273,6 +273,8 @@ int metrics_render(struct daemon *d, char **out, size_t *len)
 		COUNTER(&e, "stoker_remote_cache_hits_total", "Remote samples found in the node cache (not fetched).",
 			hits);
 		COUNTER(&e, "stoker_remote_fetched_total", "Remote samples fetched from their store.", fetched);
+		COUNTER(&e, "stoker_remote_coalesced_total", "Remote samples that shared a fetch of the same object "
+			"already in flight.", coalesced);
 	}
 	COUNTER(&e, "stoker_worker_busy_seconds_total", "Time the workers spent producing samples, all summed.",
 		d->pool ? (double)pool_busy_ns(d->pool) / 1e9 : 0);

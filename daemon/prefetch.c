@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +8,8 @@
 #include "cache.h"
 #include "dataset.h"
 #include "prefetch.h"
+
+#define PREFETCH_BUCKETS 4096
 
 struct prefetch {
 	uv_async_t async;
@@ -16,8 +19,18 @@ struct prefetch {
 	prefetch_ready_fn ready;
 	void *userdata;
 	_Atomic(struct batch_job *) done_head;
-	uint64_t cache_hits, fetched; /* loop thread only */
+	uint64_t cache_hits, fetched, coalesced; /* loop thread only */
+	/* Objects in flight, by key, so two jobs (two sessions, or a
+	 * generation and the one that replaced it) fetch an object once.
+	 * Taken by the loop (look-up, insert) and the I/O thread (removal). */
+	pthread_mutex_t lock;
+	struct sample_fetch *inflight[PREFETCH_BUCKETS];
 };
+
+static bool same_key(const struct cache_key *a, const struct cache_key *b)
+{
+	return a->path_hash == b->path_hash && a->size == b->size && a->mtime_ns == b->mtime_ns;
+}
 
 /* On fetch's I/O thread: the job's last fetch hands the job back. */
 static void job_fetch_done(struct batch_job *job, struct prefetch *p)
@@ -34,11 +47,46 @@ static void job_fetch_done(struct batch_job *job, struct prefetch *p)
 	uv_async_send(&p->async);
 }
 
+/* On fetch's I/O thread: the object is here (or failed for good). */
 static void sample_fetched(struct fetch_req *r)
 {
-	struct sample_fetch *sf = r->ctx;
+	struct sample_fetch *sf = r->ctx, *followers, **pp;
+	struct prefetch *p = sf->stage;
 
-	job_fetch_done(sf->job, sf->stage);
+	/* Cached as it arrives (a job cancelled meanwhile still leaves it),
+	 * and before it leaves the in-flight table, so a new job finds it in
+	 * one or the other. */
+	if (r->err == 0 && p->cache && p->tier == CACHE_ENCODED && dataset_key_matches(sf->job->ds, &sf->key, r->len))
+		cache_put(p->cache, CACHE_ENCODED, &sf->key, r->data, r->len, NULL);
+	pthread_mutex_lock(&p->lock);
+	for (pp = &p->inflight[sf->key.path_hash % PREFETCH_BUCKETS]; *pp; pp = &(*pp)->hash_next) {
+		if (*pp == sf) {
+			*pp = sf->hash_next;
+			break;
+		}
+	}
+	followers = sf->followers;
+	sf->followers = NULL;
+	pthread_mutex_unlock(&p->lock);
+	while (followers) {
+		struct sample_fetch *f = followers;
+
+		followers = f->follower_next;
+		f->req.err = r->err;
+		f->req.status = r->status;
+		memcpy(f->req.message, r->message, sizeof(f->req.message));
+		if (r->err == 0) {
+			f->req.data = malloc(r->len ? r->len : 1);
+			if (f->req.data) {
+				memcpy(f->req.data, r->data, r->len);
+				f->req.len = f->req.cap = r->len;
+			} else {
+				f->req.err = -ENOMEM;
+			}
+		}
+		job_fetch_done(f->job, p);
+	}
+	job_fetch_done(sf->job, p);
 }
 
 void prefetch_flush(struct prefetch *p)
@@ -89,13 +137,17 @@ int prefetch_new(uv_loop_t *loop, struct fetch *f, struct cache *cache, bool dec
 		return r;
 	}
 	p->async.data = p;
+	pthread_mutex_init(&p->lock, NULL);
 	*out = p;
 	return 0;
 }
 
 static void on_closed(uv_handle_t *h)
 {
-	free(h->data);
+	struct prefetch *p = h->data;
+
+	pthread_mutex_destroy(&p->lock);
+	free(p);
 }
 
 void prefetch_free(struct prefetch *p)
@@ -120,6 +172,30 @@ void prefetch_release(struct batch_job *job)
 	}
 }
 
+/* Join a fetch of the same object already in flight: true if sf now
+ * follows it. Otherwise sf is entered as the object's leader. */
+static bool join_inflight(struct prefetch *p, struct sample_fetch *sf)
+{
+	struct sample_fetch **head = &p->inflight[sf->key.path_hash % PREFETCH_BUCKETS];
+	bool joined = false;
+
+	pthread_mutex_lock(&p->lock);
+	for (struct sample_fetch *l = *head; l; l = l->hash_next) {
+		if (same_key(&l->key, &sf->key)) {
+			sf->follower_next = l->followers;
+			l->followers = sf;
+			joined = true;
+			break;
+		}
+	}
+	if (!joined) {
+		sf->hash_next = *head;
+		*head = sf;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return joined;
+}
+
 int prefetch_start(struct prefetch *p, struct batch_job *job)
 {
 	const struct dataset *ds = job->ds;
@@ -130,49 +206,59 @@ int prefetch_start(struct prefetch *p, struct batch_job *job)
 	for (uint32_t i = 0; i < job->count; i++) {
 		struct sample_fetch *sf = &job->fetches[i];
 		uint64_t index = job->order[i];
-		struct cache_key key;
 
 		sf->wanted = false;
 		/* A file already known bad is replaced without a look. */
-		if (dataset_is_bad(ds, index))
+		if (dataset_is_bad(ds, index) || dataset_cache_key(ds, index, &sf->key) < 0)
 			continue;
-		if (p->cache && dataset_cache_key(ds, index, &key) == 0 && cache_contains(p->cache, p->tier, &key)) {
+		if (p->cache && cache_contains(p->cache, p->tier, &sf->key)) {
 			p->cache_hits++;
 			continue;
 		}
 		if (dataset_url(ds, index, url, sizeof(url)) < 0)
 			continue; /* the worker's own read reports it */
+		memset(&sf->req, 0, sizeof(sf->req));
+		sf->job = job;
+		sf->stage = p;
+		sf->followers = sf->follower_next = sf->hash_next = NULL;
 		sf->url = strdup(url);
 		if (!sf->url) {
 			r = -ENOMEM;
 			break;
 		}
-		memset(&sf->req, 0, sizeof(sf->req));
 		sf->req.url = sf->url;
 		sf->req.auth = ds->remote->is_signed ? &ds->remote->auth : NULL;
 		sf->req.done = sample_fetched;
 		sf->req.ctx = sf;
-		sf->job = job;
-		sf->stage = p;
 		sf->wanted = true;
 		wanted++;
 	}
 	if (wanted == 0)
 		return r;
-	p->fetched += wanted;
-	/* One more than the requests, so none can finish the job before all
+	/* One more than the samples, so none can finish the job before all
 	 * are submitted. */
 	atomic_store_explicit(&job->fetch_pending, wanted + 1, memory_order_relaxed);
-	for (uint32_t i = 0; i < job->count; i++)
-		if (job->fetches[i].wanted)
-			fetch_submit(p->fetch, &job->fetches[i].req);
+	for (uint32_t i = 0; i < job->count; i++) {
+		struct sample_fetch *sf = &job->fetches[i];
+
+		if (!sf->wanted)
+			continue;
+		sf->follower = join_inflight(p, sf);
+		if (sf->follower) {
+			p->coalesced++;
+			continue;
+		}
+		p->fetched++;
+		fetch_submit(p->fetch, &sf->req);
+	}
 	if (atomic_fetch_sub_explicit(&job->fetch_pending, 1, memory_order_acq_rel) == 1)
 		return 0; /* all finished already */
 	return 1;
 }
 
-void prefetch_counts(const struct prefetch *p, uint64_t *cache_hits, uint64_t *fetched)
+void prefetch_counts(const struct prefetch *p, uint64_t *cache_hits, uint64_t *fetched, uint64_t *coalesced)
 {
 	*cache_hits = p->cache_hits;
 	*fetched = p->fetched;
+	*coalesced = p->coalesced;
 }

@@ -7,6 +7,11 @@
  * depth P a session has up to P+1 batches fetching or decoding, so the
  * next batches' objects are in flight while this one decodes.
  *
+ * An object already being fetched for another job (another session, or
+ * the generation a StartEpoch replaced) is not requested again: the job
+ * waits for that transfer and gets a copy of its bytes. Fetched objects
+ * go into the node cache's encoded tier as they arrive.
+ *
  * Loop thread only, except the requests' completions, which run on fetch's
  * I/O thread and hand a finished job back through a lock-free stack and
  * uv_async_send, as the worker pool does.
@@ -44,7 +49,8 @@ void prefetch_release(struct batch_job *job);
  * the loop no longer running the async callback). */
 void prefetch_flush(struct prefetch *p);
 
-/* Remote samples found in the node cache, and fetched, since start. */
-void prefetch_counts(const struct prefetch *p, uint64_t *cache_hits, uint64_t *fetched);
+/* Remote samples found in the node cache, fetched, and served by a fetch
+ * of the same object already in flight for another job, since start. */
+void prefetch_counts(const struct prefetch *p, uint64_t *cache_hits, uint64_t *fetched, uint64_t *coalesced);
 
 #endif

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <semaphore.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -224,13 +226,16 @@ static int report_failure(struct worker *w, struct dataset *ds, uint64_t index, 
 	 * nothing about the file: it is replaced this time only. */
 	bool transient = r == -EMFILE || r == -ENFILE || r == -ENOMEM || r == -EINTR || r == -EAGAIN || r == -ENOBUFS ||
 			 (ds->remote && fetch_error_transient(r));
+	char where[PATH_MAX * 2];
 
 	if (r >= 0 || (!transient && !dataset_mark_bad(ds, index)))
 		return r; /* fine, or another worker found it bad at the same time, and said so */
 	if (!transient)
 		atomic_fetch_add_explicit(&w->counters[COUNTER_DECODE_ERROR_FILES], 1, memory_order_relaxed);
-	log_warning("sample %llu (%s/%s): cannot %s: %s; replaced%s", (unsigned long long)index, ds->root,
-		    dataset_name(ds, index), read_failed ? "read" : "decode",
+	if (!ds->remote || dataset_url(ds, index, where, sizeof(where)) < 0)
+		snprintf(where, sizeof(where), "%s/%s", ds->root, dataset_name(ds, index));
+	log_warning("sample %llu (%s): cannot %s: %s; replaced%s", (unsigned long long)index, where,
+		    read_failed ? "read" : "decode",
 		    read_failed ? strerror(-r) : pipeline_error(w->pipeline),
 		    transient ? (ds->remote ? " this time (the store's failure, not the object's)"
 					    : " this time (the daemon's shortage, not the file's fault)")

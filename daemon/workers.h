@@ -18,11 +18,11 @@
 #include <uv.h>
 
 #include "augment.h"
+#include "cache.h"
 #include "detect.h"
 #include "fetch.h"
 
 struct dataset;
-struct cache;
 
 /* Detection's shared images: each sample of a batch at long side
  * image_size, made once by whichever worker needs it first, and used by the
@@ -55,6 +55,12 @@ struct sample_fetch {
 	struct prefetch *stage;
 	char *url;
 	bool wanted; /* fetched for this job (else the cache had it) */
+	/* The fetch stage's own (prefetch.c): the object's key, and the
+	 * coalescing of requests for an object already in flight. */
+	struct cache_key key;
+	bool follower;                   /* gets a copy of a leader's bytes */
+	struct sample_fetch *hash_next;  /* in the in-flight table */
+	struct sample_fetch *followers, *follower_next;
 };
 
 /* One batch to fill. Fields above `remaining` are written by the loop thread
