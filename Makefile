@@ -74,7 +74,7 @@ Q := @
 say = @printf '  %-8s %s\n' $(1) $(2)
 endif
 
-.PHONY: all clean check check-unit check-integration check-sanitize check-torch check-detect-parity demo bench bench-detect install uninstall FORCE \
+.PHONY: all clean check check-unit check-integration check-network check-sanitize check-torch check-detect-parity demo bench bench-detect install uninstall FORCE \
         fuzz fuzz-build fuzz-smoke check-tsan check-valgrind check-faults
 all: $(B)/stokerd $(B)/stokerctl $(LIB_SO) $(B)/libstoker.so $(B)/libstoker.a $(B)/stoker.pc $(UNIT_BINS) $(FAULT_BINS)
 
@@ -165,6 +165,7 @@ check: all
 	$(MAKE) --no-print-directory check-unit
 	$(MAKE) --no-print-directory check-integration
 ifeq ($(SANITIZE),)
+	$(MAKE) --no-print-directory check-network
 	$(MAKE) --no-print-directory check-torch
 	$(MAKE) --no-print-directory check-detect-parity
 	$(MAKE) --no-print-directory check-sanitize
@@ -210,6 +211,16 @@ check-valgrind: all
 check-faults: all
 	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) -m pytest -q -s \
 	    tests/integration/test_faults.py tests/integration/test_hostile.py $(PYTEST_ARGS)
+
+# Data sets over HTTP and S3 against real servers on loopback (nginx, moto,
+# tests/network/faultserver.py): once, not in the sanitizer pass of
+# check-integration; `make check-network B=build-sanitize SANITIZE=...` runs
+# them under a sanitizer build.
+NETWORK_PY := moto[server] boto3
+check-network: all
+	@$(PYTHON) -c 'import moto, boto3' 2>/dev/null || $(PYTHON) -m pip install -q $(NETWORK_PY) 2>/dev/null || \
+	    $(PYTHON) -m pip install -q --break-system-packages $(NETWORK_PY)
+	$(SANITIZE_ENV) STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) -m pytest -q tests/network
 
 check-unit: $(UNIT_BINS)
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done

@@ -16,6 +16,8 @@ DEB_PACKAGES=(
 	libspng-dev libwebp-dev libtiff-dev
 	# tiffcp writes the TIFF layouts Pillow cannot, for the format tests
 	libtiff-tools
+	# HTTP/S3 data sets: libcurl for stokerd; nginx and iproute2 (netns, tc netem) for tests and bench
+	libcurl4-openssl-dev nginx-light iproute2
 	python3 python3-pip python3-numpy python3-pytest python3-pil python3-prometheus-client
 )
 PY_PACKAGES=(numpy pytest pillow prometheus-client)

@@ -1,0 +1,186 @@
+/* SPDX-License-Identifier: MIT */
+/* S3 naming, addressing, credentials and error texts (the listing itself
+ * is tested against a real S3 server in tests/network). */
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "s3.h"
+
+static void clear_env(void)
+{
+	static const char *const names[] = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+					    "AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_ENDPOINT_URL",
+					    "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION"};
+
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		unsetenv(names[i]);
+}
+
+static void test_split_and_urls(void **state)
+{
+	struct s3_config c = {0};
+	char bucket[64], url[256];
+	const char *key;
+
+	(void)state;
+	assert_int_equal(s3_split("s3://photos/train/a b.jpg", bucket, sizeof(bucket), &key), 0);
+	assert_string_equal(bucket, "photos");
+	assert_string_equal(key, "train/a b.jpg");
+	assert_int_equal(s3_split("s3://photos", bucket, sizeof(bucket), &key), 0);
+	assert_string_equal(key, "");
+	assert_int_equal(s3_split("s3:///x", bucket, sizeof(bucket), &key), -EINVAL);
+	assert_int_equal(s3_split("http://x/y", bucket, sizeof(bucket), &key), -EINVAL);
+
+	clear_env();
+	s3_config_resolve(&c);
+	assert_string_equal(c.region, "us-east-1");
+	assert_int_equal(s3_object_url(&c, "photos", "train/a b+c%.jpg", url, sizeof(url)), 0);
+	assert_string_equal(url, "https://photos.s3.us-east-1.amazonaws.com/train/a%20b%2Bc%25.jpg");
+
+	setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000//", 1);
+	setenv("AWS_REGION", "eu-west-3", 1);
+	memset(&c, 0, sizeof(c));
+	s3_config_resolve(&c);
+	assert_string_equal(c.endpoint, "http://127.0.0.1:9000");
+	assert_string_equal(c.region, "eu-west-3");
+	assert_int_equal(s3_object_url(&c, "photos", "ü/x.jpg", url, sizeof(url)), 0);
+	assert_string_equal(url, "http://127.0.0.1:9000/photos/%C3%BC/x.jpg");
+	/* The configuration wins over the environment. */
+	memset(&c, 0, sizeof(c));
+	snprintf(c.endpoint, sizeof(c.endpoint), "https://minio:9000");
+	s3_config_resolve(&c);
+	assert_string_equal(c.endpoint, "https://minio:9000");
+	assert_int_equal(s3_object_url(&c, "b", "k", url, 12), -ENAMETOOLONG);
+	clear_env();
+
+	assert_true(url_is_remote("s3://b/k"));
+	assert_true(url_is_remote("HTTPS://h/x"));
+	assert_false(url_is_remote("/data/s3://x"));
+	assert_false(url_is_remote("ftp://h/x"));
+}
+
+static char *write_temp(const char *text)
+{
+	char *path = strdup("/tmp/stoker-test-s3-XXXXXX");
+	int fd = mkstemp(path);
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+	close(fd);
+	return path;
+}
+
+static void test_credentials(void **state)
+{
+	struct s3_config c = {0};
+	struct fetch_auth auth;
+	char err[512] = "";
+	char *file = write_temp("# comment\n[default]\naws_access_key_id = AKDEFAULT\n"
+				"aws_secret_access_key=secret/default\n\n"
+				"[ training ]\n aws_access_key_id = AKTRAIN \naws_secret_access_key = s2\n"
+				"aws_session_token = tok==\n[broken]\naws_access_key_id = AKONLY\n");
+
+	(void)state;
+	clear_env();
+	/* Nothing anywhere: unsigned. */
+	setenv("HOME", "/nonexistent-home", 1);
+	s3_config_resolve(&c);
+	assert_int_equal(s3_auth_load(&c, &auth, err, sizeof(err)), 0);
+
+	/* The file's default profile. */
+	snprintf(c.credentials_file, sizeof(c.credentials_file), "%s", file);
+	assert_int_equal(s3_auth_load(&c, &auth, err, sizeof(err)), 1);
+	assert_string_equal(auth.userpwd, "AKDEFAULT:secret/default");
+	assert_string_equal(auth.sigv4, "aws:amz:us-east-1:s3");
+	assert_string_equal(auth.token, "");
+
+	/* A named profile, with its session token. */
+	snprintf(c.profile, sizeof(c.profile), "training");
+	assert_int_equal(s3_auth_load(&c, &auth, err, sizeof(err)), 1);
+	assert_string_equal(auth.userpwd, "AKTRAIN:s2");
+	assert_string_equal(auth.token, "tok==");
+
+	/* A profile without both keys, or none at all, is an error that says so. */
+	snprintf(c.profile, sizeof(c.profile), "broken");
+	assert_int_equal(s3_auth_load(&c, &auth, err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, "[broken]"));
+	snprintf(c.profile, sizeof(c.profile), "absent");
+	assert_int_equal(s3_auth_load(&c, &auth, err, sizeof(err)), -ENOENT);
+
+	/* The environment's keys come first. */
+	setenv("AWS_ACCESS_KEY_ID", "AKENV", 1);
+	setenv("AWS_SECRET_ACCESS_KEY", "envsecret", 1);
+	setenv("AWS_SESSION_TOKEN", "envtok", 1);
+	assert_int_equal(s3_auth_load(&c, &auth, err, sizeof(err)), 1);
+	assert_string_equal(auth.userpwd, "AKENV:envsecret");
+	assert_string_equal(auth.token, "envtok");
+	clear_env();
+
+	/* A named file that cannot be read. */
+	memset(&c, 0, sizeof(c));
+	snprintf(c.credentials_file, sizeof(c.credentials_file), "/nonexistent/credentials");
+	s3_config_resolve(&c);
+	assert_int_equal(s3_auth_load(&c, &auth, err, sizeof(err)), -ENOENT);
+	assert_non_null(strstr(err, "/nonexistent/credentials"));
+	unlink(file);
+	free(file);
+}
+
+static void test_error_text(void **state)
+{
+	static const char xml[] = "<?xml version=\"1.0\"?><Error><Code>AccessDenied</Code>"
+				  "<Message>Access &amp; such &lt;denied&gt; &#233;&#x20AC;</Message></Error>";
+	struct fetch_req r = {.err = -EACCES, .status = 403, .data = (uint8_t *)xml, .len = sizeof(xml) - 1};
+	char out[512];
+
+	(void)state;
+	snprintf(r.message, sizeof(r.message), "HTTP 403");
+	s3_error_text(&r, out, sizeof(out));
+	assert_string_equal(out, "HTTP 403 (AccessDenied: Access & such <denied> \xc3\xa9\xe2\x82\xac)");
+	/* Not XML: fetch's own message. */
+	r.len = 3;
+	r.data = (uint8_t *)"no\n";
+	s3_error_text(&r, out, sizeof(out));
+	assert_string_equal(out, "HTTP 403");
+	r.data = NULL;
+	r.len = 0;
+	r.message[0] = '\0';
+	r.err = -ETIMEDOUT;
+	s3_error_text(&r, out, sizeof(out));
+	assert_string_equal(out, strerror(ETIMEDOUT));
+}
+
+static void test_encode(void **state)
+{
+	char buf[32] = "x=";
+
+	(void)state;
+	assert_int_equal(url_encode_append(buf, sizeof(buf), "a/b c~", false), 0);
+	assert_string_equal(buf, "x=a%2Fb%20c~");
+	buf[0] = '\0';
+	assert_int_equal(url_encode_append(buf, sizeof(buf), "a/b", true), 0);
+	assert_string_equal(buf, "a/b");
+	buf[0] = '\0';
+	assert_int_equal(url_encode_append(buf, 8, "\xff\xff\xff", false), -ENAMETOOLONG);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_split_and_urls),
+		cmocka_unit_test(test_credentials),
+		cmocka_unit_test(test_error_text),
+		cmocka_unit_test(test_encode),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
