@@ -156,6 +156,9 @@ static void session_free(struct session *s)
 	if (!s)
 		return;
 	datasets_put(s->d, s->ds);
+	/* Fetched bytes no worker took (jobs that never ran). */
+	for (uint32_t slot = 0; s->jobs && s->fetches && slot < s->ring->slot_count; slot++)
+		prefetch_release(&s->jobs[slot]);
 	if (s->ring)
 		s->d->ring_bytes -= s->ring->bytes;
 	s->d->fit_bytes -= s->fit_bytes;
@@ -169,8 +172,6 @@ static void session_free(struct session *s)
 	free(s->slot_state);
 	free(s->waiting_on);
 	free(s->pins);
-	for (uint32_t slot = 0; s->jobs && s->fetches && slot < s->ring->slot_count; slot++)
-		prefetch_release(&s->jobs[slot]);
 	free(s->fetches);
 	free(s->jobs);
 	free(s->job_orders);
