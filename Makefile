@@ -74,7 +74,7 @@ Q := @
 say = @printf '  %-8s %s\n' $(1) $(2)
 endif
 
-.PHONY: all clean check check-unit check-integration check-network check-sanitize check-torch check-detect-parity demo bench bench-detect install uninstall FORCE \
+.PHONY: all clean check check-unit check-integration check-network check-sanitize check-torch check-detect-parity demo bench bench-detect bench-network install uninstall FORCE \
         fuzz fuzz-build fuzz-smoke check-tsan check-valgrind check-faults
 all: $(B)/stokerd $(B)/stokerctl $(LIB_SO) $(B)/libstoker.so $(B)/libstoker.a $(B)/stoker.pc $(UNIT_BINS) $(FAULT_BINS)
 
@@ -347,6 +347,14 @@ BENCH_BINS   := $(B)/bench/jpeg_limit $(B)/bench/stoker_rtt $(B)/bench/profile_p
 
 bench: all $(BENCH_BINS)
 	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) bench/run.py $(BENCH_ARGS)
+
+# Epochs over HTTP and S3 at several round-trip times (tc netem in network
+# namespaces the bench makes; root): stoker cold/warm against DataLoader with
+# fsspec and boto3, bench/out/network.json. Options: BENCH_NETWORK_ARGS="--help".
+bench-network: all
+	@$(PYTHON) -c 'import moto, boto3, fsspec, aiohttp' 2>/dev/null || $(PYTHON) -m pip install -q $(NETWORK_PY) fsspec aiohttp 2>/dev/null || \
+	    $(PYTHON) -m pip install -q --break-system-packages $(NETWORK_PY) fsspec aiohttp
+	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) bench/network.py $(BENCH_NETWORK_ARGS)
 
 # YOLO detection: stoker mosaic/letterbox 640 against Ultralytics' own
 # loaders, bench/out/detect.json. Options: BENCH_DETECT_ARGS="--help".
