@@ -168,6 +168,7 @@ ifeq ($(SANITIZE),)
 	$(MAKE) --no-print-directory check-network
 	$(MAKE) --no-print-directory check-torch
 	$(MAKE) --no-print-directory check-detect-parity
+	$(MAKE) --no-print-directory check-ultralytics
 	$(MAKE) --no-print-directory check-sanitize
 	$(MAKE) --no-print-directory check-tsan
 	$(MAKE) --no-print-directory fuzz-smoke
@@ -228,22 +229,36 @@ check-unit: $(UNIT_BINS)
 check-integration: all
 	$(SANITIZE_ENV) STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) -m pytest -q tests/integration
 
-# PyTorch (tests/torch/, once per `make check`): stoker.torch's tensors and
-# defaults, and examples/torch/train.py under torchrun with two ranks (DDP,
-# gloo on the CPU, ResNet-18), stopped mid-epoch and resumed. torch and
-# torchvision come from PyPI when the interpreter lacks them.
+# $(call pip_need,MODULES,PACKAGES): PACKAGES from PyPI unless the
+# interpreter imports MODULES already.
+pip_need = @$(PYTHON) -c 'import $(1)' 2>/dev/null || $(PYTHON) -m pip install -q $(2) 2>/dev/null || \
+    $(PYTHON) -m pip install -q --break-system-packages $(2)
+
 # stoker's evaluation batches against Ultralytics' own YOLODataset (rect
 # shapes and order, ranks, metadata, boxes, cv2-exact pixels); once, not
 # under the sanitizers (torch with the ASan runtime preloaded is not viable).
 check-detect-parity: all
-	@$(PYTHON) -c 'import ultralytics' 2>/dev/null || $(PYTHON) -m pip install -q ultralytics 2>/dev/null || \
-	    $(PYTHON) -m pip install -q --break-system-packages ultralytics
+	$(call pip_need,ultralytics,ultralytics)
 	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) -m pytest -q tests/detect_parity
 
+# PyTorch (tests/torch/, once per `make check`): stoker.torch's tensors and
+# defaults, and examples/torch/train.py under torchrun with two ranks (DDP,
+# gloo on the CPU, ResNet-18), stopped mid-epoch and resumed. torch and
+# torchvision come from PyPI when the interpreter lacks them.
 check-torch: all
-	@$(PYTHON) -c 'import torch, torchvision' 2>/dev/null || $(PYTHON) -m pip install -q torch torchvision 2>/dev/null || \
-	    $(PYTHON) -m pip install -q --break-system-packages torch torchvision
+	$(call pip_need,torch$(comma) torchvision,torch torchvision)
 	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) -m pytest -q tests/torch
+
+# Ultralytics' trainer fed by stokerd (stoker.ultralytics): its batch dicts
+# against Ultralytics' own loader, and a short yolo11n training on the CPU.
+# Heavy (torch): run once by `make check`, not with the integration tests,
+# nor under the sanitizers (run it with STOKER_STOKERD=build-sanitize/stokerd
+# for an instrumented daemon). Ultralytics (and torch) come from PyPI when
+# the interpreter lacks them.
+.PHONY: check-ultralytics
+check-ultralytics: all
+	$(call pip_need,ultralytics,ultralytics)
+	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) -m pytest -q tests/ultralytics
 
 demo: all
 	$(PYTHON) scripts/demo.py
@@ -360,6 +375,13 @@ bench-network: all
 # loaders, bench/out/detect.json. Options: BENCH_DETECT_ARGS="--help".
 bench-detect: all $(B)/bench/jpeg_limit
 	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) bench/detect.py $(BENCH_DETECT_ARGS)
+
+# YOLO training through Ultralytics' trainer, its loader against stoker's
+# (losses, mAP, epoch times, two seeds): bench/out/yolo_train/. About 20
+# minutes on 2 cores; options: BENCH_YOLO_ARGS="--help".
+.PHONY: bench-yolo-train
+bench-yolo-train: all
+	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) bench/yolo_train.py $(BENCH_YOLO_ARGS)
 
 $(B)/bench/jpeg_limit: bench/jpeg_limit.c bench/bench_files.h
 	@mkdir -p $(dir $@)

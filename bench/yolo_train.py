@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""YOLO training through Ultralytics' own trainer (issue 12): the same
+model, data, seed and settings, once with Ultralytics' data loader
+(DetectionTrainer) and once with stoker's (stoker.ultralytics.
+StokerDetectionTrainer), for two seeds: the spread between Ultralytics'
+own two seeds is the yardstick for the stoker/Ultralytics difference.
+
+Builds (once, cached under bench/out/yolo_train/) a data set with
+scripts/mkyolo.py --kind scenes --background photo: real photos with
+solid class-coloured rectangles, 4 classes, trained and validated on the
+same images (a model from scratch on a few dozen images learns little
+else in minutes of CPU, and the point is whether losses and mAP climb
+alike). Trains yolo11n from its yaml (no weights are downloaded) on the
+CPU; each run in its own interpreter, stoker's against its own stokerd
+(--workers --cores). Reads each run's results.csv: per-epoch time, train
+losses, val mAP50 / mAP50-95, and the final validation of best.pt.
+
+Writes bench/out/yolo_train/summary.json, summary.md (the table) and
+curves.png (losses and mAP per epoch). A measurement, not a test.
+
+    python3 bench/yolo_train.py [--images 64] [--imgsz 320] [--epochs 30] [--seeds 0 1]
+    make bench-yolo-train BENCH_YOLO_ARGS="--epochs 50"
+"""
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import run  # noqa: E402  (Runner, Daemon, REPO, say)
+
+LOSSES = ("train/box_loss", "train/cls_loss", "train/dfl_loss")
+MAPS = ("metrics/mAP50(B)", "metrics/mAP50-95(B)")
+
+
+def train_kwargs(a, seed, project, name):
+    """Ultralytics' train() arguments, the same for both loaders."""
+    # nbs=batch: an optimizer step every batch (Ultralytics' default nbs=64
+    # would step once an epoch on a data set this small).
+    return dict(data=a.data, epochs=a.epochs, imgsz=a.imgsz, batch=a.batch, nbs=a.batch, seed=seed, deterministic=True,
+                device="cpu", workers=0, plots=False, amp=False, close_mosaic=a.close_mosaic, project=project,
+                name=name, exist_ok=True, verbose=False)
+
+
+def child(argv):
+    """One training run (in its own interpreter): prints RESULT {json}."""
+    p = argparse.ArgumentParser(prog="yolo_train.py child")
+    p.add_argument("loader", choices=["ultralytics", "stoker"])
+    for k in ("data", "project", "name"):
+        p.add_argument(f"--{k}", required=True)
+    for k in ("epochs", "imgsz", "batch", "seed", "close_mosaic"):
+        p.add_argument(f"--{k.replace('_', '-')}", type=int, required=True)
+    a = p.parse_args(argv)
+    from ultralytics import YOLO
+
+    kw = train_kwargs(a, a.seed, a.project, a.name)
+    if a.loader == "stoker":
+        from stoker.ultralytics import StokerDetectionTrainer
+        kw["trainer"] = StokerDetectionTrainer
+    t0 = time.monotonic()
+    final = YOLO("yolo11n.yaml").train(**kw)
+    wall = time.monotonic() - t0
+    with open(os.path.join(a.project, a.name, "results.csv")) as f:
+        rows = [{k.strip(): float(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    print("RESULT " + json.dumps({"status": "ok", "wall_seconds": wall, "epochs": rows,
+                                  "final": {k: float(final.results_dict[k]) for k in MAPS}}), flush=True)
+
+
+def build_data(path, images, cores):
+    stamp = os.path.join(path, ".bench-complete")
+    if not os.path.exists(stamp):
+        shutil.rmtree(path, ignore_errors=True)
+        subprocess.run([run.PY, os.path.join(run.REPO, "scripts", "mkyolo.py"), path, "--kind", "scenes",
+                        "--background", "photo", "--classes", "4", "--images", str(images), "--jobs", str(cores)],
+                       check=True, stdout=subprocess.DEVNULL)
+        open(stamp, "w").close()
+    return os.path.join(path, "data.yaml")
+
+
+def summarize(res):
+    """Per run: mean epoch time (epochs after the first), final losses, the
+    last epoch's and best.pt's mAP; then the differences."""
+    out = {}
+    for key, r in res.items():
+        if r.get("status") != "ok":
+            out[key] = {"status": r.get("status"), "reason": r.get("reason")}
+            continue
+        ep = r["epochs"]
+        times = [b["time"] - a["time"] for a, b in zip(ep, ep[1:])]
+        out[key] = {"status": "ok", "wall_seconds": round(r["wall_seconds"], 1),
+                    "epoch_seconds": round(sum(times) / len(times), 2) if times else None,
+                    "last_epoch": {k: round(ep[-1][k], 4) for k in LOSSES + MAPS},
+                    "best_pt": {k: round(v, 4) for k, v in r["final"].items()}}
+    return out
+
+
+def table(summary, seeds):
+    lines = ["| run | s/epoch | box | cls | dfl | last mAP50 | last mAP50-95 | best.pt mAP50 | best.pt mAP50-95 |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for key, s in summary.items():
+        if s.get("status") != "ok":
+            lines.append(f"| {key} | {s.get('status')}: {s.get('reason')} |")
+            continue
+        le, b = s["last_epoch"], s["best_pt"]
+        lines.append(f"| {key} | {s['epoch_seconds']} | " + " | ".join(f"{le[k]:.3f}" for k in LOSSES)
+                     + " | " + " | ".join(f"{le[k]:.3f}" for k in MAPS) + " | "
+                     + " | ".join(f"{b[k]:.3f}" for k in MAPS) + " |")
+    ok = {k: s for k, s in summary.items() if s.get("status") == "ok"}
+    for k in MAPS:
+        u = [ok[f"ultralytics seed {s}"]["best_pt"][k] for s in seeds if f"ultralytics seed {s}" in ok]
+        st = [ok[f"stoker seed {s}"]["best_pt"][k] for s in seeds if f"stoker seed {s}" in ok]
+        if len(u) >= 2 and st:
+            lines.append(f"\n{k} (best.pt): Ultralytics seeds {u} (spread {max(u) - min(u):.4f}); "
+                         f"stoker {st}; |mean difference| {abs(sum(st) / len(st) - sum(u) / len(u)):.4f}")
+    return "\n".join(lines)
+
+
+def plot(res, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for key, r in res.items():
+        if r.get("status") != "ok":
+            continue
+        ep = r["epochs"]
+        x = [e["epoch"] for e in ep]
+        style = "-" if key.startswith("stoker") else "--"
+        axes[0].plot(x, [sum(e[k] for k in LOSSES) for e in ep], style, label=key)
+        axes[1].plot(x, [e[MAPS[0]] for e in ep], style, label=key)
+        axes[2].plot(x, [e[MAPS[1]] for e in ep], style, label=key)
+    for ax, t in zip(axes, ("train loss (box+cls+dfl)", "val mAP50", "val mAP50-95")):
+        ax.set_title(t)
+        ax.set_xlabel("epoch")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    return True
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--images", type=int, default=64)
+    p.add_argument("--imgsz", type=int, default=320)
+    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--close-mosaic", type=int, default=5)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    p.add_argument("--cores", type=int, default=os.cpu_count())
+    p.add_argument("--out", default=os.path.join(HERE, "out", "yolo_train"))
+    a = p.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    a.data = build_data(os.path.join(a.out, "data"), a.images, a.cores)
+    tmp = tempfile.mkdtemp(prefix="stoker-yolo-train-")
+    r = run.Runner(set(range(os.cpu_count())), a.out)
+    # Ultralytics writes its settings here, not in the user's home.
+    r.env.setdefault("YOLO_CONFIG_DIR", os.path.join(a.out, "ultralytics-config"))
+    res = {}
+    try:
+        for seed in a.seeds:
+            for loader in ("ultralytics", "stoker"):
+                key = f"{loader} seed {seed}"
+                cmd = [os.path.abspath(__file__), "child", loader, "--data", a.data, "--project",
+                       os.path.join(a.out, "runs"), "--name", f"{loader}-{seed}", "--epochs", str(a.epochs),
+                       "--imgsz", str(a.imgsz), "--batch", str(a.batch), "--seed", str(seed),
+                       "--close-mosaic", str(a.close_mosaic)]
+                run.say(f"{key}: training")
+                if loader == "stoker":
+                    d = run.Daemon(r, tmp, a.cores, f"stoker-{seed}")
+                    r.env["STOKER_SOCKET"] = d.sock
+                    try:
+                        res[key] = r.peer(cmd)
+                    finally:
+                        d.stop()
+                else:
+                    res[key] = r.peer(cmd)
+                run.say(f"{key}: {res[key].get('status')} in {res[key].get('wall_seconds', 0):.0f}s")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    summary = summarize(res)
+    settings = {k: getattr(a, k) for k in ("images", "imgsz", "epochs", "batch", "close_mosaic", "seeds", "cores")}
+    with open(os.path.join(a.out, "summary.json"), "w") as f:
+        json.dump({"settings": settings, "summary": summary, "runs": res}, f, indent=1)
+    text = table(summary, a.seeds)
+    with open(os.path.join(a.out, "summary.md"), "w") as f:
+        f.write(f"settings: {settings}\n\n{text}\n")
+    print(text)
+    if plot(res, os.path.join(a.out, "curves.png")):
+        run.say(f"curves: {os.path.join(a.out, 'curves.png')}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "child":
+        child(sys.argv[2:])
+    else:
+        main()

@@ -1,0 +1,296 @@
+"""Ultralytics' YOLO training fed by stokerd.
+
+    from ultralytics import YOLO
+    from stoker.ultralytics import StokerDetectionTrainer
+
+    YOLO("yolo11n.yaml").train(data="data.yaml", trainer=StokerDetectionTrainer, epochs=100, imgsz=640)
+
+StokerDetectionTrainer is Ultralytics' DetectionTrainer with one change: its
+train and validation loaders are stoker loaders, whose batches stokerd
+decodes and augments (mosaic, affine, mixup, HSV, flips; letterboxed
+rectangular batches for validation) in its own worker pool. Everything
+else is Ultralytics' own: model, losses, optimizer, EMA, checkpoints and
+resume, validation and its metrics, plots, callbacks, DDP.
+
+The daemon's socket is $STOKER_SOCKET (DDP ranks inherit it), else
+stoker's default; `StokerDetectionTrainer.using(socket=..., timeout=...)`
+gives a trainer class with others.
+
+The batches are the dict Ultralytics' own loader yields: img (uint8
+[B, 3, H, W], a zero-copy view of the daemon's ring in channels_last
+layout; the trainer's preprocess_batch makes a float copy), cls [N, 1],
+bboxes [N, 4] (normalised cx, cy, w, h), batch_idx [N] (all float32),
+im_file, ori_shape, resized_shape and ratio_pad. img is read-only and valid
+until the next batch is taken: a callback that keeps it must .clone() it,
+and writing into it faults (the ring is mapped read-only).
+"""
+
+import copy
+import os
+
+import numpy as np
+import torch
+from ultralytics.data.dataset import YOLODataset
+from ultralytics.models.yolo.detect import DetectionTrainer
+from ultralytics.utils import LOGGER, colorstr
+from ultralytics.utils.torch_utils import torch_distributed_zero_first, unwrap_model
+
+import stoker.torch
+
+__all__ = ["StokerDetectionTrainer", "YOLOLoader", "loader_options"]
+
+# Ultralytics hyper-parameters that are stoker detect options of the same
+# name and meaning (docs/detection.md).
+_SAME_NAME = ("mosaic", "mixup", "degrees", "translate", "scale", "shear", "perspective", "flipud", "fliplr",
+              "hsv_h", "hsv_s", "hsv_v")
+# Ultralytics augmentations stoker does not make: refused when switched on,
+# rather than silently training on other data.
+_NOT_BUILT = ("cutmix", "copy_paste", "bgr")
+
+
+def loader_options(args, mode="train", epochs=None):
+    """The stoker.Loader options for Ultralytics' trainer arguments `args`
+    (imgsz, seed, workers and, for mode "train", the augmentation
+    hyper-parameters, close_mosaic and `epochs`); ValueError for settings
+    stoker cannot honour."""
+    bad = [f"{k}={getattr(args, k)}" for k in _NOT_BUILT if getattr(args, k, 0)]
+    if getattr(args, "augmentations", None):
+        bad.append("augmentations (Albumentations)")
+    if mode == "train" and args.rect:
+        bad.append("rect=True for training")
+    fraction = getattr(args, "fraction", 1.0)
+    if fraction not in (1, 1.0, None):
+        bad.append(f"fraction={fraction}")
+    if bad:
+        raise ValueError(f"stoker does not build {', '.join(bad)}: unset it, or train with Ultralytics' own loader")
+    imgsz = args.imgsz
+    if isinstance(imgsz, (list, tuple)):
+        if len(set(imgsz)) != 1:
+            raise ValueError(f"imgsz={imgsz}: stoker makes square training images; give one size")
+        imgsz = imgsz[0]
+    opts = {"task": "detect", "image_size": int(imgsz), "seed": int(args.seed),
+            # Batches the daemon keeps ready ahead, as Ultralytics' workers
+            # each prepare one; 0 (its CPU default): the daemon's `prefetch`.
+            "prefetch": int(args.workers or 0)}
+    if mode == "train":
+        opts.update(transform="mosaic", shuffle=True, close_mosaic=int(args.close_mosaic or 0))
+        opts.update((k, float(getattr(args, k))) for k in _SAME_NAME)
+        if epochs is not None:
+            opts["epochs"] = int(epochs)
+    else:
+        opts.update(transform="letterbox", shuffle=False)
+    return opts
+
+
+class _Sampler:
+    """What the trainer reads of a DataLoader's sampler: len() (this rank's
+    samples per epoch) and set_epoch()."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def __len__(self):
+        return self._loader._stoker.samples_per_epoch
+
+    def __iter__(self):
+        return iter(range(len(self)))
+
+    def set_epoch(self, epoch):
+        self._loader.set_epoch(epoch)
+
+
+class _Dataset:
+    """What Ultralytics reads of a loader's dataset: len() (images in the
+    data set), im_files, and labels for its label statistics (the max_det
+    check, label plots, class weights), which come from Ultralytics' own
+    label scan (cached beside the labels as it always is) the first time
+    they are read. close_mosaic() is what the trainer calls to close the
+    mosaic."""
+
+    def __init__(self, loader, path, args, data, stride):
+        self._loader = loader
+        self._path, self._args, self._data, self._stride = path, args, data, stride
+        self._labels = None
+        self._im_files = None
+
+    def __len__(self):
+        return self._loader._stoker.dataset_samples
+
+    @property
+    def im_files(self):
+        if self._im_files is None:
+            self._im_files = self._loader._stoker.sample_paths(range(len(self)))
+        return self._im_files
+
+    @property
+    def labels(self):
+        if self._labels is None:
+            a = self._args
+            ds = YOLODataset(img_path=self._path, imgsz=a.imgsz, augment=False, hyp=copy.copy(a), rect=False,
+                             cache=False, single_cls=a.single_cls or False, stride=self._stride, pad=0.0,
+                             prefix=colorstr("labels: "), task="detect", classes=a.classes, data=self._data,
+                             fraction=1.0)
+            self._labels = ds.labels
+        return self._labels
+
+    def close_mosaic(self, hyp):
+        self._loader.close_mosaic()
+
+
+class YOLOLoader:
+    """An Ultralytics dataloader (InfiniteDataLoader's interface) over a
+    stoker.Loader: iterating gives one epoch of Ultralytics batch dicts;
+    len() is this rank's batches per epoch; .dataset, .sampler,
+    .batch_size, .num_workers, .drop_last, set_epoch(), reset(), close().
+
+    mode "train": stoker's mosaic pipeline with the trainer's augmentation
+    hyper-parameters, shuffled; "val": letterboxed, in order, rectangular
+    batches as Ultralytics' validator builds them (rect=True)."""
+
+    def __init__(self, path, args, data, batch_size=16, mode="train", rank=-1, epochs=None, stride=32,
+                 socket=None, timeout=None):
+        if mode not in ("train", "val"):
+            raise ValueError(f"mode {mode!r}: 'train' or 'val'")
+        if not isinstance(path, (str, os.PathLike)):
+            raise ValueError(f"data set {path!r}: stoker takes one directory or .txt list per split")
+        if data.get("channels", 3) != 3:
+            raise ValueError(f"channels={data['channels']}: stoker serves 3-channel RGB images")
+        self.mode = mode
+        self._path = os.fspath(path)
+        # rank -1: the whole data set (Ultralytics' loaders outside DDP);
+        # else this process's share, the rank and world size of
+        # torch.distributed (what DistributedSampler takes), as stoker.torch finds them.
+        whole = {"rank": 0, "world_size": 1} if rank == -1 else {}
+        self._opts = dict(loader_options(args, mode, epochs), socket=socket, timeout=timeout,
+                          batch_size=int(batch_size), **whole)
+        if mode == "val":
+            self._opts.update(rect=True, stride=int(stride), pad=0.5)
+        self._epochs = self._opts.get("epochs")
+        self._stoker = stoker.torch.Loader(self._path, **self._opts)
+        self._epoch = 0
+        self._taken = False
+        self._single_cls = bool(args.single_cls)
+        classes = args.classes
+        self._classes = None if classes is None else torch.tensor(
+            [classes] if isinstance(classes, int) else classes, dtype=torch.float32)
+        self._names = len(data["names"])
+        if self._stoker.num_classes > self._names:
+            self.close()
+            raise ValueError(f"{self._path}: labels have classes up to {self._stoker.num_classes - 1}, "
+                             f"but the data set names {self._names} (nc)")
+        # Ultralytics' build_dataloader: a batch never exceeds the data set.
+        self.batch_size = min(int(batch_size), self._stoker.dataset_samples)
+        self.drop_last = False
+        self.num_workers = 0  # no loader processes: stokerd's workers do the work
+        self.dataset = _Dataset(self, self._path, args, data, stride)
+        self.sampler = _Sampler(self)
+        LOGGER.info(f"{colorstr(mode + ':')} stoker: {self._stoker.dataset_samples} images of {self._path}, "
+                    f"{len(self)} batches of {self.batch_size} per epoch for this rank "
+                    f"({self._opts['transform']}{', rect' if mode == 'val' else ''})")
+
+    def __len__(self):
+        return len(self._stoker)
+
+    def __bool__(self):  # the validator tests `self.dataloader or ...`
+        return True
+
+    def set_epoch(self, epoch):
+        """Make `epoch` the one the next pass yields (a no-op when it already is
+        and nothing of it was taken)."""
+        if epoch != self._epoch or self._taken:
+            self._stoker.set_epoch(epoch)
+            self._epoch, self._taken = epoch, False
+
+    def close_mosaic(self):
+        """Mosaic and mixup off from the current epoch on. The daemon does it
+        by itself from epoch `epochs - close_mosaic` on; a trainer that closes
+        at another epoch (time= training re-plans its epochs) gets a loader
+        attached anew without them."""
+        opts = self._opts
+        if self._epochs is not None and self._epoch + opts["close_mosaic"] >= self._epochs:
+            return
+        if opts["mosaic"] == 0 and opts["mixup"] == 0:
+            return
+        LOGGER.info("stoker: reattaching without mosaic and mixup")
+        self._opts = dict(opts, mosaic=0.0, mixup=0.0, epoch=self._epoch)
+        self._stoker.close()
+        self._stoker = stoker.torch.Loader(self._path, **self._opts)
+        self._taken = False
+
+    def reset(self):
+        """InfiniteDataLoader.reset(): nothing to rebuild; the next pass
+        begins the current epoch."""
+
+    def close(self):
+        self._stoker.close()
+
+    def __iter__(self):
+        if self.mode == "val":
+            self.set_epoch(0)  # each validation is the same pass over the data set
+        elif self._taken:
+            self.set_epoch(self._epoch)  # a pass restarted within an epoch
+        for b in self._stoker:
+            self._taken = True
+            yield self._batch(b)
+
+    def _batch(self, b):
+        boxes = b.boxes.clone()  # N x 24 bytes: copied, so they are writable and contiguous
+        if self._classes is not None:
+            boxes = boxes[torch.isin(boxes[:, 1], self._classes)]
+        if self._single_cls:
+            boxes[:, 1] = 0
+        img = b.images  # uint8 NCHW, channels_last: the ring's NHWC slot, not copied
+        files = self._stoker.sample_paths(b.indices)
+        shapes, rp = b.shapes, b.ratio_pad
+        ori = tuple((int(h), int(w)) for h, w in shapes[:, 0:2])
+        h, w = img.shape[2:]
+        if self.mode == "train":
+            # Mosaic and affine: the sample's own load_image ratio (as Ultralytics').
+            resized = ((h, w),) * len(files)
+            ratio_pad = tuple((float(r[0]), float(r[1])) for r in rp)
+        else:
+            resized = tuple(np.array([h, w]) for _ in files)  # LetterBox's new_shape (rect_shape)
+            ratio_pad = tuple(((float(r[0]), float(r[1])), (int(r[2]), int(r[3]))) for r in rp)
+        return {"batch_idx": boxes[:, 0].contiguous(), "bboxes": boxes[:, 2:6].contiguous(),
+                "cls": boxes[:, 1:2].contiguous(), "im_file": tuple(files), "img": img, "ori_shape": ori,
+                "ratio_pad": ratio_pad, "resized_shape": resized}
+
+    def __repr__(self):
+        return f"<stoker.ultralytics.YOLOLoader {self.mode} {self._path!r} batches={len(self)}>"
+
+
+def _set_loader_epoch(trainer):
+    # Ultralytics sets the sampler's epoch only under DDP; stoker's order and
+    # augmentation draws are keyed by the epoch on every rank.
+    loader = getattr(trainer, "train_loader", None)
+    if isinstance(loader, YOLOLoader):
+        loader.set_epoch(trainer.epoch)
+
+
+class StokerDetectionTrainer(DetectionTrainer):
+    """Ultralytics' DetectionTrainer whose train and validation loaders are
+    stoker's (YOLOLoader). Pass it as `trainer=` to YOLO(...).train()."""
+
+    socket = None   # None: $STOKER_SOCKET, else stoker's default
+    timeout = None  # seconds to wait for a batch (None: forever)
+
+    @classmethod
+    def using(cls, socket=None, timeout=None):
+        """A subclass with another daemon socket or batch timeout, for
+        `YOLO(...).train(trainer=StokerDetectionTrainer.using(socket=...))`."""
+        return type(cls.__name__, (cls,), {"socket": socket, "timeout": timeout, "__module__": cls.__module__})
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if _set_loader_epoch not in self.callbacks["on_train_epoch_start"]:
+            self.callbacks["on_train_epoch_start"].insert(0, _set_loader_epoch)
+
+    def get_dataloader(self, dataset_path, batch_size=16, rank=0, mode="train"):
+        assert mode in {"train", "val"}, f"Mode must be 'train' or 'val', not {mode}."
+        gs = max(int(unwrap_model(self.model).stride.max()), 32)
+        # The time= mode re-plans the epoch count: the loader then closes the
+        # mosaic when the trainer says so (YOLOLoader.close_mosaic).
+        epochs = None if self.args.time else self.epochs
+        with torch_distributed_zero_first(rank):
+            return YOLOLoader(dataset_path, self.args, self.data, batch_size=batch_size, mode=mode, rank=rank,
+                              epochs=epochs, stride=gs, socket=self.socket, timeout=self.timeout)
