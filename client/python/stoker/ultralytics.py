@@ -148,7 +148,7 @@ class YOLOLoader:
     batches as Ultralytics' validator builds them (rect=True)."""
 
     def __init__(self, path, args, data, batch_size=16, mode="train", rank=-1, epochs=None, stride=32,
-                 socket=None, timeout=None):
+                 socket=None, timeout=None, resample=None):
         if mode not in ("train", "val"):
             raise ValueError(f"mode {mode!r}: 'train' or 'val'")
         if not isinstance(path, (str, os.PathLike)):
@@ -165,6 +165,8 @@ class YOLOLoader:
                           batch_size=int(batch_size), **whole)
         if mode == "val":
             self._opts.update(rect=True, stride=int(stride), pad=0.5)
+        if resample is not None:
+            self._opts["resample"] = resample
         self._epochs = self._opts.get("epochs")
         self._stoker = stoker.torch.Loader(self._path, **self._opts)
         self._epoch = 0
@@ -240,17 +242,17 @@ class YOLOLoader:
         if self._single_cls:
             boxes[:, 1] = 0
         img = b.images  # uint8 NCHW, channels_last: the ring's NHWC slot, not copied
-        files = self._stoker.sample_paths(b.indices)
-        shapes, rp = b.shapes, b.ratio_pad
-        ori = tuple((int(h), int(w)) for h, w in shapes[:, 0:2])
+        files = self._stoker.sample_paths(b.indices.tolist())
+        ori = tuple((h0, w0) for h0, w0, _, _ in b.shapes.tolist())
+        rp = b.ratio_pad.tolist()
         h, w = img.shape[2:]
         if self.mode == "train":
             # Mosaic and affine: the sample's own load_image ratio (as Ultralytics').
             resized = ((h, w),) * len(files)
-            ratio_pad = tuple((float(r[0]), float(r[1])) for r in rp)
+            ratio_pad = tuple((rh, rw) for rh, rw, _, _ in rp)
         else:
             resized = tuple(np.array([h, w]) for _ in files)  # LetterBox's new_shape (rect_shape)
-            ratio_pad = tuple(((float(r[0]), float(r[1])), (int(r[2]), int(r[3]))) for r in rp)
+            ratio_pad = tuple(((rh, rw), (int(left), int(top))) for rh, rw, left, top in rp)
         return {"batch_idx": boxes[:, 0].contiguous(), "bboxes": boxes[:, 2:6].contiguous(),
                 "cls": boxes[:, 1:2].contiguous(), "im_file": tuple(files), "img": img, "ori_shape": ori,
                 "ratio_pad": ratio_pad, "resized_shape": resized}
@@ -271,14 +273,17 @@ class StokerDetectionTrainer(DetectionTrainer):
     """Ultralytics' DetectionTrainer whose train and validation loaders are
     stoker's (YOLOLoader). Pass it as `trainer=` to YOLO(...).train()."""
 
-    socket = None   # None: $STOKER_SOCKET, else stoker's default
-    timeout = None  # seconds to wait for a batch (None: forever)
+    socket = None    # None: $STOKER_SOCKET, else stoker's default
+    timeout = None   # seconds to wait for a batch (None: forever)
+    resample = None  # None: the daemon's per transform (antialias for training, cv2 for validation)
 
     @classmethod
-    def using(cls, socket=None, timeout=None):
-        """A subclass with another daemon socket or batch timeout, for
-        `YOLO(...).train(trainer=StokerDetectionTrainer.using(socket=...))`."""
-        return type(cls.__name__, (cls,), {"socket": socket, "timeout": timeout, "__module__": cls.__module__})
+    def using(cls, socket=None, timeout=None, resample=None):
+        """A subclass with another daemon socket, batch timeout or resampling
+        ("cv2": Ultralytics' own pixels in training too, at some decode speed),
+        for `YOLO(...).train(trainer=StokerDetectionTrainer.using(socket=...))`."""
+        return type(cls.__name__, (cls,), {"socket": socket, "timeout": timeout, "resample": resample,
+                                           "__module__": cls.__module__})
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -293,4 +298,5 @@ class StokerDetectionTrainer(DetectionTrainer):
         epochs = None if self.args.time else self.epochs
         with torch_distributed_zero_first(rank):
             return YOLOLoader(dataset_path, self.args, self.data, batch_size=batch_size, mode=mode, rank=rank,
-                              epochs=epochs, stride=gs, socket=self.socket, timeout=self.timeout)
+                              epochs=epochs, stride=gs, socket=self.socket, timeout=self.timeout,
+                              resample=self.resample)
