@@ -163,8 +163,10 @@ def main():
     a.data = build_data(os.path.join(a.out, "data"), a.images, a.cores)
     tmp = tempfile.mkdtemp(prefix="stoker-yolo-train-")
     r = run.Runner(set(range(os.cpu_count())), a.out)
-    # Ultralytics writes its settings here, not in the user's home.
+    # Ultralytics writes its settings here, not in the user's home, and
+    # fetches nothing (no downloads, update checks or telemetry).
     r.env.setdefault("YOLO_CONFIG_DIR", os.path.join(a.out, "ultralytics-config"))
+    r.env.setdefault("YOLO_OFFLINE", "1")
     res = {}
     try:
         for seed in a.seeds:

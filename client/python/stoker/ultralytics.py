@@ -296,7 +296,13 @@ class StokerDetectionTrainer(DetectionTrainer):
         # The time= mode re-plans the epoch count: the loader then closes the
         # mosaic when the trainer says so (YOLOLoader.close_mosaic).
         epochs = None if self.args.time else self.epochs
-        with torch_distributed_zero_first(rank):
-            return YOLOLoader(dataset_path, self.args, self.data, batch_size=batch_size, mode=mode, rank=rank,
-                              epochs=epochs, stride=gs, socket=self.socket, timeout=self.timeout,
-                              resample=self.resample)
+        with torch_distributed_zero_first(rank):  # the first rank makes the label scan's cache
+            loader = YOLOLoader(dataset_path, self.args, self.data, batch_size=batch_size, mode=mode, rank=rank,
+                                epochs=epochs, stride=gs, socket=self.socket, timeout=self.timeout,
+                                resample=self.resample)
+            try:
+                loader.dataset.labels  # the trainer's max_det check reads them next
+            except BaseException:
+                loader.close()
+                raise
+        return loader
