@@ -18,7 +18,7 @@ losses, val mAP50 / mAP50-95, and the final validation of best.pt.
 Writes bench/out/yolo_train/summary.json, summary.md (the table) and
 curves.png (losses and mAP per epoch). A measurement, not a test.
 
-    python3 bench/yolo_train.py [--images 64] [--imgsz 320] [--epochs 30] [--seeds 0 1]
+    python3 bench/yolo_train.py [--images 48] [--imgsz 256] [--epochs 20] [--batch 8] [--seeds 0 1]
     make bench-yolo-train BENCH_YOLO_ARGS="--epochs 50"
 """
 
@@ -150,9 +150,9 @@ def plot(res, path):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--images", type=int, default=64)
-    p.add_argument("--imgsz", type=int, default=320)
-    p.add_argument("--epochs", type=int, default=30)
+    p.add_argument("--images", type=int, default=48)
+    p.add_argument("--imgsz", type=int, default=256)
+    p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--close-mosaic", type=int, default=5)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
