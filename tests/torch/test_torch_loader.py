@@ -3,6 +3,7 @@ launcher defaults, resume."""
 
 import math
 import os
+import resource
 import signal
 import socket as pysocket
 import subprocess
@@ -130,7 +131,8 @@ def test_writing_into_a_batch_faults(daemon, dataset):
             "print('taken', flush=True)\n"
             "labels[0] = 7\n"
             "print('wrote', flush=True)\n")
-    r = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=120,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))  # no core file
     assert r.returncode == -signal.SIGSEGV, f"exit {r.returncode}: {r.stdout} {r.stderr}"
     assert r.stdout.split() == ["taken"]
 
