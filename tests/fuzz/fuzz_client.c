@@ -10,7 +10,8 @@
  * one before, so replies meet the requests they answer; a sealed memfd
  * rides on the first byte, for an Attached to name as the ring; at the end
  * it hangs up. Meanwhile the library runs the real API: the handshake,
- * attach and a round of next/release/set_epoch/checkpoint/restore, or
+ * attach and a round of next/release/set_epoch/checkpoint/restore and
+ * sample names, or
  * statistics (JSON, text, the snapshot lookups), or the configuration and
  * control replies. Whatever arrives, the library must return errors, never
  * crash, leak, read outside the ring or hang.
@@ -142,6 +143,11 @@ static void touch_batch(const struct stoker_batch *b, volatile uint64_t *sink)
 	*sink += (uint64_t)stoker_batch_labels(b)[0] + (uint64_t)stoker_batch_labels(b)[stoker_batch_count(b) - 1];
 	*sink += (uint64_t)stoker_batch_indices(b)[stoker_batch_count(b) - 1];
 	*sink += stoker_batch_epoch(b) + stoker_batch_index(b) + stoker_batch_replaced(b);
+	/* Detection's per-image metadata: its last element too. */
+	if (stoker_batch_shapes(b))
+		*sink += (uint64_t)stoker_batch_shapes(b)[4 * (size_t)stoker_batch_count(b) - 1];
+	if (stoker_batch_ratio_pad(b))
+		*sink += (uint64_t)stoker_batch_ratio_pad(b)[4 * (size_t)stoker_batch_count(b) - 1];
 }
 
 static void batches(struct stoker *s)
@@ -166,7 +172,13 @@ static void batches(struct stoker *s)
 		int r = stoker_next(s, -1, &b);
 
 		if (r == 0) {
+			char path[48];
+
 			touch_batch(b, &sink);
+			/* a Names reply among the batches; a short buffer at times */
+			if (i % 4 == 1 &&
+			    stoker_sample_path(s, (uint64_t)i * 977 % (stoker_dataset_samples(s) + 1), path, sizeof(path)) >= 0)
+				sink += (uint64_t)path[0];
 			if (i % 3 == 0) {
 				stoker_release(held);
 				held = b;

@@ -169,6 +169,20 @@ static void dispatch_seeds(const char *dir)
 	attach(&b, 4, 8, STOKER__DTYPE__UINT8, 0, false);
 	save(dir, "dispatch", "attach-twice", &b);
 
+	/* Sample names: a range, one past the end, a count over the bound. */
+	b.len = 0;
+	hello(&b);
+	attach(&b, 2, 16, STOKER__DTYPE__UINT8, 0, false);
+	for (int k = 0; k < 3; k++) {
+		Stoker__NamesRequest nr = STOKER__NAMES_REQUEST__INIT;
+
+		nr.first = k == 1 ? FUZZ_DATASET_SAMPLES : 1;
+		nr.count = k == 2 ? 100000 : 2;
+		m = MSG(names_request, NAMES_REQUEST, &nr);
+		put(&b, &m);
+	}
+	save(dir, "dispatch", "names", &b);
+
 	b.len = 0;
 	hello(&b);
 	m = MSG(config_get, CONFIG_GET, &cg);
@@ -269,6 +283,25 @@ static void client_seeds(const char *dir)
 	m = MSG(shutdown, SHUTDOWN, &sd);
 	put(&b, &m);
 	save(dir, "client", "batches", &b);
+
+	/* 0: batches, and the names of samples 0..3 asked among them. */
+	{
+		Stoker__Names nm = STOKER__NAMES__INIT;
+		char *names[4] = {(char *)"a.jpg", (char *)"/abs/b.jpg", (char *)"c/d.jpg", (char *)"e.jpg"};
+
+		b.len = 1;
+		welcome(&b);
+		attached(&b);
+		batch_ready(&b, 0, 0, 0);
+		batch_ready(&b, 1, 0, 1);
+		nm.first = 0;
+		nm.dir = (char *)"/data/set";
+		nm.n_names = 4;
+		nm.names = names;
+		m = MSG(names, NAMES, &nm);
+		put(&b, &m);
+		save(dir, "client", "names", &b);
+	}
 
 	b.len = 1;
 	welcome(&b);
