@@ -329,6 +329,13 @@ class Loader:
     One thread at a time; not picklable (create one per process).
     order: "samples" (DistributedSampler's order) or "shards" (tar shard data
     sets: WebDataset's shard order with a shuffle_buffer of samples).
+    shuffle None: True, but for rect=True.
+    Detection options (task="detect"): Ultralytics' hyper-parameters by
+    name, close_mosaic, epochs, max_boxes, split; rect=True (letterbox):
+    Ultralytics' rectangular validation batches, in aspect-ratio order, each
+    its own height and width (stride=32, pad=0.5); resample="cv2" (OpenCV's
+    INTER_LINEAR, the letterbox default) or "antialias" (faster, the mosaic
+    default). sample_path(i) / sample_paths(batch.indices): file names.
     """
 
     # While waiting "forever", wake up this often so Ctrl-C is handled.
