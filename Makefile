@@ -40,10 +40,26 @@ LIBS_DAEMON  := $(shell pkg-config --libs $(PKGS_DAEMON)) -lm -pthread
 LIBS_CLIENT  := $(shell pkg-config --libs $(PKGS_CLIENT))
 LIBS_CMOCKA  := $(shell pkg-config --libs cmocka)
 
+# CUDA (docs/gpu.md): used when the toolkit is found (nvcc and cuda.h), for
+# the conversion kernel's fatbin and the driver API's declarations. Nothing
+# links libcuda or libcudart: both sides dlopen libcuda.so.1 at run time.
+# `make CUDA=0` builds without it (device attaches are then refused).
+CUDA_HOME    ?= /usr/local/cuda
+NVCC         ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
+CUDA_INCLUDE ?= $(patsubst %/cuda.h,%,$(firstword $(wildcard $(CUDA_HOME)/include/cuda.h /usr/include/cuda.h)))
+CUDA         ?= $(if $(and $(NVCC),$(CUDA_INCLUDE)),1,0)
+# The kernel's targets: Ampere and Hopper code, and PTX for what comes after.
+NVCC_ARCH    ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
+NVCC_FLAGS   ?= -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
+ifeq ($(CUDA),1)
+CUDA_CFLAGS  := -DSTOKER_HAVE_CUDA -isystem $(CUDA_INCLUDE)
+endif
+
 OPT          ?= -O2
 WARN         := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
 CFLAGS_BASE  := -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -fPIC -fvisibility=hidden -pthread \
-                -DSTOKER_VERSION='"$(VERSION)"' -I$(B)/proto -I$(B) -Iproto -Iclient/include $(PKG_CFLAGS) $(CFLAGS)
+                -DSTOKER_VERSION='"$(VERSION)"' -I$(B)/proto -I$(B) -Iproto -Iclient/include $(PKG_CFLAGS) \
+                $(CUDA_CFLAGS) $(CFLAGS)
 CFLAGS_ALL   := $(CFLAGS_BASE)
 LDFLAGS_ALL  := $(LDFLAGS)
 ifneq ($(SANITIZE),)
@@ -52,10 +68,10 @@ LDFLAGS_ALL  += -fsanitize=$(SANITIZE)
 endif
 
 PROTO_C      := $(B)/proto/stoker.pb-c.c
-PROTO_OBJS   := $(B)/proto/stoker.pb-c.o $(B)/proto/frame.o
+PROTO_OBJS   := $(B)/proto/stoker.pb-c.o $(B)/proto/frame.o $(B)/proto/cudadrv.o
 DAEMON_SRCS  := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
-DAEMON_OBJS  := $(DAEMON_SRCS:%.c=$(B)/%.o)
-CLIENT_OBJS  := $(B)/client/libstoker.o
+DAEMON_OBJS  := $(DAEMON_SRCS:%.c=$(B)/%.o) $(if $(filter 1,$(CUDA)),$(B)/daemon/gpu_fatbin.o)
+CLIENT_OBJS  := $(B)/client/libstoker.o $(B)/client/gpu.o
 UNIT_SRCS    := $(wildcard tests/unit/test_*.c)
 UNIT_BINS    := $(UNIT_SRCS:tests/unit/%.c=$(B)/tests/%)
 # Helpers of the fault tests: a small C client, the failure-injection shim.
@@ -102,6 +118,22 @@ $(B)/%.o: %.c $(B)/proto/stoker.pb-c.h
 
 $(B)/proto/stoker.pb-c.o: $(B)/proto/stoker.pb-c.c
 	$(CC) $(CFLAGS_ALL) -Wno-missing-prototypes -c $< -o $@
+
+# The conversion kernel: nvcc's fatbin, embedded as a byte array.
+$(B)/daemon/gpu_convert.fatbin: daemon/gpu_convert.cu
+	@mkdir -p $(dir $@)
+	$(call say,NVCC,$<)
+	$(Q)$(NVCC) -fatbin $(NVCC_ARCH) $(NVCC_FLAGS) -o $@ $<
+
+$(B)/daemon/gpu_fatbin.c: $(B)/daemon/gpu_convert.fatbin
+	$(Q){ printf '/* generated from daemon/gpu_convert.cu */\n#include "gpu_fatbin.h"\n'; \
+	  printf 'const unsigned char gpu_convert_fatbin[] __attribute__((aligned(8))) = {\n'; \
+	  od -An -v -tx1 $< | sed -e 's/ *\([0-9a-f][0-9a-f]\)/0x\1,/g'; \
+	  printf '};\nconst size_t gpu_convert_fatbin_size = sizeof(gpu_convert_fatbin);\n'; } > $@.tmp && mv $@.tmp $@
+
+$(B)/daemon/gpu_fatbin.o: $(B)/daemon/gpu_fatbin.c
+	$(call say,CC,$<)
+	$(Q)$(CC) $(CFLAGS_ALL) -Idaemon -c $< -o $@
 
 $(B)/libstokerd.a: $(DAEMON_OBJS) $(PROTO_OBJS)
 	$(call say,AR,$@)
@@ -286,7 +318,7 @@ FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) -pthread -fno-omit-frame-p
                 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
                 -DSTOKER_VERSION='"$(VERSION)"' -I$(B)/proto -I$(B) -Iproto -Iclient/include -Idaemon \
                 -Itests/fuzz $(PKG_CFLAGS)
-FUZZ_OBJS    := $(DAEMON_SRCS:%.c=$(FB)/%.o) $(FB)/proto/stoker.pb-c.o $(FB)/proto/frame.o
+FUZZ_OBJS    := $(DAEMON_SRCS:%.c=$(FB)/%.o) $(FB)/proto/stoker.pb-c.o $(FB)/proto/frame.o $(FB)/proto/cudadrv.o
 
 $(FB)/%.o: %.c $(B)/proto/stoker.pb-c.h $(B)/paths.h
 	@mkdir -p $(dir $@)
@@ -305,9 +337,9 @@ $(FUZZ_IMAGE:%=$(FB)/fuzz_%): $(FB)/fuzz_%: tests/fuzz/fuzz_image.c $(FUZZ_OBJS)
 	$(call say,CCLD,$@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -DFUZZ_FORMAT='"$*"' -o $@ $< $(FUZZ_OBJS) $(LIBS_DAEMON)
 
-$(FB)/fuzz_client: tests/fuzz/fuzz_client.c tests/fuzz/fuzz_common.h client/libstoker.c $(FB)/proto/stoker.pb-c.o $(FB)/proto/frame.o
+$(FB)/fuzz_client: tests/fuzz/fuzz_client.c tests/fuzz/fuzz_common.h client/libstoker.c $(FB)/proto/stoker.pb-c.o $(FB)/proto/frame.o $(FB)/proto/cudadrv.o $(FB)/client/gpu.o
 	$(call say,CCLD,$@)
-	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FB)/proto/stoker.pb-c.o $(FB)/proto/frame.o $(LIBS_CLIENT)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FB)/proto/stoker.pb-c.o $(FB)/proto/frame.o $(FB)/proto/cudadrv.o $(FB)/client/gpu.o $(LIBS_CLIENT)
 
 # Seeds: protocol conversations packed by protobuf-c; small JPEGs of every
 # kind libjpeg writes (baseline, grayscale, CMYK, progressive, arithmetic,

@@ -23,7 +23,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cudadrv.h"
 #include "frame.h"
+#include "gpu.h"
 #include "stoker.h"
 
 #define STOKER_API __attribute__((visibility("default")))
@@ -51,6 +53,7 @@ struct stoker_batch {
 	uint64_t index;
 	bool queued; /* announced, not yet taken */
 	bool held;   /* taken by the caller */
+	void *stream; /* device batches: the CUstream of stoker_batch_wait() */
 };
 
 struct stoker_opts {
@@ -58,6 +61,9 @@ struct stoker_opts {
 	float mean[3], std[3]; /* attach.mean/std point here once set */
 	Stoker__DetectOptions detect; /* attach.detect points here once set */
 	char split[64];
+	char device[16];   /* attach.device points here once set */
+	int ordinal;       /* cuda:N; -1: cpu */
+	enum { PIN_NO, PIN_YES, PIN_TRY } pin;
 };
 
 struct stoker {
@@ -114,6 +120,11 @@ struct stoker {
 	bool shutdown;           /* the daemon said it is stopping */
 	bool write_failed;       /* the daemon stopped reading: read what is left */
 	char shutdown_reason[256];
+
+	/* CUDA (client/gpu.h): the device ring, or the pinned host ring. */
+	int ordinal; /* -1: host batches */
+	struct client_gpu *gpu;
+	struct client_pin *pin;
 };
 
 static uint64_t now_ns(void)
@@ -163,6 +174,7 @@ static int error_from_code(Stoker__ErrorCode code)
 	case STOKER__ERROR_CODE__FAILED_PRECONDITION: return -EALREADY;
 	case STOKER__ERROR_CODE__RESTART_REQUIRED: return -EOPNOTSUPP;
 	case STOKER__ERROR_CODE__LEASE_EXPIRED: return -ECONNABORTED;
+	case STOKER__ERROR_CODE__DEVICE_UNAVAILABLE: return -ENODEV;
 	default: return -EIO;
 	}
 }
@@ -352,10 +364,11 @@ static int pump(struct stoker *s, int timeout_ms)
 }
 
 /* Send `req` and wait for a reply of kind `want` (or an Error). */
+static int await_reply(struct stoker *s, Stoker__Message__BodyCase want, int timeout_ms, Stoker__Message **out);
+
 static int request(struct stoker *s, const Stoker__Message *req, Stoker__Message__BodyCase want, int timeout_ms,
 		   Stoker__Message **out)
 {
-	uint64_t deadline = timeout_ms < 0 ? 0 : now_ns() + (uint64_t)timeout_ms * 1000000ull;
 	int r;
 
 	r = send_message(s, req);
@@ -371,6 +384,16 @@ static int request(struct stoker *s, const Stoker__Message *req, Stoker__Message
 	}
 	if (r < 0)
 		return r;
+	return await_reply(s, want, timeout_ms, out);
+}
+
+/* Handle messages until one of kind `want` arrives (*out, the caller frees
+ * it), an error, or the timeout. */
+static int await_reply(struct stoker *s, Stoker__Message__BodyCase want, int timeout_ms, Stoker__Message **out)
+{
+	uint64_t deadline = timeout_ms < 0 ? 0 : now_ns() + (uint64_t)timeout_ms * 1000000ull;
+	int r = 0;
+
 	s->want = want;
 	s->reply = NULL;
 	while (!s->reply) {
@@ -469,6 +492,8 @@ STOKER_API void stoker_close(struct stoker *s)
 {
 	if (!s)
 		return;
+	client_gpu_free(s->gpu);
+	client_unpin(s->pin); /* before the mapping goes */
 	if (s->ring)
 		munmap(s->ring, s->ring_bytes);
 	if (s->fd >= 0)
@@ -560,6 +585,7 @@ STOKER_API int stoker_opts_new(struct stoker_opts **out)
 		return -ENOMEM;
 	stoker__attach__init(&o->attach);
 	stoker__detect_options__init(&o->detect);
+	o->ordinal = -1;
 	*out = o;
 	return 0;
 }
@@ -776,6 +802,33 @@ STOKER_API int stoker_opts_set(struct stoker_opts *o, const char *key, const cha
 		a->has_drop_last = a->has_drop_last || r == 0;
 		return r;
 	}
+	if (!strcmp(key, "device")) {
+		size_t digits = strncmp(value, "cuda:", 5) ? 0 : strspn(value + 5, "0123456789");
+
+		if (!strcmp(value, "cpu")) {
+			o->ordinal = -1;
+		} else if (digits >= 1 && digits <= 4 && value[5 + digits] == '\0' && atoi(value + 5) <= 1023 &&
+			   (digits == 1 || value[5] != '0')) {
+			o->ordinal = atoi(value + 5);
+		} else {
+			return -EINVAL;
+		}
+		snprintf(o->device, sizeof(o->device), "%s", value);
+		a->device = o->device;
+		return 0;
+	}
+	if (!strcmp(key, "pin_memory")) {
+		protobuf_c_boolean b;
+
+		if (!strcmp(value, "try")) {
+			o->pin = PIN_TRY;
+			return 0;
+		}
+		r = parse_bool(value, &b);
+		if (r == 0)
+			o->pin = b ? PIN_YES : PIN_NO;
+		return r;
+	}
 	if (!strcmp(key, "dtype")) {
 		if (!strcmp(value, "uint8"))
 			a->dtype = STOKER__DTYPE__UINT8;
@@ -866,7 +919,11 @@ static int map_ring(struct stoker *s, const Stoker__Attached *at, int fd)
 	int seals;
 	void *p;
 
-	unsigned elem = at->dtype == STOKER__DTYPE__FLOAT32 ? 4 : at->dtype == STOKER__DTYPE__FLOAT16 ? 2 : 1;
+	/* On a device, the host ring carries uint8 images: the GPU converts. */
+	unsigned elem = s->ordinal >= 0                         ? 1
+			: at->dtype == STOKER__DTYPE__FLOAT32 ? 4
+			: at->dtype == STOKER__DTYPE__FLOAT16 ? 2
+							      : 1;
 
 	if (at->dtype != STOKER__DTYPE__UINT8 && at->dtype != STOKER__DTYPE__FLOAT32 &&
 	    at->dtype != STOKER__DTYPE__FLOAT16)
@@ -902,11 +959,64 @@ static int map_ring(struct stoker *s, const Stoker__Attached *at, int fd)
 	return 0;
 }
 
+/* device cuda:N: the DeviceRing that follows Attached, imported. */
+static int attach_device(struct stoker *s, const Stoker__Attached *at)
+{
+	Stoker__Message *reply = NULL;
+	const Stoker__DeviceRing *dr;
+	char why[384];
+	int fd = -1, r;
+
+	r = await_reply(s, STOKER__MESSAGE__BODY_DEVICE_RING, HANDSHAKE_TIMEOUT_MS, &reply);
+	if (r < 0)
+		return fail_connection(s, r, NULL);
+	dr = reply->device_ring;
+	fd = frame_in_take_fd(&s->in);
+	if (fd < 0) {
+		r = fail_connection(s, -EPROTO, "the daemon sent the device ring without its descriptor");
+		goto out;
+	}
+	if (dr->slot_count != at->slot_count || dr->slot_bytes == 0 || dr->slot_bytes > dr->ring_bytes / dr->slot_count ||
+	    (uint64_t)at->batch_size * at->image_height * at->image_width * at->channels *
+			    (at->dtype == STOKER__DTYPE__FLOAT32 ? 4 : at->dtype == STOKER__DTYPE__FLOAT16 ? 2 : 1) >
+		    dr->slot_bytes) {
+		r = fail_connection(s, -EPROTO, "the daemon described an impossible device ring");
+		goto out;
+	}
+	r = client_gpu_import(s->ordinal, fd, dr, &s->gpu, why, sizeof(why));
+	if (r < 0) {
+		set_error(s, r, "%s", why);
+		fail_connection(s, r, NULL);
+	}
+out:
+	if (fd >= 0)
+		close(fd);
+	stoker__message__free_unpacked(reply, NULL);
+	return r;
+}
+
+/* pin_memory: page-lock the read-only ring; `required` fails without it. */
+static int attach_pin(struct stoker *s, bool required)
+{
+	char why[256];
+	int r = client_pin(s->ring, s->ring_bytes, &s->pin, why, sizeof(why));
+
+	if (r < 0 && required) {
+		set_error(s, r, "pin_memory: %s", why);
+		return fail_connection(s, r, NULL);
+	}
+	if (r < 0) /* "try": host batches stay pageable; the reason is kept */
+		set_error(s, 0, "pin_memory: %s; batches are not pinned", why);
+	return 0;
+}
+
 STOKER_API int stoker_attach(struct stoker *s, const char *dataset, const struct stoker_opts *opts)
 {
 	Stoker__Message m = STOKER__MESSAGE__INIT, *reply = NULL;
 	Stoker__Attach a;
 	const Stoker__Attached *at;
+	uint8_t uuid[CLIENT_GPU_UUID_BYTES];
+	char cuda_why[256] = "";
 	int fd = -1, r;
 
 	if (!s || !dataset)
@@ -918,11 +1028,34 @@ STOKER_API int stoker_attach(struct stoker *s, const char *dataset, const struct
 	else
 		stoker__attach__init(&a);
 	a.dataset = (char *)dataset;
+	s->ordinal = opts ? opts->ordinal : -1;
+	if (s->ordinal >= 0) {
+		/* The daemon finds the GPU by UUID: our cuda:N may be its cuda:M. */
+		if (client_gpu_resolve(s->ordinal, uuid, cuda_why, sizeof(cuda_why)) == 0) {
+			a.has_device_uuid = true;
+			a.device_uuid = (ProtobufCBinaryData){sizeof(uuid), uuid};
+		}
+	} else if (opts && opts->pin == PIN_YES) {
+		const struct cudadrv *drv;
+		const char *why;
+
+		/* Refuse before attaching: nothing to undo. */
+		r = cudadrv_get(&drv, &why);
+		if (r < 0)
+			return set_error(s, r, "pin_memory: %s", why);
+	}
 	m.body_case = STOKER__MESSAGE__BODY_ATTACH;
 	m.attach = &a;
 	r = request(s, &m, STOKER__MESSAGE__BODY_ATTACHED, -1, &reply);
-	if (r < 0)
+	if (r < 0) {
+		if (r == -ENODEV && cuda_why[0]) {
+			char daemon_says[sizeof(s->error)];
+
+			memcpy(daemon_says, s->error, sizeof(daemon_says));
+			set_error(s, r, "%.300s; in this process: %s", daemon_says, cuda_why);
+		}
 		return r;
+	}
 	at = reply->attached;
 	fd = frame_in_take_fd(&s->in);
 	if (fd < 0) {
@@ -934,6 +1067,12 @@ STOKER_API int stoker_attach(struct stoker *s, const char *dataset, const struct
 		fail_connection(s, r, NULL);
 		goto out;
 	}
+	if (s->ordinal >= 0)
+		r = attach_device(s, at);
+	else if (opts && opts->pin != PIN_NO)
+		r = attach_pin(s, opts->pin == PIN_YES);
+	if (r < 0)
+		goto out;
 	s->slots = calloc(at->slot_count, sizeof(*s->slots));
 	s->queue = calloc(at->slot_count, sizeof(*s->queue));
 	if (!s->slots || !s->queue) {
@@ -1130,10 +1269,55 @@ STOKER_API int stoker_next(struct stoker *s, int timeout_ms, struct stoker_batch
 
 STOKER_API void stoker_release(struct stoker_batch *b)
 {
+	struct stoker *s;
+
 	if (!b || !b->held)
 		return;
+	s = b->s;
 	b->held = false;
-	send_release(b->s, b->slot);
+	if (s->gpu) {
+		char why[256];
+		int r = client_gpu_record_release(s->gpu, b->slot, b->stream, why, sizeof(why));
+
+		b->stream = NULL;
+		if (r < 0) {
+			/* Without the event the daemon could overwrite what the
+			 * GPU still reads: keep the slot, end the session. */
+			set_error(s, r, "%s", why);
+			s->dead = r;
+			return;
+		}
+	}
+	send_release(s, b->slot);
+}
+
+STOKER_API int stoker_device(const struct stoker *s)
+{
+	return s && s->attached && s->gpu ? s->ordinal : -1;
+}
+
+STOKER_API int stoker_pinned(const struct stoker *s)
+{
+	return s && s->pin ? 1 : 0;
+}
+
+STOKER_API uint64_t stoker_batch_device_images(const struct stoker_batch *b)
+{
+	return b && b->s->gpu ? client_gpu_slot_ptr(b->s->gpu, b->slot) : 0;
+}
+
+STOKER_API int stoker_batch_wait(struct stoker_batch *b, void *stream)
+{
+	char why[256];
+	int r;
+
+	if (!b || !b->held || !b->s->gpu)
+		return -EINVAL;
+	r = client_gpu_wait(b->s->gpu, b->slot, stream, why, sizeof(why));
+	if (r < 0)
+		return set_error(b->s, r, "%s", why);
+	b->stream = stream;
+	return 0;
 }
 
 static const uint8_t *slot_base(const struct stoker_batch *b)
@@ -1143,7 +1327,7 @@ static const uint8_t *slot_base(const struct stoker_batch *b)
 
 STOKER_API const void *stoker_batch_images(const struct stoker_batch *b)
 {
-	return b ? slot_base(b) : NULL;
+	return b && !b->s->gpu ? slot_base(b) : NULL;
 }
 
 STOKER_API enum stoker_dtype stoker_batch_dtype(const struct stoker_batch *b)
@@ -1424,11 +1608,14 @@ static void stats_json(struct text *t, const Stoker__Stats *st)
 			    "%s{\"pid\": %u, \"rank\": %u, \"world_size\": %u, \"epoch\": %llu, \"batches\": %llu, "
 			    "\"images\": %llu, \"wait_seconds\": %.6f, \"id\": %llu, \"uid\": %u, "
 			    "\"images_per_second\": %.3f, \"stall\": %.4f, \"ring_bytes\": %llu, "
-			    "\"decode_error_files\": %llu, \"dataset\": ",
+			    "\"decode_error_files\": %llu, \"device_bytes\": %llu, \"device\": ",
 			    i ? ", " : "", c->pid, c->rank, c->world_size, (unsigned long long)c->epoch,
 			    (unsigned long long)c->batches, (unsigned long long)c->images, c->wait_seconds,
 			    (unsigned long long)c->id, c->uid, c->images_per_second, c->stall,
-			    (unsigned long long)c->ring_bytes, (unsigned long long)c->decode_error_files);
+			    (unsigned long long)c->ring_bytes, (unsigned long long)c->decode_error_files,
+			    (unsigned long long)c->device_bytes);
+		text_json_string(t, c->device ? c->device : "cpu");
+		text_printf(t, ", \"dataset\": ");
 		text_json_string(t, c->dataset);
 		text_printf(t, "}");
 	}
@@ -1453,7 +1640,10 @@ static void stats_json(struct text *t, const Stoker__Stats *st)
 			    (unsigned long long)st->net_retries, (unsigned long long)st->net_errors, st->net_inflight,
 			    (unsigned long long)st->remote_cache_hits, (unsigned long long)st->remote_fetched,
 			    (unsigned long long)st->remote_coalesced);
-	text_printf(t, "\"cache\": ");
+	text_printf(t, "\"device_bytes\": %llu, \"gpu_memory_budget_bytes\": %llu, \"cuda\": ",
+		    (unsigned long long)st->device_bytes, (unsigned long long)st->gpu_memory_budget_bytes);
+	text_json_string(t, st->cuda ? st->cuda : "unused");
+	text_printf(t, ", \"cache\": ");
 	if (!st->cache_policy) {
 		text_printf(t, "null}\n");
 		return;
@@ -1506,6 +1696,9 @@ static void stats_text(struct text *t, const Stoker__Stats *st)
 			    (unsigned long long)st->remote_fetched, (unsigned long long)st->remote_cache_hits);
 	text_printf(t, "  memory          %.1f MiB of %.1f MiB budget in rings\n", st->ring_bytes / 1048576.0,
 		    st->memory_budget_bytes / 1048576.0);
+	text_printf(t, "  gpu             %.1f MiB in device rings, budget %s; CUDA %s\n", st->device_bytes / 1048576.0,
+		    st->gpu_memory_budget_bytes ? "per GPU as configured" : "each GPU's free memory",
+		    st->cuda ? st->cuda : "unused");
 	if (st->cache_policy) {
 		text_printf(t, "  cache (%s)    %.1f of %.1f MiB\n", st->cache_policy, st->cache_bytes / 1048576.0,
 			    st->cache_budget_bytes / 1048576.0);

@@ -224,6 +224,10 @@ static void top_frame(const struct stoker_stats *st, struct tier_prev *prev, siz
 	printf("\nmemory    rss %s   rings %s   budget %s\n", human_bytes(num(st, "rss_bytes"), a, sizeof(a)),
 	       human_bytes(num(st, "ring_bytes"), b, sizeof(b)),
 	       human_bytes(num(st, "memory_budget_bytes"), c, sizeof(c)));
+	if (num(st, "device_bytes") > 0 || num(st, "gpu_memory_budget_bytes") > 0)
+		printf("gpu       device rings %s   budget %s per GPU\n", human_bytes(num(st, "device_bytes"), a, sizeof(a)),
+		       num(st, "gpu_memory_budget_bytes") > 0 ? human_bytes(num(st, "gpu_memory_budget_bytes"), b, sizeof(b))
+							 : "free memory");
 	top_cache(st, prev, nprev);
 	if (num(st, "net_requests") > 0 || num(st, "remote_cache_hits") > 0) {
 		double fetched = num(st, "remote_fetched"), hits = num(st, "remote_cache_hits");
@@ -235,8 +239,8 @@ static void top_frame(const struct stoker_stats *st, struct tier_prev *prev, siz
 		       num(st, "net_errors"), num(st, "net_inflight"),
 		       fetched + hits > 0 ? 100.0 * hits / (fetched + hits) : 0.0);
 	}
-	printf("\n%7s %8s %9s %6s %9s %10s %7s %10s  %s\n", "CLIENT", "PID", "RANK", "EPOCH", "BATCHES", "IMAGES/S",
-	       "STALL", "RING", "DATASET");
+	printf("\n%7s %8s %9s %6s %9s %10s %7s %10s %8s %10s  %s\n", "CLIENT", "PID", "RANK", "EPOCH", "BATCHES",
+	       "IMAGES/S", "STALL", "RING", "DEVICE", "GPU MEM", "DATASET");
 	if (!order)
 		return;
 	for (size_t i = 0; i < n; i++)
@@ -245,15 +249,17 @@ static void top_frame(const struct stoker_stats *st, struct tier_prev *prev, siz
 	for (size_t k = 0; k < n; k++) {
 		size_t i = order[k];
 		const char *ds = stoker_stats_item_string(st, "clients", i, "dataset");
+		const char *dev = stoker_stats_item_string(st, "clients", i, "device");
 		char rank[24];
 
 		snprintf(rank, sizeof(rank), "%.0f/%.0f", item(st, "clients", i, "rank"),
 			 item(st, "clients", i, "world_size"));
-		printf("%7.0f %8.0f %9s %6.0f %9.0f %10.1f %6.1f%% %10s  %s\n", item(st, "clients", i, "id"),
+		printf("%7.0f %8.0f %9s %6.0f %9.0f %10.1f %6.1f%% %10s %8s %10s  %s\n", item(st, "clients", i, "id"),
 		       item(st, "clients", i, "pid"), rank, item(st, "clients", i, "epoch"),
 		       item(st, "clients", i, "batches"), item(st, "clients", i, "images_per_second"),
 		       100.0 * item(st, "clients", i, "stall"),
-		       human_bytes(item(st, "clients", i, "ring_bytes"), a, sizeof(a)), ds ? ds : "");
+		       human_bytes(item(st, "clients", i, "ring_bytes"), a, sizeof(a)), dev ? dev : "cpu",
+		       human_bytes(item(st, "clients", i, "device_bytes"), b, sizeof(b)), ds ? ds : "");
 	}
 	free(order);
 }

@@ -31,10 +31,7 @@ struct pipeline {
 		float mean[3], std[3];
 	} lut_key;
 	bool lut_valid;
-	union {
-		float f32[3][256];
-		uint16_t f16[3][256];
-	} lut;
+	union transform_lut lut;
 	char error[256];
 };
 
@@ -286,20 +283,25 @@ static uint16_t float_to_half(float f)
 }
 
 /* torchvision's ToTensor() then Normalize(), in float32 as torch computes it, for each 8-bit level. */
-static void build_lut(struct pipeline *p, const struct transform_spec *spec)
+void transform_lut_build(const struct transform_spec *spec, union transform_lut *lut)
 {
-	if (p->lut_valid && p->lut_key.dtype == spec->dtype && !memcmp(p->lut_key.mean, spec->mean, sizeof(spec->mean)) &&
-	    !memcmp(p->lut_key.std, spec->std, sizeof(spec->std)))
-		return;
 	for (int c = 0; c < 3; c++)
 		for (int v = 0; v < 256; v++) {
 			float x = ((float)v / 255.0f - spec->mean[c]) / spec->std[c];
 
 			if (spec->dtype == DTYPE_FLOAT16)
-				p->lut.f16[c][v] = float_to_half(x);
+				lut->f16[c][v] = float_to_half(x);
 			else
-				p->lut.f32[c][v] = x;
+				lut->f32[c][v] = x;
 		}
+}
+
+static void build_lut(struct pipeline *p, const struct transform_spec *spec)
+{
+	if (p->lut_valid && p->lut_key.dtype == spec->dtype && !memcmp(p->lut_key.mean, spec->mean, sizeof(spec->mean)) &&
+	    !memcmp(p->lut_key.std, spec->std, sizeof(spec->std)))
+		return;
+	transform_lut_build(spec, &p->lut);
 	p->lut_key.dtype = spec->dtype;
 	memcpy(p->lut_key.mean, spec->mean, sizeof(spec->mean));
 	memcpy(p->lut_key.std, spec->std, sizeof(spec->std));

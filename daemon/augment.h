@@ -56,6 +56,16 @@ static inline size_t transform_output_bytes(const struct transform_spec *s)
 	return (size_t)s->image_size * s->image_size * 3 * elem;
 }
 
+/* The normalised value of each 8-bit level, per channel, for a float
+ * dtype: the one table both the CPU float path (augment.c) and the GPU
+ * conversion kernel (gpu_convert.cu, via devring) read, so a device
+ * batch's floats are the CPU path's bit for bit. */
+union transform_lut {
+	float f32[3][256];
+	uint16_t f16[3][256]; /* IEEE binary16, rounded to nearest even */
+};
+void transform_lut_build(const struct transform_spec *spec, union transform_lut *lut);
+
 /* Bounds on what one file may cost; hostile headers fail early. */
 struct decode_limits {
 	uint64_t max_pixels; /* width * height of the full image */

@@ -127,6 +127,7 @@ static const struct config_key config_keys[] = {
 	U32(max_scans, 1, 100000, RESTART),
 	U32(replace_attempts, 1, 1024, RESTART),
 	SIZE(memory_budget, 0, 1ull << 50, LIVE),
+	SIZE(gpu_memory_budget, 0, 1ull << 50, LIVE),
 	{"cache_bytes", KEY_CACHE_BYTES, offsetof(struct config, cache_bytes), 0, 1ull << 50, LIVE},
 	{"cache_policy", KEY_CACHE_POLICY, offsetof(struct config, cache_policy), 0, 0, RESTART},
 	U32(cache_decoded_side, 0, 16384, RESTART),

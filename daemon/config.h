@@ -44,6 +44,7 @@ struct config {
 	uint32_t replace_attempts;
 	uint64_t memory_budget; /* cache + every ring; 0: half the memory */
 	uint64_t cache_bytes;   /* 0: half of memory_budget */
+	uint64_t gpu_memory_budget; /* per GPU, every client's device ring; 0: the GPU's free memory */
 	bool cache_bytes_set;   /* cache_bytes given explicitly (0 = no cache) */
 	uint32_t cache_policy;  /* enum cache_policy */
 	uint32_t cache_decoded_side; /* 0: no decoded tier */

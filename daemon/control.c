@@ -14,6 +14,7 @@
 
 #include "cache.h"
 #include "daemon.h"
+#include "gpu.h"
 #include "ring.h"
 #include "prefetch.h"
 #include "session.h"
@@ -175,6 +176,10 @@ void control_handle_stats(struct conn *c)
 	st.has_ring_bytes = st.has_memory_budget_bytes = true;
 	st.ring_bytes = d->ring_bytes;
 	st.memory_budget_bytes = d->cfg.memory_budget;
+	st.has_device_bytes = st.has_gpu_memory_budget_bytes = true;
+	st.device_bytes = d->device_bytes;
+	st.gpu_memory_budget_bytes = d->cfg.gpu_memory_budget;
+	st.cuda = (char *)gpu_status(d->gpu);
 	if (d->cache) {
 		static const char *const names[CACHE_TIERS] = {"encoded", "decoded"};
 
@@ -234,6 +239,9 @@ void control_handle_stats(struct conn *c)
 			cs[n].ring_bytes = s->ring->bytes;
 			cs[n].has_decode_error_files = true;
 			cs[n].decode_error_files = session_decode_error_files(s);
+			cs[n].device = s->device;
+			cs[n].has_device_bytes = true;
+			cs[n].device_bytes = s->device_bytes;
 			cs[n].has_images_per_second = cs[n].has_stall = true;
 			client_rates(it, &cs[n].images_per_second, &cs[n].stall);
 			csp[n] = &cs[n];

@@ -88,6 +88,8 @@ struct daemon {
 	struct cache *cache; /* NULL when cache_bytes is 0 */
 	uint64_t ring_bytes; /* all rings alive, against cfg.memory_budget */
 	uint64_t fit_bytes;  /* detection sessions' partner images, against it too */
+	struct gpu *gpu;     /* CUDA delivery (gpu.h); NULL: not in this process */
+	uint64_t device_bytes; /* every CUDA client's device ring */
 	bool pool_full; /* a session waits for queue room */
 	struct fetch *fetch;       /* HTTP/S3 transfers (fetch.h) */
 	struct prefetch *prefetch; /* remote samples fetched before decoding */

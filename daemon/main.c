@@ -15,6 +15,7 @@
 
 #include "cache.h"
 #include "daemon.h"
+#include "gpu.h"
 #include "log.h"
 #include "fetch.h"
 #include "paths.h"
@@ -204,8 +205,14 @@ int main(int argc, char **argv)
 		cache_free(d.cache);
 		return 1;
 	}
-	r = server_listen(&d);
+	/* CUDA delivery: nothing loads until a client asks for a GPU. */
+	r = gpu_new(d.loop, &d.gpu);
+	if (r < 0)
+		log_error("cannot set up GPU delivery: %s", strerror(-r));
+	else
+		r = server_listen(&d);
 	if (r < 0) {
+		gpu_free(d.gpu);
 		fetch_stop(d.fetch);
 		prefetch_flush(d.prefetch);
 		prefetch_free(d.prefetch);

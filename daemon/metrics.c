@@ -199,6 +199,11 @@ static double client_ring(const struct session *s)
 	return (double)s->ring->bytes;
 }
 
+static double client_device(const struct session *s)
+{
+	return (double)s->device_bytes;
+}
+
 static void render_cache(struct expo *e, struct cache *cache)
 {
 	static const char *const tiers[CACHE_TIERS] = {"encoded", "decoded"};
@@ -288,6 +293,9 @@ int metrics_render(struct daemon *d, char **out, size_t *len)
 	GAUGE(&e, "stoker_ring_bytes", "Shared memory in every client's batch ring.", d->ring_bytes);
 	GAUGE(&e, "stoker_memory_budget_bytes", "The node's budget for the cache and every ring.",
 	      d->cfg.memory_budget);
+	GAUGE(&e, "stoker_device_bytes", "GPU memory in every CUDA client's device ring, all GPUs.", d->device_bytes);
+	GAUGE(&e, "stoker_gpu_memory_budget_bytes", "Each GPU's budget for device rings (0: its free memory).",
+	      d->cfg.gpu_memory_budget);
 	if (d->cache)
 		render_cache(&e, d->cache);
 	client_family(&e, d, "stoker_client_images_total", "counter", "Images delivered to the client.",
@@ -298,6 +306,8 @@ int metrics_render(struct daemon *d, char **out, size_t *len)
 		      "Time the client spent waiting for batches (its data stall).", client_wait);
 	client_family(&e, d, "stoker_client_ring_bytes", "gauge", "Shared memory in the client's batch ring.",
 		      client_ring);
+	client_family(&e, d, "stoker_client_device_bytes", "gauge",
+		      "GPU memory in the client's device ring (0: host batches).", client_device);
 	if (e.failed || !e.buf) {
 		free(e.buf);
 		return -ENOMEM;

@@ -20,6 +20,7 @@
 #include "cache.h"
 #include "daemon.h"
 #include "fetch.h"
+#include "gpu.h"
 #include "log.h"
 #include "prefetch.h"
 #include "workers.h"
@@ -338,6 +339,8 @@ static void stop_finish(struct daemon *d)
 	/* Sessions are detached and their jobs cancelled: draining is quick. */
 	pool_free(d->pool);
 	d->pool = NULL;
+	gpu_free(d->gpu);
+	d->gpu = NULL;
 	if (d->conns) {
 		uv_timer_start(&d->shutdown_timer, on_shutdown_timer, SHUTDOWN_GRACE_MS, 0);
 		uv_unref((uv_handle_t *)&d->shutdown_timer);

@@ -59,6 +59,10 @@ struct attach_request {
 	struct dataset *existing; /* open already, but without the image sizes rect needs */
 	uint32_t *sizes;          /* read by the scan for rect */
 	struct s3_config s3; /* a copy: the scan runs off the loop thread */
+	/* device: "cpu" or "cuda:N" and the GPU's UUID, copied out too. */
+	char device[32];
+	uint8_t uuid[GPU_UUID_BYTES];
+	bool has_uuid;
 	struct dataset *result;
 	int err;
 	char errbuf[512];
@@ -151,10 +155,20 @@ uint64_t session_decode_error_files(const struct session *s)
 	return atomic_load_explicit(&s->ds->bad_files, memory_order_relaxed);
 }
 
+static bool session_on_device(const struct session *s)
+{
+	return strcmp(s->device, "cpu") != 0;
+}
+
+static int device_send_ring(struct session *s);
+static int device_open(struct session *s, const struct attach_request *req);
+
 static void session_free(struct session *s)
 {
 	if (!s)
 		return;
+	if (s->pending_fd >= 0)
+		close(s->pending_fd);
 	datasets_put(s->d, s->ds);
 	/* Fetched bytes no worker took (jobs that never ran). */
 	for (uint32_t slot = 0; s->jobs && s->fetches && slot < s->ring->slot_count; slot++)
@@ -188,8 +202,15 @@ static void session_free(struct session *s)
  */
 static void session_maybe_free(struct session *s)
 {
-	if (!s->conn && s->inflight == 0 && s->refs == 0 && s->hold == 0)
-		session_free(s);
+	if (s->conn || s->inflight || s->refs || s->hold || s->device_opening)
+		return;
+	/* The device ring goes first: its stream may still read the host
+	 * ring. Its `closed` comes back here. */
+	if (s->gpu) {
+		devring_close(gpu_ring_devring(s->gpu));
+		return;
+	}
+	session_free(s);
 }
 
 static void session_hold(struct session *s)
@@ -416,9 +437,19 @@ static void drop_waiting(struct session *s)
 	}
 }
 
-/* A slot the client no longer sees: free, or draining while copies read it. */
+/* A slot the client no longer sees: free, or draining while copies read it.
+ * Its device slot is free to be written once the client's release event has
+ * fired (the stream waits on it). */
 static void slot_retire(struct session *s, uint32_t slot)
 {
+	if (s->gpu) {
+		struct devring *dr = gpu_ring_devring(s->gpu);
+
+		if (devring_state(dr, slot) == DEVSLOT_CLIENT)
+			devring_release(dr, slot);
+		else if (devring_state(dr, slot) == DEVSLOT_READY)
+			devring_drop(dr, slot);
+	}
 	s->slot_state[slot] = s->pins[slot] ? SLOT_DRAINING : SLOT_FREE;
 }
 
@@ -456,6 +487,8 @@ static void session_deliver(struct session *s)
 		msg.body_case = STOKER__MESSAGE__BODY_BATCH_READY;
 		msg.batch_ready = &br;
 		s->slot_state[slot] = SLOT_CLIENT;
+		if (s->gpu)
+			devring_deliver(gpu_ring_devring(s->gpu), slot);
 		s->next_deliver++;
 		s->batches++;
 		s->images += br.count;
@@ -515,12 +548,233 @@ static bool first_batch_ok(struct conn *c, const struct session *s, uint64_t fir
 	return false;
 }
 
+/* Send Attached with the host ring's fd (and for a CUDA client DeviceRing
+ * with the device ring's), then start producing. */
+static void session_announce(struct session *s, int fd)
+{
+	struct conn *c = s->conn;
+	struct dataset *ds = s->ds;
+	Stoker__Message msg = STOKER__MESSAGE__INIT;
+	Stoker__Attached at = STOKER__ATTACHED__INIT;
+	int r;
+
+	at.slot_count = s->ring->slot_count;
+	at.slot_bytes = s->ring->slot_bytes;
+	at.ring_bytes = s->ring->bytes;
+	at.dataset_samples = ds->count;
+	at.num_classes = ds->num_classes;
+	at.samples_per_epoch = plan_samples_per_epoch(&s->plan);
+	at.batches_per_epoch = s->batches_per_epoch;
+	at.batch_size = s->plan.batch_size;
+	at.image_height = at.image_width = s->image_side;
+	at.channels = 3;
+	at.labels_offset = s->labels_offset;
+	at.indices_offset = s->indices_offset;
+	at.epoch = s->attach_epoch;
+	at.has_dtype = true;
+	at.dtype = (Stoker__DType)s->out_dtype;
+	if (ds->shards) {
+		at.has_shards = true;
+		at.shards = ds->shards->n;
+	}
+	if (s->detect) {
+		size_t names_bytes = 0;
+
+		at.has_task = at.has_boxes_offset = at.has_max_boxes = at.has_label_errors = true;
+		at.task = STOKER__TASK__DETECT;
+		at.boxes_offset = s->boxes_offset;
+		at.max_boxes = s->max_boxes;
+		at.label_errors = ds->label_errors;
+		at.has_shapes_offset = at.has_ratio_pad_offset = true;
+		at.shapes_offset = s->shapes_offset;
+		at.ratio_pad_offset = s->ratio_pad_offset;
+		/* Names while they fit a frame; the classes themselves are numbers. */
+		for (uint32_t i = 0; ds->class_names && i < ds->num_classes; i++) {
+			names_bytes += strlen(ds->class_names[i]) + 4;
+			if (names_bytes > SESSION_MAX_NAMES_BYTES)
+				break;
+			at.n_class_names = i + 1;
+		}
+		at.class_names = ds->class_names;
+	}
+	msg.body_case = STOKER__MESSAGE__BODY_ATTACHED;
+	msg.attached = &at;
+
+	session_hold(s);
+	if (conn_send(c, &msg, fd) < 0)
+		goto out; /* the connection closed and detached the session */
+	if (s->gpu && device_send_ring(s) < 0)
+		goto out;
+	log_info("client %llu (pid %d): attached to %s (%llu samples), rank %u/%u, batch %u, %s %u, seed %llu%s%s",
+		 (unsigned long long)c->id, (int)c->pid, ds->root, (unsigned long long)ds->count, s->plan.rank,
+		 s->plan.world_size, s->plan.batch_size, transform_name(s->transform), s->spec.image_size,
+		 (unsigned long long)s->plan.seed, s->gpu ? ", on " : "", s->gpu ? s->device : "");
+	r = session_start_epoch(s, s->attach_epoch, 0, s->attach_first);
+	if (r < 0)
+		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "cannot plan epoch: %s", strerror(-r));
+out:
+	session_unhold(s);
+}
+
+/* ---- CUDA delivery (gpu.h) ---- */
+
+/* The device ring's fd and events (right after Attached). */
+static int device_send_ring(struct session *s)
+{
+	struct gpu_ring_export *ex = gpu_ring_export(s->gpu);
+	Stoker__Message msg = STOKER__MESSAGE__INIT;
+	Stoker__DeviceRing dr = STOKER__DEVICE_RING__INIT;
+	uint32_t n = s->ring->slot_count;
+	ProtobufCBinaryData *ev = calloc(2 * (size_t)n, sizeof(*ev));
+	int fd, r;
+
+	if (!ev) {
+		conn_send_error(s->conn, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		ev[i] = (ProtobufCBinaryData){GPU_EVENT_HANDLE_BYTES, ex->ready[i]};
+		ev[n + i] = (ProtobufCBinaryData){GPU_EVENT_HANDLE_BYTES, ex->release[i]};
+	}
+	dr.device = s->device;
+	dr.slot_count = n;
+	dr.slot_bytes = ex->slot_bytes;
+	dr.ring_bytes = ex->ring_bytes;
+	dr.n_ready_events = dr.n_release_events = n;
+	dr.ready_events = ev;
+	dr.release_events = ev + n;
+	dr.device_uuid = (ProtobufCBinaryData){GPU_UUID_BYTES, ex->uuid};
+	msg.body_case = STOKER__MESSAGE__BODY_DEVICE_RING;
+	msg.device_ring = &dr;
+	fd = ex->fd; /* the frame queue takes it */
+	ex->fd = -1;
+	r = conn_send(s->conn, &msg, fd);
+	free(ev);
+	return r;
+}
+
+/* A copy into the device slot is done: the batch is ready, in order. */
+static void device_copied(void *owner, uint32_t slot, int err)
+{
+	struct session *s = owner;
+	struct devring *dr = gpu_ring_devring(s->gpu);
+
+	session_hold(s);
+	if (s->slot_state[slot] == SLOT_COPYING) {
+		bool current = s->conn && s->jobs[slot].generation == s->generation &&
+			       !atomic_load_explicit(&s->jobs[slot].cancelled, memory_order_relaxed);
+
+		if (err < 0 && s->conn) {
+			/* The GPU failed: the batch is lost, so the session ends
+			 * (never a gap in the client's sequence). */
+			log_error("client %llu (pid %d): %s: the copy into device slot %u failed: %s",
+				  (unsigned long long)s->conn->id, (int)s->conn->pid, s->device, slot, strerror(-err));
+			conn_send_error(s->conn, STOKER__ERROR_CODE__DEVICE_UNAVAILABLE,
+					"%s: the copy into GPU memory failed (%s)", s->device, strerror(-err));
+			conn_close(s->conn, "device copy failed");
+		}
+		if (err == 0 && current) {
+			s->slot_state[slot] = SLOT_READY;
+		} else {
+			if (err == 0)
+				devring_drop(dr, slot);
+			s->slot_state[slot] = SLOT_FREE;
+		}
+		if (s->conn) {
+			session_deliver(s);
+			session_schedule(s);
+		}
+	}
+	session_unhold(s);
+}
+
+static void device_closed(void *owner)
+{
+	struct session *s = owner;
+
+	s->gpu = NULL;
+	s->d->device_bytes -= s->device_bytes;
+	s->device_bytes = 0;
+	session_maybe_free(s);
+}
+
+static void device_opened(void *owner, struct gpu_ring *r, int err, const char *why)
+{
+	struct session *s = owner;
+	struct conn *c = s->conn;
+	int fd;
+
+	s->device_opening = false;
+	if (r) {
+		s->gpu = r;
+		gpu_ring_set_handlers(r, device_copied, device_closed);
+		s->device_bytes = gpu_ring_bytes(r);
+		s->d->device_bytes += s->device_bytes;
+	}
+	session_hold(s);
+	if (!c)
+		goto out; /* the client left meanwhile: the ring closes with the session */
+	if (!r) {
+		log_info("client %llu (pid %d): attach to %s refused: %s", (unsigned long long)c->id, (int)c->pid,
+			 s->device, why);
+		conn_send_error(c, err == -ENOSPC ? STOKER__ERROR_CODE__RESOURCE_EXHAUSTED
+						  : STOKER__ERROR_CODE__DEVICE_UNAVAILABLE,
+				"%s", why);
+		c->session = NULL;
+		s->conn = NULL;
+		goto out;
+	}
+	fd = s->pending_fd;
+	s->pending_fd = -1;
+	session_announce(s, fd);
+out:
+	session_unhold(s);
+}
+
+static const struct gpu_callbacks device_callbacks = {.opened = device_opened};
+
+/* Ask the CUDA thread for the device ring; false once the client was told
+ * why not. */
+static int device_open(struct session *s, const struct attach_request *req)
+{
+	struct daemon *d = s->d;
+	struct gpu_ring_params p;
+	int r;
+
+	memset(&p, 0, sizeof(p));
+	snprintf(p.device, sizeof(p.device), "%s", s->device);
+	memcpy(p.uuid, req->uuid, sizeof(p.uuid));
+	p.has_uuid = req->has_uuid;
+	p.slot_count = s->ring->slot_count;
+	p.batch_size = s->plan.batch_size;
+	/* Rectangular batches (uint8 only): slots sized for the largest shape,
+	 * each copy covering it; a batch's own h x w images come first. */
+	p.image_size = s->image_side;
+	p.dtype = s->out_dtype;
+	if (p.dtype != DTYPE_UINT8) {
+		struct transform_spec out = s->spec;
+
+		out.dtype = s->out_dtype;
+		transform_lut_build(&out, &p.lut);
+	}
+	p.host_base = s->ring->base;
+	p.host_bytes = s->ring->bytes;
+	p.host_slot_bytes = s->ring->slot_bytes;
+	p.budget = d->cfg.gpu_memory_budget;
+	r = d->gpu ? gpu_ring_open(d->gpu, &p, &device_callbacks, s) : -ENOSYS;
+	if (r < 0) {
+		conn_send_error(s->conn, STOKER__ERROR_CODE__DEVICE_UNAVAILABLE, "%s: cannot set up GPU delivery: %s",
+				s->device, strerror(-r));
+		return r;
+	}
+	s->device_opening = true;
+	return 0;
+}
+
 static void session_create(struct conn *c, struct attach_request *req, struct dataset *ds)
 {
 	struct daemon *d = c->d;
 	const Stoker__Attach *a = &req->params;
-	Stoker__Message msg = STOKER__MESSAGE__INIT;
-	Stoker__Attached at = STOKER__ATTACHED__INIT;
 	struct session *s;
 	uint64_t image_bytes, slot_bytes, ring_bytes, fit_bytes = 0;
 	uint32_t rect_side = req->rect ? (uint32_t)rect_max_side(a->image_size, req->stride, req->pad) : a->image_size;
@@ -536,6 +790,9 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	s->d = d;
 	s->ds = ds;
 	s->pid = (uint32_t)c->pid;
+	s->pending_fd = -1;
+	s->image_side = rect_side;
+	snprintf(s->device, sizeof(s->device), "%s", req->device);
 	s->plan = (struct plan_spec){
 		.samples = ds->count,
 		.seed = a->seed,
@@ -561,6 +818,11 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	s->spec.dtype = (enum sample_dtype)a->dtype;
 	/* Training crops take the speed; evaluation keeps PIL's pixels. */
 	s->spec.dct_scaling = a->has_dct_scaling ? a->dct_scaling : s->spec.kind == TRANSFORM_RANDOM_RESIZED_CROP;
+	s->out_dtype = s->spec.dtype;
+	/* On a device, the GPU converts: the host ring carries uint8, 4x fewer
+	 * bytes over PCIe than float32. */
+	if (session_on_device(s))
+		s->spec.dtype = DTYPE_UINT8;
 	s->coordinated = a->coordinated;
 	s->detect = a->task == STOKER__TASK__DETECT;
 	if (s->detect) {
@@ -720,63 +982,22 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 				strerror(-fd));
 		goto fail;
 	}
-
-	at.slot_count = slots;
-	at.slot_bytes = slot_bytes;
-	at.ring_bytes = ring_bytes;
-	at.dataset_samples = ds->count;
-	at.num_classes = ds->num_classes;
-	at.samples_per_epoch = plan_samples_per_epoch(&s->plan);
-	at.batches_per_epoch = s->batches_per_epoch;
-	at.batch_size = a->batch_size;
-	at.image_height = at.image_width = rect_side;
-	at.channels = 3;
-	at.labels_offset = s->labels_offset;
-	at.indices_offset = s->indices_offset;
-	at.epoch = a->epoch;
-	at.has_dtype = true;
-	at.dtype = a->dtype;
-	if (ds->shards) {
-		at.has_shards = true;
-		at.shards = ds->shards->n;
-	}
-	if (s->detect) {
-		size_t names_bytes = 0;
-
-		at.has_task = at.has_boxes_offset = at.has_max_boxes = at.has_label_errors = true;
-		at.task = STOKER__TASK__DETECT;
-		at.boxes_offset = s->boxes_offset;
-		at.max_boxes = s->max_boxes;
-		at.label_errors = ds->label_errors;
-		at.has_shapes_offset = at.has_ratio_pad_offset = true;
-		at.shapes_offset = s->shapes_offset;
-		at.ratio_pad_offset = s->ratio_pad_offset;
-		/* Names while they fit a frame; the classes themselves are numbers. */
-		for (uint32_t i = 0; ds->class_names && i < ds->num_classes; i++) {
-			names_bytes += strlen(ds->class_names[i]) + 4;
-			if (names_bytes > SESSION_MAX_NAMES_BYTES)
-				break;
-			at.n_class_names = i + 1;
-		}
-		at.class_names = ds->class_names;
-	}
-	msg.body_case = STOKER__MESSAGE__BODY_ATTACHED;
-	msg.attached = &at;
-
+	s->attach_epoch = a->epoch;
+	s->attach_first = a->first_batch;
+	s->transform = a->transform;
 	s->conn = c;
 	c->session = s;
-	session_hold(s);
-	if (conn_send(c, &msg, fd) < 0)
-		goto out; /* the connection closed and detached the session */
-	log_info("client %llu (pid %d): attached to %s (%llu samples), rank %u/%u, batch %u, %s %u, seed %llu",
-		 (unsigned long long)c->id, (int)c->pid, ds->root, (unsigned long long)ds->count, a->rank,
-		 a->world_size, a->batch_size, transform_name(a->transform), a->image_size,
-		 (unsigned long long)a->seed);
-	r = session_start_epoch(s, a->epoch, 0, a->first_batch);
-	if (r < 0)
-		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "cannot plan epoch: %s", strerror(-r));
-out:
-	session_unhold(s);
+	if (session_on_device(s)) {
+		/* Attached waits for the device ring (device_opened). */
+		s->pending_fd = fd;
+		if (device_open(s, req) < 0) {
+			c->session = NULL;
+			s->conn = NULL;
+			goto fail;
+		}
+		return;
+	}
+	session_announce(s, fd);
 	return;
 fail:
 	session_free(s);
@@ -1028,6 +1249,34 @@ static bool attach_task_ok(struct conn *c, const Stoker__Attach *a)
 	return true;
 }
 
+/* "cpu" or "cuda:N" (N: 0..1023, the client's numbering), and a UUID of
+ * the right size; false once the client has been told what is wrong. */
+static bool device_ok(struct conn *c, const Stoker__Attach *a)
+{
+	const char *dev = a->device;
+	size_t digits;
+
+	if (!dev || !strcmp(dev, "cpu")) {
+		if (a->has_device_uuid) {
+			conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "device_uuid given for device cpu");
+			return false;
+		}
+		return true;
+	}
+	digits = strncmp(dev, "cuda:", 5) ? 0 : strspn(dev + 5, "0123456789");
+	if (digits == 0 || digits > 4 || dev[5 + digits] != '\0' || atoi(dev + 5) > 1023 ||
+	    (digits > 1 && dev[5] == '0')) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "device '%.40s' is not cpu or cuda:N", dev);
+		return false;
+	}
+	if (a->has_device_uuid && a->device_uuid.len != GPU_UUID_BYTES) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "device_uuid has %zu bytes, not %u",
+				a->device_uuid.len, GPU_UUID_BYTES);
+		return false;
+	}
+	return true;
+}
+
 void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 {
 	struct daemon *d = c->d;
@@ -1089,6 +1338,8 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 				a->shuffle_buffer, SESSION_MAX_SHUFFLE_BUFFER);
 		return;
 	}
+	if (!device_ok(c, a))
+		return;
 	if (!a->dataset || !a->dataset[0] || strlen(a->dataset) >= PATH_MAX) {
 		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "no data set path given");
 		return;
@@ -1131,6 +1382,13 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 	snprintf(req->s3.profile, sizeof(req->s3.profile), "%s", d->cfg.s3_profile);
 	snprintf(req->s3.credentials_file, sizeof(req->s3.credentials_file), "%s", d->cfg.s3_credentials_file);
 	s3_config_resolve(&req->s3);
+	snprintf(req->device, sizeof(req->device), "%s", a->device ? a->device : "cpu");
+	req->has_uuid = a->has_device_uuid;
+	if (req->has_uuid)
+		memcpy(req->uuid, a->device_uuid.data, GPU_UUID_BYTES);
+	req->params.device = NULL;
+	req->params.has_device_uuid = false;
+	req->params.device_uuid = (ProtobufCBinaryData){0, NULL};
 	snprintf(req->path, sizeof(req->path), "%s", real);
 	if (a->task == STOKER__TASK__DETECT) {
 		const Stoker__DetectOptions *o = a->detect;
@@ -1185,8 +1443,8 @@ void session_handle_start_epoch(struct conn *c, const Stoker__StartEpoch *m)
 	struct session *s = c->session;
 	int r;
 
-	if (!s) {
-		conn_send_error(c, STOKER__ERROR_CODE__FAILED_PRECONDITION, "StartEpoch before Attach");
+	if (!s || s->device_opening) {
+		conn_send_error(c, STOKER__ERROR_CODE__FAILED_PRECONDITION, "StartEpoch before Attached");
 		return;
 	}
 	if (!first_batch_ok(c, s, m->first_batch))
@@ -1203,8 +1461,8 @@ void session_handle_release(struct conn *c, const Stoker__Release *m)
 {
 	struct session *s = c->session;
 
-	if (!s) {
-		conn_send_error(c, STOKER__ERROR_CODE__FAILED_PRECONDITION, "Release before Attach");
+	if (!s || s->device_opening) {
+		conn_send_error(c, STOKER__ERROR_CODE__FAILED_PRECONDITION, "Release before Attached");
 		return;
 	}
 	if (m->slot >= s->ring->slot_count || s->slot_state[m->slot] != SLOT_CLIENT) {
@@ -1304,6 +1562,19 @@ void session_job_done(struct batch_job *job, void *userdata)
 		current = job->generation == s->generation &&
 			  !atomic_load_explicit(&job->cancelled, memory_order_relaxed);
 		s->slot_state[job->slot] = current ? SLOT_READY : SLOT_FREE;
+		if (current && s->gpu) {
+			/* On into GPU memory; ready when the copy is (device_copied). */
+			int r = devring_submit(gpu_ring_devring(s->gpu), job->slot, job->count);
+
+			s->slot_state[job->slot] = r < 0 ? SLOT_FREE : SLOT_COPYING;
+			if (r < 0) {
+				log_error("client %llu (pid %d): %s: cannot queue a copy into GPU memory: %s",
+					  (unsigned long long)s->conn->id, (int)s->conn->pid, s->device, strerror(-r));
+				conn_send_error(s->conn, STOKER__ERROR_CODE__DEVICE_UNAVAILABLE,
+						"%s: cannot queue a copy into GPU memory (%s)", s->device, strerror(-r));
+				conn_close(s->conn, "device copy failed");
+			}
+		}
 		session_deliver(s);
 		session_schedule(s);
 	}

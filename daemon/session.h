@@ -5,7 +5,10 @@
  *
  * Slot life: FREE -> FILLING (a job in the pool) -> READY (filled, waiting
  * for its turn: batches go out in order) -> CLIENT (announced with
- * BatchReady, until the client releases it) -> FREE. A StartEpoch moves the
+ * BatchReady, until the client releases it) -> FREE. A CUDA client's slots
+ * (device cuda:N) pass through COPYING between FILLING and READY: the GPU
+ * stream is copying (and converting) the host slot into the device slot of
+ * the same index, whose own ownership devring.h keeps. A StartEpoch moves the
  * session to a new generation: READY slots of the old one are freed, FILLING
  * ones are cancelled and freed when their job returns; CLIENT ones stay
  * until released.
@@ -22,6 +25,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "gpu.h"
 #include "plan.h"
 #include "workers.h"
 
@@ -32,6 +36,7 @@ enum slot_state {
 	SLOT_READY,
 	SLOT_CLIENT,
 	SLOT_DRAINING, /* released, but copies out of it are still running */
+	SLOT_COPYING,  /* device sessions: on its way into the device slot */
 };
 
 /* Where a WAITING slot's batch will come from. */
@@ -85,6 +90,18 @@ struct session {
 	bool end_sent;
 	uint32_t inflight; /* jobs in the pool */
 	uint32_t hold;     /* handlers on the stack using it (session.c) */
+
+	/* CUDA delivery (gpu.h): images go on into GPU memory. The host ring
+	 * then holds uint8 images (spec.dtype); out_dtype is the client's. */
+	char device[32];         /* "cpu" or "cuda:N" */
+	uint32_t image_side;     /* images' side in a slot: image_size, or rect's largest */
+	enum sample_dtype out_dtype;
+	bool device_opening;     /* the CUDA thread is setting the ring up */
+	struct gpu_ring *gpu;    /* until its `closed` callback */
+	uint64_t device_bytes;
+	uint64_t attach_epoch, attach_first;
+	Stoker__Transform transform;
+	int pending_fd;          /* the host ring's reader fd, while opening */
 
 	/* Statistics. */
 	uint64_t batches, images;

@@ -79,6 +79,18 @@ const char *stoker_last_error(const struct stoker *s);
  *               run of them, a bounded shuffle buffer) for storage slow at
  *               random reads                                   (samples)
  *   shuffle_buffer  samples in shard order's shuffle buffer    (1000)
+ *   device      cpu | cuda:N (this process's CUDA numbering)       (cpu)
+ *               cuda:N: images are delivered into GPU memory on that
+ *               GPU (stoker_batch_device_images()), converted there for
+ *               the float dtypes; labels, indices and boxes stay in host
+ *               memory. Refused with -ENODEV (and the reason) where CUDA
+ *               is not usable by stokerd or by this process.
+ *   pin_memory  true | false | try: page-lock the host ring for CUDA
+ *               (read-only registration), so host-to-GPU copies from a
+ *               batch are asynchronous DMA. true: stoker_attach() fails
+ *               (-ENOSYS/-ENOENT/-ENODEV/-ENOTSUP, with the reason) where it
+ *               cannot; try: batches stay pageable then, stoker_pinned()
+ *               says 0 and stoker_last_error() why                (false)
  *   resume      a token from stoker_checkpoint(): sets epoch, seed, rank,
  *               world_size, batch_size, shuffle, drop_last and order as they were,
  *               and starts at the batch after the last one taken. Set it
@@ -154,6 +166,35 @@ uint64_t stoker_batch_epoch(const struct stoker_batch *b);
 uint64_t stoker_batch_index(const struct stoker_batch *b);
 /* Samples of this batch that were unreadable and replaced (see docs). */
 uint32_t stoker_batch_replaced(const struct stoker_batch *b);
+
+/*
+ * CUDA delivery (option device=cuda:N). The daemon copies each batch's
+ * images into a ring in GPU memory that this process maps (CUDA's VMM API,
+ * a file descriptor like the host ring's); for the float dtypes the GPU
+ * converts them, with values equal to the CPU path's. Ordering is by CUDA
+ * events, never a host wait:
+ *
+ *     stoker_next(s, -1, &b);
+ *     stoker_batch_wait(b, stream);      // stream waits for the batch
+ *     launch(stream, stoker_batch_device_images(b), ...);
+ *     stoker_release(b);                 // after the work queued on stream
+ *
+ * stoker_release() records the batch's release event on the stream given
+ * to stoker_batch_wait() (the legacy default stream if none): the daemon
+ * writes the slot again only after the work queued there before the
+ * release has run. A CUstream is passed as void *; NULL is the legacy
+ * default stream. stoker_batch_images() is NULL for device batches.
+ */
+/* This handle's CUDA device (N of cuda:N), or -1 for host batches. */
+int stoker_device(const struct stoker *s);
+/* The batch's images in GPU memory (a CUdeviceptr, valid in every context
+ * of that GPU, until the batch is released); 0 for host batches. */
+uint64_t stoker_batch_device_images(const struct stoker_batch *b);
+/* Make `stream` (a CUstream; NULL: the legacy default stream) wait until
+ * the batch's images are written. -EINVAL for a host batch. */
+int stoker_batch_wait(struct stoker_batch *b, void *stream);
+/* 1 if the host ring is page-locked (pin_memory), else 0. */
+int stoker_pinned(const struct stoker *s);
 
 /*
  * Detection (option task=detect, on a YOLO data set: a directory of images

@@ -28,7 +28,7 @@ import os
 
 import numpy as np
 
-__all__ = ["Loader", "Batch", "StokerError", "stats", "metrics", "config", "set_config", "reload", "drain",
+__all__ = ["Loader", "Batch", "DeviceArray", "StokerError", "stats", "metrics", "config", "set_config", "reload", "drain",
            "library_version", "load_library", "launcher_rank"]
 
 _ERR_NO_LIBRARY = "libstoker not found (set STOKER_LIB, or STOKER_BUILD to the build directory)"
@@ -88,6 +88,10 @@ def _declare(lib):
         "stoker_batch_index": (ctypes.c_uint64, [P]),
         "stoker_batch_replaced": (ctypes.c_uint32, [P]),
         "stoker_batch_dtype": (ctypes.c_int, [P]),
+        "stoker_batch_device_images": (ctypes.c_uint64, [P]),
+        "stoker_batch_wait": (ctypes.c_int, [P, P]),
+        "stoker_device": (ctypes.c_int, [P]),
+        "stoker_pinned": (ctypes.c_int, [P]),
         "stoker_batch_boxes": (ctypes.c_void_p, [P, ctypes.POINTER(ctypes.c_uint32)]),
         "stoker_batch_shapes": (ctypes.c_void_p, [P]),
         "stoker_batch_ratio_pad": (ctypes.c_void_p, [P]),
@@ -192,6 +196,37 @@ def _view(addr, shape, dtype, readonly=True):
     return arr
 
 
+class DeviceArray:
+    """A batch's images in GPU memory (Loader(device="cuda:N")), exposed with
+    __cuda_array_interface__ (version 3): `torch.as_tensor(images,
+    device="cuda:N")`, CuPy or Numba take it without a copy. Its "stream" is
+    the stream the loader made wait for the batch (the legacy default
+    stream unless Loader(stream=...)), so consumers on other streams order
+    themselves after it. Valid until the loader takes the next batch."""
+
+    __slots__ = ("__cuda_array_interface__", "shape", "dtype", "device")
+
+    def __init__(self, addr, shape, dtype, device, stream):
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.device = device
+        self.__cuda_array_interface__ = {
+            "version": 3,
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (int(addr), False),
+            "strides": None,  # C-contiguous
+            # 0 is not a stream there: 1 is the legacy default stream.
+            "stream": stream or 1,
+        }
+
+    def __len__(self):
+        return self.shape[0]
+
+    def __repr__(self):
+        return f"<stoker.DeviceArray cuda:{self.device} shape={self.shape} dtype={self.dtype}>"
+
+
 class Batch:
     """One batch: .images (uint8 [B,H,W,C], or float [B,C,H,W] with a float
     dtype) and .labels int64 [B] (unpack as
@@ -242,16 +277,19 @@ class _BatchMemory:
     shapes and numpy dtypes, for whichever framework wraps them."""
 
     __slots__ = ("count", "images", "image_shape", "image_dtype", "labels", "label_dtype", "indices",
-                 "boxes", "box_rows", "shapes", "ratio_pad", "epoch", "index", "replaced")
+                 "boxes", "box_rows", "shapes", "ratio_pad", "epoch", "index", "replaced", "device", "stream")
 
-    def __init__(self, b):
+    def __init__(self, b, device=-1, stream=0):
         n = int(_lib.stoker_batch_count(b))
         h, w, c = (int(_lib.stoker_batch_height(b)), int(_lib.stoker_batch_width(b)),
                    int(_lib.stoker_batch_channels(b)))
         self.count = n
         self.image_dtype = _DTYPES[int(_lib.stoker_batch_dtype(b))]
         self.image_shape = (n, h, w, c) if self.image_dtype == np.uint8 else (n, c, h, w)
-        self.images = _lib.stoker_batch_images(b)
+        # device >= 0: images are a CUdeviceptr on cuda:device, ordered on
+        # `stream` (a CUstream handle; 0 the legacy default stream).
+        self.device, self.stream = device, stream
+        self.images = _lib.stoker_batch_device_images(b) if device >= 0 else _lib.stoker_batch_images(b)
         self.labels = _lib.stoker_batch_labels(b)
         self.label_dtype = np.int64  # stoker.h: int64_t labels
         self.indices = _lib.stoker_batch_indices(b)
@@ -347,8 +385,16 @@ class Loader:
                  world_size=None, transform=None, shuffle=None, drop_last=False,
                  epoch=0, prefetch=0, timeout=None, dtype="uint8", mean=None, std=None,
                  coordinated=False, task="classify", order="samples", shuffle_buffer=1000, dct_scaling=None,
-                 **detect):
+                 device="cpu", pin_memory=False, stream=None, **detect):
+        """device: "cpu" or "cuda:N": with a GPU, .images is a DeviceArray in
+        that GPU's memory (labels, indices and boxes stay numpy; docs/gpu.md).
+        stream: the CUstream handle (int) each batch is ordered on (None: the
+        legacy default stream). pin_memory: page-lock the host ring so that
+        tensor.cuda(non_blocking=True) is an asynchronous DMA; where CUDA is
+        not usable the batches stay pageable with a warning, as PyTorch's
+        DataLoader does (pin_memory="required" raises instead)."""
         self._h = None
+        self._stream = int(stream or 0)
         self._batch = None
         self._fresh = True  # nothing taken since attach / set_epoch
         self._done = False  # the current pass met end of epoch
@@ -373,6 +419,8 @@ class Loader:
             "drop_last": drop_last, "epoch": epoch, "prefetch": prefetch, "coordinated": coordinated,
             "order": order, "shuffle_buffer": shuffle_buffer,
             "dtype": np.dtype(dtype).name if not isinstance(dtype, str) else dtype,
+            "device": str(device),
+            "pin_memory": "true" if pin_memory == "required" else "try" if pin_memory else "false",
         }
         # Float output: CHW, (x/255 - mean)/std, as ToTensor()+Normalize().
         if mean is not None:
@@ -397,6 +445,10 @@ class Loader:
             rc = lib.stoker_attach(h, _enc(self.dataset), o)
             if rc < 0:
                 raise _error(rc, h, f"cannot attach to {self.dataset}")
+            if pin_memory and not lib.stoker_pinned(h):
+                import warnings
+                warnings.warn((lib.stoker_last_error(h) or b"pin_memory: not pinned").decode(errors="replace"),
+                              RuntimeWarning, stacklevel=2)
         except BaseException:
             self.close()
             raise
@@ -473,6 +525,22 @@ class Loader:
     def __len__(self):
         return int(_lib.stoker_batches_per_epoch(self._handle()))
 
+    @property
+    def device(self):
+        """"cuda:N" when batches are delivered into GPU memory, else "cpu"."""
+        n = int(_lib.stoker_device(self._handle()))
+        return f"cuda:{n}" if n >= 0 else "cpu"
+
+    @property
+    def pinned(self):
+        """True when the host ring is page-locked (pin_memory)."""
+        return bool(_lib.stoker_pinned(self._handle()))
+
+    def _wait_stream(self):
+        """The CUstream (int) a device batch is ordered on before it is
+        handed out; a framework layer picks its current stream."""
+        return self._stream
+
     # -- iteration
     def set_epoch(self, epoch):
         """Restart production at the beginning of `epoch`."""
@@ -536,7 +604,14 @@ class Loader:
         if rc < 0:
             raise _error(rc, h, "next batch")
         self._batch = b = out.value
-        return self._make_batch(_BatchMemory(b))
+        dev = int(_lib.stoker_device(self._h))
+        if dev < 0:
+            return self._make_batch(_BatchMemory(b))
+        stream = self._wait_stream()
+        rc = _lib.stoker_batch_wait(b, stream or None)
+        if rc < 0:
+            raise _error(rc, self._h, "ordering the batch on the stream")
+        return self._make_batch(_BatchMemory(b, dev, stream))
 
     def _make_batch(self, mem):
         """The Batch the iteration yields, from the batch's memory (numpy
@@ -545,7 +620,8 @@ class Loader:
             boxes=None if mem.boxes is None else _view(mem.boxes, (mem.box_rows, 6), np.float32),
             shapes=None if mem.shapes is None else _view(mem.shapes, (mem.count, 4), np.int32),
             ratio_pad=None if mem.ratio_pad is None else _view(mem.ratio_pad, (mem.count, 4), np.float64),
-            images=_view(mem.images, mem.image_shape, mem.image_dtype),
+            images=(DeviceArray(mem.images, mem.image_shape, mem.image_dtype, mem.device, mem.stream)
+                    if mem.device >= 0 else _view(mem.images, mem.image_shape, mem.image_dtype)),
             labels=_view(mem.labels, (mem.count,), mem.label_dtype),
             indices=_view(mem.indices, (mem.count,), np.int64),
             epoch=mem.epoch, index=mem.index, replaced=mem.replaced,

@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The CUDA driver API, loaded at run time. stokerd and libstoker never link
+ * libcuda (nor libcudart): the same binaries run on nodes without a GPU or
+ * driver. cudadrv_get() dlopen()s libcuda.so.1 once per process, resolves
+ * every entry point below by its versioned name (the one cuda.h maps the
+ * plain name to, e.g. cuMemAlloc -> cuMemAlloc_v2) and calls cuInit(0).
+ *
+ * Built without cuda.h (no CUDA toolkit: STOKER_HAVE_CUDA undefined), the
+ * struct is empty and cudadrv_get() always says why CUDA is not usable.
+ * Shared by daemon/gpu.c and client/gpu.c, the only users.
+ */
+#ifndef STOKER_CUDADRV_H
+#define STOKER_CUDADRV_H
+
+#include <stddef.h>
+
+#ifdef STOKER_HAVE_CUDA
+#include <cuda.h>
+
+/* Every driver entry point stoker uses, daemon and client together. */
+#define CUDADRV_SYMBOLS(X)                                                                                       \
+	X(cuInit) X(cuGetErrorString) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet)                \
+	X(cuDeviceGetUuid) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)   \
+	X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuMemGetInfo) X(cuMemGetAllocationGranularity) X(cuMemCreate) \
+	X(cuMemRelease) X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle)                      \
+	X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemAlloc)  \
+	X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyHtoDAsync) X(cuMemHostRegister) X(cuMemHostUnregister)         \
+	X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamWaitEvent) X(cuLaunchHostFunc) X(cuEventCreate)       \
+	X(cuEventDestroy) X(cuEventRecord) X(cuIpcGetEventHandle) X(cuIpcOpenEventHandle) X(cuModuleLoadData) \
+	X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)
+
+struct cudadrv {
+	void *lib;
+	int version; /* cuDriverGetVersion: 1000 * major + 10 * minor */
+#define CUDADRV_MEMBER(name) __typeof__(name) *name;
+	CUDADRV_SYMBOLS(CUDADRV_MEMBER)
+#undef CUDADRV_MEMBER
+};
+
+/* "cuMemAlloc_v2: out of memory (CUDA_ERROR_OUT_OF_MEMORY)"-style text of a
+ * driver result, for messages. */
+const char *cudadrv_error(const struct cudadrv *drv, CUresult r);
+#else
+struct cudadrv {
+	void *lib;
+	int version;
+};
+#endif
+
+/*
+ * The process's driver, loaded and initialised on the first call (thread
+ * safe). 0 and *out on success; otherwise -ENOSYS (built without CUDA),
+ * -ENOENT (no libcuda.so.1: no driver on this node), -ENODEV (cuInit failed:
+ * no GPU, or none usable) or -ENOTSUP (the driver lacks an entry point),
+ * with the reason in *why (static text, the same every call).
+ */
+int cudadrv_get(const struct cudadrv **out, const char **why);
+
+#endif

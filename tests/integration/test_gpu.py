@@ -1,0 +1,142 @@
+"""CUDA delivery without a GPU (make check runs where there is none): every
+device option is validated, a device attach is refused with the reason and
+the daemon goes on serving others, the wire protocol carries the device
+fields, pin_memory degrades as documented, gpu_memory_budget is a live key.
+The CUDA path itself is tested on a GPU by tests/gpu/run.sh."""
+
+import ctypes
+import errno
+import socket as pysocket
+import warnings
+
+import pytest
+
+import stoker
+from faultutil import ATTACH, ERROR, error_code, field, hello, message, parse_frames
+
+
+def cuda_driver_present():
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+no_cuda = pytest.mark.skipif(cuda_driver_present(), reason="a CUDA driver is here: tests/gpu/run.sh covers it")
+
+INVALID_ARGUMENT, DEVICE_UNAVAILABLE = 1, 40
+
+
+def raw_attach(path, dataset, *extra):
+    """Hello + Attach with extra fields; the frames the daemon answers with
+    (up to Attached or Error)."""
+    s = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_STREAM)
+    s.connect(path)
+    s.settimeout(30)
+    try:
+        s.sendall(hello() + message(ATTACH, field(1, str(dataset)), field(3, 2), field(4, 32), *extra))
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+            frames = parse_frames(data)
+            if any(k in (4, ERROR) for k, _ in frames):
+                return frames
+        return parse_frames(data)
+    finally:
+        s.close()
+
+
+def error_of(frames):
+    errs = [(error_code(b), b) for k, b in frames if k == ERROR]
+    assert errs, f"no Error in {[k for k, _ in frames]}"
+    return errs[0]
+
+
+@pytest.mark.parametrize("bad", ["gpu:0", "cuda:", "cuda:-1", "cuda:01", "cuda:1024", "cuda:0x", "cuda:0 ", "CUDA:0"])
+def test_device_option_validated_by_the_library(daemon, dataset, bad):
+    d = daemon()
+    with pytest.raises(stoker.StokerError) as e:
+        stoker.Loader(dataset, socket=d.socket, batch_size=2, image_size=32, device=bad)
+    assert e.value.errno == errno.EINVAL and "device" in str(e.value)
+
+
+@pytest.mark.parametrize("bad", ["cuda:x", "cuda:", "cuda:99999", "gpu0", "cuda:007"])
+def test_device_field_validated_by_the_daemon(daemon, dataset, bad):
+    d = daemon()
+    code, body = error_of(raw_attach(d.socket, dataset, field(40, bad)))
+    assert code == INVALID_ARGUMENT and b"is not cpu or cuda:N" in body
+    # A UUID of the wrong size, and one for the host.
+    code, body = error_of(raw_attach(d.socket, dataset, field(40, "cuda:0"), field(41, b"\x01" * 15)))
+    assert code == INVALID_ARGUMENT and b"device_uuid has 15 bytes" in body
+    code, body = error_of(raw_attach(d.socket, dataset, field(41, b"\x01" * 16)))
+    assert code == INVALID_ARGUMENT and b"device_uuid given for device cpu" in body
+    assert d.proc.poll() is None
+
+
+@no_cuda
+def test_cuda_attach_refused_and_daemon_keeps_serving(daemon, dataset):
+    d = daemon()
+    with stoker.Loader(dataset, socket=d.socket, batch_size=4, image_size=32, seed=3) as host:
+        it = iter(host)
+        first = next(it)
+        assert first.images.shape == (4, 32, 32, 3)
+        for dev, dtype in (("cuda:0", "uint8"), ("cuda:3", "float16")):
+            with pytest.raises(stoker.StokerError) as e:
+                stoker.Loader(dataset, socket=d.socket, batch_size=4, image_size=32, device=dev, dtype=dtype)
+            # The daemon's reason, and this process's.
+            assert e.value.errno == errno.ENODEV, e.value
+            assert "stokerd: no CUDA driver on this node" in str(e.value), e.value
+            assert "in this process: no CUDA driver" in str(e.value), e.value
+        # The raw protocol: the daemon says why, with DEVICE_UNAVAILABLE.
+        code, body = error_of(raw_attach(d.socket, dataset, field(40, "cuda:0"), field(41, bytes(16))))
+        assert code == DEVICE_UNAVAILABLE and b"CUDA" in body
+        # The first client goes on, and a new one attaches.
+        rest = sum(1 for _ in it)
+        assert rest == len(host) - 1
+        with stoker.Loader(dataset, socket=d.socket, batch_size=4, image_size=32) as again:
+            assert sum(len(b) for b in again) == again.samples_per_epoch
+        st = d.stats()
+        assert st["device_bytes"] == 0 and "no CUDA driver" in st["cuda"], st["cuda"]
+        assert [c["device"] for c in st["clients"]] == ["cpu"]
+        assert st["clients"][0]["device_bytes"] == 0
+    assert d.proc.poll() is None
+
+
+@no_cuda
+def test_pin_memory_degrades_without_cuda(daemon, dataset):
+    d = daemon()
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        with stoker.Loader(dataset, socket=d.socket, batch_size=4, image_size=32, pin_memory=True) as loader:
+            assert not loader.pinned
+            assert sum(len(b) for b in loader) == loader.samples_per_epoch
+    msgs = [str(x.message) for x in w if issubclass(x.category, RuntimeWarning)]
+    assert any("pin_memory" in m and "not pinned" in m for m in msgs), msgs
+    # "required": refused before attaching, with the reason.
+    with pytest.raises(stoker.StokerError) as e:
+        stoker.Loader(dataset, socket=d.socket, batch_size=4, image_size=32, pin_memory="required")
+    assert e.value.errno in (errno.ENOENT, errno.ENOSYS, errno.ENODEV)
+    assert "pin_memory" in str(e.value) and "CUDA" in str(e.value)
+    assert d.stats()["clients"] == []
+
+
+def test_gpu_memory_budget_is_a_live_key(daemon, dataset):
+    d = daemon(extra=["--set", "gpu_memory_budget=3G"])
+    st = d.stats()
+    assert st["gpu_memory_budget_bytes"] == 3 << 30 and st["device_bytes"] == 0
+    assert st["cuda"] == "unused"
+    cfg = stoker.config(socket=d.socket)
+    assert cfg["settings"]["gpu_memory_budget"]["value"] == "3G"
+    stoker.set_config("gpu_memory_budget", "512M", socket=d.socket)
+    assert d.stats()["gpu_memory_budget_bytes"] == 512 << 20
+    with pytest.raises(stoker.StokerError):
+        stoker.set_config("gpu_memory_budget", "lots", socket=d.socket)
+    with stoker.Loader(dataset, socket=d.socket, batch_size=4, image_size=32):
+        text = stoker.metrics(socket=d.socket)
+    assert "stoker_gpu_memory_budget_bytes 536870912" in text
+    assert "stoker_device_bytes 0" in text
+    assert "stoker_client_device_bytes{" in text
