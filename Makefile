@@ -442,6 +442,7 @@ install: all
 	install -Dm644 $(B)/stoker.service $(DESTDIR)$(UNITDIR)/stoker.service
 	install -Dm644 deploy/stoker.socket $(DESTDIR)$(UNITDIR)/stoker.socket
 	install -Dm644 deploy/stoker.sysusers $(DESTDIR)$(SYSUSERSDIR)/stoker.conf
+	install -Dm644 deploy/stoker-gpu.conf $(DESTDIR)$(VENDORCONFDIR)/systemd/gpu.conf
 	set -e; for m in $(MANPAGES); do install -Dm644 $$m $(DESTDIR)$(MANDIR)/man$${m##*.}/$${m#man/}; done
 	install -Dm644 README.md $(DESTDIR)$(DOCDIR)/README.md
 	install -Dm644 docs/deploy.md $(DESTDIR)$(DOCDIR)/deploy.md
@@ -456,10 +457,11 @@ uninstall:
 	      $(DESTDIR)$(LIBDIR)/libstoker.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libstoker.so \
 	      $(DESTDIR)$(LIBDIR)/libstoker.a $(DESTDIR)$(INCLUDEDIR)/stoker.h \
 	      $(DESTDIR)$(LIBDIR)/pkgconfig/stoker.pc $(DESTDIR)$(VENDORCONFDIR)/stoker.conf \
+	      $(DESTDIR)$(VENDORCONFDIR)/systemd/gpu.conf \
 	      $(DESTDIR)$(UNITDIR)/stoker.service $(DESTDIR)$(UNITDIR)/stoker.socket \
 	      $(DESTDIR)$(SYSUSERSDIR)/stoker.conf $(addprefix $(DESTDIR)$(MANDIR)/,$(foreach m,$(MANPAGES),man$(subst .,,$(suffix $(m)))/$(notdir $(m))))
 	rm -rf $(DESTDIR)$(PYTHONDIR)/stoker $(DESTDIR)$(DOCDIR)
-	rmdir $(DESTDIR)$(VENDORCONFDIR) $(DESTDIR)$(SYSCONFDIR)/stoker/stoker.conf.d \
+	rmdir $(DESTDIR)$(VENDORCONFDIR)/systemd $(DESTDIR)$(VENDORCONFDIR) $(DESTDIR)$(SYSCONFDIR)/stoker/stoker.conf.d \
 	      $(DESTDIR)$(SYSCONFDIR)/stoker 2>/dev/null || true
 
 clean:

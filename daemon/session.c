@@ -257,7 +257,8 @@ static bool slot_has_batch(const struct session *o, uint32_t slot, uint64_t b)
 		return false;
 	if (st == SLOT_FILLING)
 		return !atomic_load_explicit(&job->cancelled, memory_order_relaxed);
-	return st == SLOT_READY || st == SLOT_CLIENT;
+	/* COPYING: the host slot is complete, on its way to the GPU. */
+	return st == SLOT_READY || st == SLOT_CLIENT || st == SLOT_COPYING;
 }
 
 /* Another live member of s's group that has batch b, or is making it. */
@@ -678,7 +679,8 @@ static void device_copied(void *owner, uint32_t slot, int err)
 		} else {
 			if (err == 0)
 				devring_drop(dr, slot);
-			s->slot_state[slot] = SLOT_FREE;
+			/* Coordinated members may still be copying its host slot. */
+			s->slot_state[slot] = s->pins[slot] ? SLOT_DRAINING : SLOT_FREE;
 		}
 		if (s->conn) {
 			session_deliver(s);

@@ -612,6 +612,29 @@ def test_units_verify_and_security(build_dir, tmp_path):
         assert item.split("=")[0] + "=" in unit, f"{item} not explained in stoker.service"
 
 
+def test_gpu_dropin_security(build_dir, tmp_path):
+    """The GPU drop-in (deploy/stoker-gpu.conf) opens the NVIDIA devices and
+    nothing else: the unit with it verifies and stays at exposure <= 2.5."""
+    unit = (DEPLOY / "stoker.service").read_text().replace("/usr/local/sbin/stokerd", str(STOKERD))
+    dropin = (DEPLOY / "stoker-gpu.conf").read_text()
+    # A drop-in's [Service] lines apply after the unit's: the same as a
+    # second [Service] section at its end.
+    (tmp_path / "stoker.service").write_text(unit + "\n" + dropin)
+    shutil.copy(DEPLOY / "stoker.socket", tmp_path / "stoker.socket")
+    r = subprocess.run(["systemd-analyze", "verify", "--man=no", str(tmp_path / "stoker.service"),
+                        str(tmp_path / "stoker.socket")], capture_output=True, text=True, timeout=120, env=HOST_ENV)
+    assert r.returncode == 0 and not r.stderr.strip(), r.stdout + r.stderr
+    r = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--threshold=25",
+                        str(tmp_path / "stoker.service")], capture_output=True, text=True, timeout=120, env=HOST_ENV)
+    assert r.returncode == 0, r.stdout + r.stderr
+    level = re.search(r"Overall exposure level for stoker.service: ([0-9.]+)", r.stdout)
+    assert level and float(level.group(1)) <= 2.5, r.stdout
+    open_items = {line.split()[1] for line in r.stdout.splitlines() if line.startswith("✗")}
+    assert open_items <= EXPLAINED | {"PrivateDevices="}, open_items
+    acl = next(line for line in r.stdout.splitlines() if line.startswith("✗ DeviceAllow="))
+    assert "char-nvidia-uvm:rw" in acl and "/dev/nvidiactl:rw" in acl
+
+
 def test_sysusers_syntax(build_dir, tmp_path):
     r = subprocess.run(["systemd-sysusers", "--dry-run", "--root", str(tmp_path), str(DEPLOY / "stoker.sysusers")],
                        capture_output=True, text=True, timeout=60, env=HOST_ENV)
