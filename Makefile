@@ -80,6 +80,9 @@ FAULT_BINS   := $(B)/tests/fault_client $(B)/tests/libinject.so $(B)/tests/mkjpe
 FAULT_BINS   += $(B)/tests/imgdecode
 
 LIB_SO       := $(B)/libstoker.so.$(SOVERSION)
+# The GPU tests' programs (tests/gpu/run.sh runs them on a GPU; `make`
+# compiles them wherever CUDA's headers are).
+GPU_BINS     := $(if $(filter 1,$(CUDA)),$(B)/tests/gpu_check $(B)/tests/gpu_copybench)
 
 # Quiet by default; `make V=1` shows the commands.
 ifeq ($(V),1)
@@ -92,7 +95,8 @@ endif
 
 .PHONY: all clean check check-unit check-integration check-network check-sanitize check-torch check-detect-parity demo bench bench-detect bench-network install uninstall FORCE \
         fuzz fuzz-build fuzz-smoke check-tsan check-valgrind check-faults
-all: $(B)/stokerd $(B)/stokerctl $(LIB_SO) $(B)/libstoker.so $(B)/libstoker.a $(B)/stoker.pc $(UNIT_BINS) $(FAULT_BINS)
+all: $(B)/stokerd $(B)/stokerctl $(LIB_SO) $(B)/libstoker.so $(B)/libstoker.a $(B)/stoker.pc $(UNIT_BINS) $(FAULT_BINS) \
+     $(GPU_BINS)
 
 # The configuration layers' paths follow PREFIX and SYSCONFDIR; the header
 # is rewritten only when they change, so `make install PREFIX=/usr` rebuilds
@@ -173,6 +177,17 @@ $(B)/tests/fault_client: tests/fault/client.c client/include/stoker.h $(LIB_SO)
 	@mkdir -p $(dir $@)
 	$(call say,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $< -L$(B) -l:libstoker.so.$(SOVERSION) -Wl,-rpath,'$$ORIGIN/..' $(LDFLAGS_ALL)
+
+$(B)/tests/gpu_check: tests/gpu/gpu_check.c client/include/stoker.h $(B)/proto/cudadrv.o $(LIB_SO)
+	@mkdir -p $(dir $@)
+	$(call say,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $< $(B)/proto/cudadrv.o -L$(B) -l:libstoker.so.$(SOVERSION) -Wl,-rpath,'$$ORIGIN/..' \
+	    $(LDFLAGS_ALL)
+
+$(B)/tests/gpu_copybench: tests/gpu/copybench.c $(B)/libstokerd.a
+	@mkdir -p $(dir $@)
+	$(call say,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) -Idaemon -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 
 $(B)/tests/mkjpeg: tests/fault/mkjpeg.c
 	@mkdir -p $(dir $@)

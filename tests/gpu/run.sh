@@ -1,0 +1,303 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh: stoker's GPU tests and GPU benchmark in one go, on a
+# machine with an NVIDIA GPU and its driver (docs/gpu.md).
+#
+#   tests/gpu/run.sh                 results under $OUT (else build/gpu-out)
+#
+# Environment: OUT (results), B (build directory, default build), CORES
+# (default nproc), DEADLINE (seconds for the whole run, default 540: no
+# section starts without 20 s left, each is cut to what is left),
+# KILL_CLIENTS (default 100), LARGE_PER_CLASS (benchmark images per class of
+# 16, default 256), SKIP (space-separated sections to skip).
+#
+# Sections, each with its own time limit; a failure is recorded and the
+# next section runs. Tests (their failure fails the run):
+#   build          make all (nvcc compiles the kernel); carried binaries are
+#                  used if the build cannot run here
+#   gpu-identity   device uint8 batches byte-identical to host batches of the
+#                  same seed; float32 identical and float16 within 1 ulp of
+#                  the CPU float path; 2 epochs each
+#   gpu-multi      two clients (ranks) of one job and a second job on one GPU
+#   gpu-stats      stats show the client's device bytes
+#   gpu-nodevice   cuda:99 refused with the reason
+#   gpu-budget     gpu_memory_budget refusal
+#   gpu-kill       KILL_CLIENTS CUDA clients SIGKILLed; free GPU memory back
+#                  to its baseline; the daemon still right
+#   gpu-daemon-kill  stokerd SIGKILLed under a client: a clear error
+#   torch-check    zero-copy torch CUDA tensors, side streams, pin_memory
+# Measurements (recorded, never failing the run):
+#   env, dataset, copy-bench (device path vs cuMemcpyHtoDAsync from pinned),
+#   train-bench (ResNet-50 channels_last AMP batch 256: stoker device /
+#   stoker pinned / DataLoader / DALI, images/s and GPU busy), cpu-scaling
+#   (bench/run.py at the machine's core count).
+# A summary table ends the output (also $OUT/summary.txt, summary.json).
+set -u
+
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT" || exit 2
+B=${B:-build}
+OUT=${OUT:-$ROOT/build/gpu-out}
+CORES=${CORES:-$(nproc)}
+DEADLINE=${DEADLINE:-540}
+KILL_CLIENTS=${KILL_CLIENTS:-100}
+SKIP=${SKIP:-}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+WORK=$(mktemp -d /tmp/stoker-gpu.XXXXXX)
+START=$(date +%s)
+export ROOT B OUT CORES WORK KILL_CLIENTS
+export STOKER_BUILD="$ROOT/$B" PYTHONPATH="$ROOT/client/python${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+
+NAMES=()
+RESULTS=()
+TIMES=()
+KINDS=()
+
+# ---- daemons: one per name, socket and pid under $WORK, log under $OUT ----
+start_daemon() { # name [stokerd flags...]
+	local name=$1
+	shift
+	local sock="$WORK/$name.sock"
+	# Its own output to its log: never to a section's pipe (tee would wait for it).
+	"$ROOT/$B/stokerd" --socket "$sock" --workers "$CORES" "$@" </dev/null >>"$OUT/stokerd-$name.log" 2>&1 &
+	echo $! >"$WORK/$name.pid"
+	for _ in $(seq 200); do
+		[ -S "$sock" ] && "$ROOT/$B/stokerctl" --socket "$sock" stats >/dev/null 2>&1 && return 0
+		kill -0 "$(cat "$WORK/$name.pid")" 2>/dev/null || break
+		sleep 0.05
+	done
+	echo "stokerd $name did not start:"
+	tail -20 "$OUT/stokerd-$name.log"
+	return 1
+}
+stop_daemon() { # name: SIGTERM, 20 s, then SIGKILL; 0 if it stopped cleanly
+	local pidf="$WORK/$1.pid" pid
+	[ -f "$pidf" ] || return 0
+	pid=$(cat "$pidf")
+	rm -f "$pidf"
+	kill -TERM "$pid" 2>/dev/null || return 0
+	for _ in $(seq 200); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	if kill -0 "$pid" 2>/dev/null; then
+		echo "stokerd $1 hung after SIGTERM: killed"
+		kill -KILL "$pid" 2>/dev/null
+		return 1
+	fi
+	# Not our child (another section started it): its log says how it ended.
+	tail -1 "$OUT/stokerd-$1.log" | grep -q "stopped" || { echo "stokerd $1 did not stop cleanly:"; tail -5 "$OUT/stokerd-$1.log"; return 1; }
+}
+daemon_alive() { [ -f "$WORK/$1.pid" ] && kill -0 "$(cat "$WORK/$1.pid")" 2>/dev/null; }
+export -f start_daemon stop_daemon daemon_alive
+
+cleanup() {
+	for f in "$WORK"/*.pid; do
+		[ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null
+	done
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# ---- sections ----
+# section NAME KIND LIMIT FUNCTION: KIND is test (fails the run) or info.
+section() {
+	local name=$1 kind=$2 limit=$3 fn=$4 t0 rc left
+	NAMES+=("$name")
+	KINDS+=("$kind")
+	t0=$(date +%s)
+	left=$((DEADLINE - (t0 - START)))
+	if [[ " $SKIP " == *" $name "* ]]; then
+		RESULTS+=("SKIP (asked)")
+		TIMES+=(0)
+		return
+	fi
+	if [ "$left" -lt 20 ]; then
+		echo "==== [$name] skipped: out of time (${left}s left)"
+		RESULTS+=("SKIP (out of time)")
+		TIMES+=(0)
+		return
+	fi
+	[ "$limit" -gt $((left - 10)) ] && limit=$((left - 10))
+	echo
+	echo "==== [$name] $kind, limit ${limit}s, at +$((t0 - START))s ===="
+	timeout -k 10 "$limit" bash -c "$fn" 2>&1 | tee "$OUT/$name.log"
+	rc=${PIPESTATUS[0]}
+	TIMES+=($(($(date +%s) - t0)))
+	case $rc in
+	0) RESULTS+=("PASS") ;;
+	124 | 137) RESULTS+=("FAIL (timed out after ${limit}s)") ;;
+	77) RESULTS+=("SKIP ($(tail -1 "$OUT/$name.log"))") ;;
+	*) RESULTS+=("FAIL (exit $rc)") ;;
+	esac
+	echo "==== [$name] ${RESULTS[-1]} in ${TIMES[-1]}s"
+}
+
+env_info() {
+	date -u
+	uname -a
+	echo "cores: $CORES"
+	free -g | head -2
+	nvidia-smi || echo "nvidia-smi: not found"
+	nvidia-smi -q -d CLOCK,MEMORY 2>/dev/null | head -40
+	ls -l /dev/nvidia* 2>&1
+	(command -v nvcc || ls /usr/local/cuda/bin/nvcc) 2>&1 && /usr/local/cuda/bin/nvcc --version 2>&1 | tail -2
+	python3 -c 'import torch, torchvision; print("torch", torch.__version__, "cuda", torch.version.cuda, "torchvision", torchvision.__version__); print("available", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' 2>&1
+	python3 -c 'import nvidia.dali as d; print("DALI", d.__version__)' 2>&1 | tail -1
+	git -C "$ROOT" log --oneline -1 2>/dev/null
+	return 0
+}
+export -f env_info
+
+build() {
+	if make -j"$CORES" B="$B" all; then
+		# The kernel's fatbin is built only when nvcc and cuda.h were found.
+		[ -f "$ROOT/$B/daemon/gpu_fatbin.o" ] || { echo "built without CUDA (no nvcc or cuda.h found)"; return 1; }
+		return 0
+	fi
+	if [ -x "$ROOT/$B/stokerd" ] && [ -x "$ROOT/$B/tests/gpu_check" ]; then
+		echo "make failed here: going on with the binaries already in $B (carried)"
+		return 1
+	fi
+	return 1
+}
+export -f build
+
+dataset() {
+	# Small (tests): 512 images. Large (benchmarks): 4096, ImageNet-like sizes.
+	python3 scripts/mkdataset.py "$WORK/small" --classes 8 --per-class 64 --jobs "$CORES" >/dev/null &&
+		python3 scripts/mkdataset.py "$WORK/large" --classes 16 --per-class "${LARGE_PER_CLASS:-256}" --min-side 300 --max-side 800 \
+			--quality-min 75 --quality-max 95 --jobs "$CORES" >/dev/null &&
+		touch "$WORK/large/.bench-complete" &&
+		cat "$WORK"/large/*/* >/dev/null && # the page cache, for every reader alike
+		du -sh "$WORK/small" "$WORK/large"
+}
+export -f dataset
+
+check() { # gpu_check TEST [ARGS] against the main daemon
+	daemon_alive main || start_daemon main || return 1
+	"$ROOT/$B/tests/gpu_check" "$WORK/main.sock" "$WORK/small" "$@"
+}
+export -f check
+
+gpu_kill() {
+	check kill "$KILL_CLIENTS" || return 1
+	# The daemon logged each client's end; nothing worse.
+	! grep -E "ERROR|AddressSanitizer|runtime error" "$OUT/stokerd-main.log"
+}
+export -f gpu_kill
+
+gpu_budget() {
+	start_daemon budget --set gpu_memory_budget=1M || return 1
+	"$ROOT/$B/tests/gpu_check" "$WORK/budget.sock" "$WORK/small" budget
+	local rc=$?
+	stop_daemon budget || rc=1
+	return $rc
+}
+export -f gpu_budget
+
+gpu_daemon_kill() {
+	start_daemon victim || return 1
+	"$ROOT/$B/tests/gpu_check" "$WORK/victim.sock" "$WORK/small" daemon-kill "$(cat "$WORK/victim.pid")"
+	local rc=$?
+	rm -f "$WORK/victim.pid"
+	return $rc
+}
+export -f gpu_daemon_kill
+
+torch_check() {
+	python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null || { echo "torch with CUDA not installed"; return 77; }
+	daemon_alive main || start_daemon main || return 1
+	python3 tests/gpu/torch_check.py "$WORK/main.sock" "$WORK/small"
+}
+export -f torch_check
+
+main_daemon_clean_stop() {
+	# The main daemon served every test above: it stops cleanly, with no
+	# device memory left.
+	daemon_alive main || { echo "the main stokerd is gone:"; tail -30 "$OUT/stokerd-main.log"; return 1; }
+	"$ROOT/$B/stokerctl" --socket "$WORK/main.sock" stats --json >"$OUT/stats-main.json"
+	python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); print("device_bytes", s["device_bytes"], "cuda", s["cuda"]); sys.exit(s["device_bytes"] != 0)' "$OUT/stats-main.json" || return 1
+	stop_daemon main
+}
+export -f main_daemon_clean_stop
+
+copy_bench() {
+	local line
+	for t in uint8 float16 float32; do
+		line=$("$ROOT/$B/tests/gpu_copybench" "$t" 4) || return 1
+		echo "$line" | tee -a "$OUT/copy.jsonl"
+	done
+}
+export -f copy_bench
+
+train_bench() {
+	python3 -c 'import torch, torchvision; assert torch.cuda.is_available()' 2>/dev/null ||
+		{ echo "torch/torchvision with CUDA not installed"; return 77; }
+	start_daemon bench || return 1
+	python3 tests/gpu/bench_gpu.py --socket "$WORK/bench.sock" --data "$WORK/large" --out "$OUT" --cores "$CORES"
+	local rc=$?
+	"$ROOT/$B/stokerctl" --socket "$WORK/bench.sock" stats >"$OUT/stats-bench.txt" 2>&1
+	stop_daemon bench
+	return $rc
+}
+export -f train_bench
+
+cpu_scaling() {
+	python3 bench/run.py --data "$WORK/large" --cores "$CORES" --only limit,stoker,torch,dali --epochs 1 \
+		--min-seconds 4 --repeat 1 --wait-quiet 0 --retries 0 --out "$OUT/cpu-scaling"
+}
+export -f cpu_scaling
+
+section env info 60 env_info
+section build test 240 build
+section dataset info 90 dataset
+if [ -x "$ROOT/$B/tests/gpu_check" ] && [ -d "$WORK/small" ]; then
+	section gpu-identity test 90 "check identity"
+	section gpu-multi test 60 "check multi"
+	section gpu-stats test 30 "check stats"
+	section gpu-nodevice test 30 "check nodevice"
+	section torch-check test 90 torch_check
+	section gpu-kill test 150 gpu_kill
+	section gpu-main-stop test 40 main_daemon_clean_stop
+	section gpu-budget test 40 gpu_budget
+	section gpu-daemon-kill test 40 gpu_daemon_kill
+	section copy-bench info 60 copy_bench
+	section train-bench info 200 train_bench
+	section cpu-scaling info 150 cpu_scaling
+else
+	echo "no gpu_check binary or no data set: the GPU sections cannot run"
+	NAMES+=("gpu-sections")
+	KINDS+=(test)
+	RESULTS+=("FAIL (not built)")
+	TIMES+=(0)
+fi
+
+# ---- summary ----
+failed=0
+{
+	echo
+	echo "==== summary (stoker GPU run, $(date -u), $(($(date +%s) - START))s) ===="
+	printf '%-18s %-5s %6s  %s\n' SECTION KIND SECONDS RESULT
+	for i in "${!NAMES[@]}"; do
+		printf '%-18s %-5s %6s  %s\n' "${NAMES[$i]}" "${KINDS[$i]}" "${TIMES[$i]}" "${RESULTS[$i]}"
+		[ "${KINDS[$i]}" = test ] && [[ "${RESULTS[$i]}" == FAIL* ]] && failed=1
+	done
+	[ -f "$OUT/copy.jsonl" ] && { echo; echo "copy throughput:"; cat "$OUT/copy.jsonl"; }
+	[ -f "$OUT/train.json" ] && { echo; echo "training loop:"; python3 -c '
+import json, sys
+for r in json.load(open(sys.argv[1])):
+    print("  %-14s %10s img/s  GPU busy %-6s of synthetic %s" % (r["feeder"], r.get("images_per_second", "-"),
+          r.get("gpu_busy", "-"), r.get("of_synthetic", r.get("skipped", r.get("error", "-")))))' "$OUT/train.json"; }
+	echo
+	[ $failed = 0 ] && echo "GPU TESTS: PASS" || echo "GPU TESTS: FAIL"
+} | tee "$OUT/summary.txt"
+python3 - "$OUT/summary.json" "${#NAMES[@]}" "${NAMES[@]}" "${KINDS[@]}" "${TIMES[@]}" "${RESULTS[@]}" <<'PY'
+import json, sys
+out, n = sys.argv[1], int(sys.argv[2])
+v = sys.argv[3:]
+rows = [dict(section=v[i], kind=v[n + i], seconds=int(v[2 * n + i]), result=v[3 * n + i]) for i in range(n)]
+json.dump(rows, open(out, "w"), indent=1)
+PY
+exit $failed
