@@ -101,15 +101,7 @@ int client_gpu_resolve(int ordinal, uint8_t uuid[CLIENT_GPU_UUID_BYTES], char *w
 	return 0;
 }
 
-/* A driver call that fails jumps to `fail` with its name and result. */
-#define CU(fn, ...)                                  \
-	do {                                         \
-		res = cg->drv->fn(__VA_ARGS__);      \
-		if (res != CUDA_SUCCESS) {           \
-			what = #fn;                  \
-			goto fail;                   \
-		}                                    \
-	} while (0)
+#define CU(fn, ...) CUDADRV_TRY(cg->drv, fn, __VA_ARGS__)
 
 int client_gpu_import(int ordinal, int fd, const Stoker__DeviceRing *dr, struct client_gpu **out, char *why,
 		      size_t whysize)
@@ -217,41 +209,36 @@ uint64_t client_gpu_slot_ptr(const struct client_gpu *cg, uint32_t slot)
 	return cg && slot < cg->slot_count ? (uint64_t)cg->base + slot * cg->slot_bytes : 0;
 }
 
-/* Push the ring's context, run `call`, pop. */
-static int in_context(struct client_gpu *cg, CUresult res_of_call, const char *what, char *why, size_t whysize)
+/* Slot's ready event: `stream` waits on it; or its release event: recorded
+ * on `stream`. In the ring's context. */
+static int slot_event(struct client_gpu *cg, uint32_t slot, void *stream, bool release, char *why, size_t whysize)
 {
-	if (res_of_call == CUDA_SUCCESS)
+	CUresult res;
+
+	if (!cg || slot >= cg->slot_count)
+		return -EINVAL;
+	res = cg->drv->cuCtxPushCurrent(cg->ctx);
+	if (res == CUDA_SUCCESS) {
+		res = release ? cg->drv->cuEventRecord(cg->release[slot], (CUstream)stream)
+			      : cg->drv->cuStreamWaitEvent((CUstream)stream, cg->ready[slot], 0);
+		leave(cg->drv);
+	}
+	if (res == CUDA_SUCCESS)
 		return 0;
-	snprintf(why, whysize, "%s: %s", what, cudadrv_error(cg->drv, res_of_call));
+	snprintf(why, whysize, "%s: %s",
+		 release ? "cuEventRecord of the batch's release event" : "cuStreamWaitEvent on the batch's ready event",
+		 cudadrv_error(cg->drv, res));
 	return -EIO;
 }
 
 int client_gpu_wait(struct client_gpu *cg, uint32_t slot, void *stream, char *why, size_t whysize)
 {
-	CUresult res;
-
-	if (!cg || slot >= cg->slot_count)
-		return -EINVAL;
-	res = cg->drv->cuCtxPushCurrent(cg->ctx);
-	if (res == CUDA_SUCCESS) {
-		res = cg->drv->cuStreamWaitEvent((CUstream)stream, cg->ready[slot], 0);
-		leave(cg->drv);
-	}
-	return in_context(cg, res, "cuStreamWaitEvent on the batch's ready event", why, whysize);
+	return slot_event(cg, slot, stream, false, why, whysize);
 }
 
 int client_gpu_record_release(struct client_gpu *cg, uint32_t slot, void *stream, char *why, size_t whysize)
 {
-	CUresult res;
-
-	if (!cg || slot >= cg->slot_count)
-		return -EINVAL;
-	res = cg->drv->cuCtxPushCurrent(cg->ctx);
-	if (res == CUDA_SUCCESS) {
-		res = cg->drv->cuEventRecord(cg->release[slot], (CUstream)stream);
-		leave(cg->drv);
-	}
-	return in_context(cg, res, "cuEventRecord of the batch's release event", why, whysize);
+	return slot_event(cg, slot, stream, true, why, whysize);
 }
 
 int client_pin(void *addr, size_t bytes, struct client_pin **out, char *why, size_t whysize)

@@ -147,15 +147,7 @@ static size_t align_up(size_t v, size_t a)
 #ifdef STOKER_HAVE_CUDA
 #include "gpu_fatbin.h"
 
-/* A driver call that fails jumps to `fail` with its name and result. */
-#define CU(fn, ...)                                  \
-	do {                                         \
-		res = g->drv->fn(__VA_ARGS__);       \
-		if (res != CUDA_SUCCESS) {           \
-			what = #fn;                  \
-			goto fail;                   \
-		}                                    \
-	} while (0)
+#define CU(fn, ...) CUDADRV_TRY(g->drv, fn, __VA_ARGS__)
 
 static int cuda_errno(CUresult res)
 {

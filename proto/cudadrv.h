@@ -38,8 +38,18 @@ struct cudadrv {
 #undef CUDADRV_MEMBER
 };
 
-/* "cuMemAlloc_v2: out of memory (CUDA_ERROR_OUT_OF_MEMORY)"-style text of a
- * driver result, for messages. */
+/* Call a driver entry point through `drv`; on failure keep its result in
+ * `res`, its name in `what`, and jump to `fail` (the callers' convention). */
+#define CUDADRV_TRY(drv, fn, ...)                  \
+	do {                                       \
+		res = (drv)->fn(__VA_ARGS__);      \
+		if (res != CUDA_SUCCESS) {         \
+			what = #fn;                \
+			goto fail;                 \
+		}                                  \
+	} while (0)
+
+/* The text of a driver result, for messages. */
 const char *cudadrv_error(const struct cudadrv *drv, CUresult r);
 #else
 struct cudadrv {
