@@ -137,17 +137,17 @@ static void set_status(struct gpu *g, const char *fmt, ...)
 	pthread_mutex_unlock(&g->lock);
 }
 
-static size_t align_up(size_t v, size_t a)
-{
-	return (v + a - 1) / a * a;
-}
-
 /* ---- the CUDA side (CUDA thread, and the stream's callbacks) ---- */
 
 #ifdef STOKER_HAVE_CUDA
 #include "gpu_fatbin.h"
 
 #define CU(fn, ...) CUDADRV_TRY(g->drv, fn, __VA_ARGS__)
+
+static size_t align_up(size_t v, size_t a)
+{
+	return (v + a - 1) / a * a;
+}
 
 static int cuda_errno(CUresult res)
 {
