@@ -5,6 +5,8 @@
 - device="cuda:0" batches reach torch as CUDA tensors without a copy (the
   tensor's data_ptr is the device ring's slot) and equal the CPU path's;
 - ordering on a non-default torch stream (Loader(stream=...));
+- stoker.torch.Loader(device="cuda:0"): CUDA tensors in the CPU layer's
+  layouts, ordered on torch's current stream;
 - pin_memory=True: the ring is page-locked, torch sees pinned memory, and a
   non_blocking copy from it is right.
 Prints PASS/FAIL lines; exits 1 if any failed.
@@ -67,6 +69,22 @@ def _():
         ref = [np.asarray(b.images, dtype=np.float64).sum() for b in host]
     assert np.allclose(sums, ref, rtol=0, atol=1e-6), (sums[:3], ref[:3])
     return f"{len(sums)} batches ordered on a side stream"
+
+
+@check("torch-layer")
+def _():
+    import stoker.torch
+    n = 0
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):  # batches follow torch's current stream
+        with stoker.torch.Loader(DATA, device="cuda:0", dtype="uint8", rank=0, world_size=1, **COMMON) as dev, \
+                stoker.torch.Loader(DATA, dtype="uint8", rank=0, world_size=1, **COMMON) as host:
+            for (xd, yd), (xh, yh) in zip(dev, host):
+                assert xd.is_cuda and xd.is_contiguous(memory_format=torch.channels_last)
+                assert not yd.is_cuda and torch.equal(yd, yh)
+                assert torch.equal(xd.cpu(), xh), "device batch differs from the host one"
+                n += 1
+    return f"{n} uint8 batches as channels_last CUDA tensors on a side stream, equal to the CPU layer's"
 
 
 @check("pin-memory")

@@ -25,6 +25,17 @@ Tensors are views of the daemon's ring, not copies:
   ring with narrower labels would cost one B-element copy per batch).
 - detection boxes are float32 [N, 6] (image in batch, class, cx, cy, w, h).
 
+With device="cuda:N" (docs/gpu.md) images are CUDA tensors on that GPU,
+zero-copy views of the device ring's slot, in the same layouts; each batch
+is ordered on torch's current stream of that device at the time it is
+taken (the stream waits on the batch's ready event, no host wait), and its
+release is recorded on that stream, so the daemon refills the slot only
+after the work queued there has run. Labels, indices and boxes stay on the
+host. pin_memory=True page-locks the host ring: `.cuda(non_blocking=True)`
+is then an asynchronous DMA, which must finish before the next batch is
+taken (copy on a side stream and synchronise it), as the slot goes back
+to the daemon then.
+
 What the caller may not do: write into them (the ring is mapped read-only:
 an in-place op such as `images.sub_(...)` or `labels[0] = 1` faults
 the process with SIGSEGV), or use them after the next batch is taken (the
@@ -54,6 +65,15 @@ def _tensor(addr, shape, dtype):
     # The array only lacks numpy's writeable flag, so torch.from_numpy()
     # shares it without its per-call warning; the pages stay read-only.
     return torch.from_numpy(_core._view(addr, shape, dtype, readonly=False))
+
+
+def _images(mem):
+    """The batch's images: a CPU tensor over the host ring, or a CUDA tensor
+    over the device ring (__cuda_array_interface__, no copy)."""
+    if mem.device < 0:
+        return _tensor(mem.images, mem.image_shape, mem.image_dtype)
+    arr = _core.DeviceArray(mem.images, mem.image_shape, mem.image_dtype, mem.device, mem.stream)
+    return torch.as_tensor(arr, device=f"cuda:{mem.device}")
 
 
 class Batch(tuple):
@@ -87,8 +107,15 @@ class Loader(_core.Loader):
 
     _launcher_rank = staticmethod(distributed_rank)
 
+    def _wait_stream(self):
+        # Device batches: ordered on torch's current stream for the device,
+        # unless a stream was given.
+        if self._stream:
+            return self._stream
+        return torch.cuda.current_stream(torch.device(self.device)).cuda_stream
+
     def _make_batch(self, mem):
-        images = _tensor(mem.images, mem.image_shape, mem.image_dtype)
+        images = _images(mem)
         if mem.image_dtype == np.uint8:
             images = images.permute(0, 3, 1, 2)  # NHWC memory: NCHW, channels_last
         labels = _tensor(mem.labels, (mem.count,), mem.label_dtype)
