@@ -107,6 +107,7 @@ int client_gpu_import(int ordinal, int fd, const Stoker__DeviceRing *dr, struct 
 		      size_t whysize)
 {
 	struct client_gpu *cg;
+	const struct cudadrv *drv;
 	CUresult res = CUDA_SUCCESS;
 	const char *what = "";
 	CUmemAccessDesc access;
@@ -134,11 +135,12 @@ int client_gpu_import(int ordinal, int fd, const Stoker__DeviceRing *dr, struct 
 		client_gpu_free(cg);
 		return -ENOMEM;
 	}
-	r = enter(ordinal, &cg->drv, &cg->dev, &cg->ctx, why, whysize);
+	r = enter(ordinal, &drv, &cg->dev, &cg->ctx, why, whysize);
 	if (r < 0) {
-		client_gpu_free(cg);
+		client_gpu_free(cg); /* no context held yet: drv stays NULL there */
 		return r;
 	}
+	cg->drv = drv;
 	cg->slot_count = dr->slot_count;
 	cg->slot_bytes = dr->slot_bytes;
 	cg->size = dr->ring_bytes;

@@ -293,7 +293,7 @@ static int ring_setup(struct gpu_ring *r)
 		return err;
 	if (!p->has_uuid) {
 		snprintf(r->why, sizeof(r->why),
-			 "%s: the client could not resolve it to a GPU (its CUDA is not usable)", p->device);
+			 "%s: the client sent no GPU UUID (it could not resolve the device)", p->device);
 		return -ENODEV;
 	}
 	for (int i = 0; i < g->ndevices; i++)

@@ -26,6 +26,8 @@ def cuda_driver_present():
 no_cuda = pytest.mark.skipif(cuda_driver_present(), reason="a CUDA driver is here: tests/gpu/run.sh covers it")
 
 INVALID_ARGUMENT, DEVICE_UNAVAILABLE = 1, 40
+# Why CUDA is not usable here: no driver, or a build without the toolkit.
+NO_CUDA = ("no CUDA driver on this node", "stoker was built without CUDA")
 
 
 def raw_attach(path, dataset, *extra):
@@ -89,8 +91,8 @@ def test_cuda_attach_refused_and_daemon_keeps_serving(daemon, dataset):
                 stoker.Loader(dataset, socket=d.socket, batch_size=4, image_size=32, device=dev, dtype=dtype)
             # The daemon's reason, and this process's.
             assert e.value.errno == errno.ENODEV, e.value
-            assert "stokerd: no CUDA driver on this node" in str(e.value), e.value
-            assert "in this process: no CUDA driver" in str(e.value), e.value
+            assert any(f"stokerd: {w}" in str(e.value) for w in NO_CUDA), e.value
+            assert any(f"in this process: {w}" in str(e.value) for w in NO_CUDA), e.value
         # The raw protocol: the daemon says why, with DEVICE_UNAVAILABLE.
         code, body = error_of(raw_attach(d.socket, dataset, field(40, "cuda:0"), field(41, bytes(16))))
         assert code == DEVICE_UNAVAILABLE and b"CUDA" in body
@@ -100,7 +102,7 @@ def test_cuda_attach_refused_and_daemon_keeps_serving(daemon, dataset):
         with stoker.Loader(dataset, socket=d.socket, batch_size=4, image_size=32) as again:
             assert sum(len(b) for b in again) == again.samples_per_epoch
         st = d.stats()
-        assert st["device_bytes"] == 0 and "no CUDA driver" in st["cuda"], st["cuda"]
+        assert st["device_bytes"] == 0 and any(w in st["cuda"] for w in NO_CUDA), st["cuda"]
         assert [c["device"] for c in st["clients"]] == ["cpu"]
         assert st["clients"][0]["device_bytes"] == 0
     assert d.proc.poll() is None
@@ -120,7 +122,7 @@ def test_pin_memory_degrades_without_cuda(daemon, dataset):
     with pytest.raises(stoker.StokerError) as e:
         stoker.Loader(dataset, socket=d.socket, batch_size=4, image_size=32, pin_memory="required")
     assert e.value.errno in (errno.ENOENT, errno.ENOSYS, errno.ENODEV)
-    assert "pin_memory" in str(e.value) and "CUDA" in str(e.value)
+    assert "pin_memory" in str(e.value) and any(w in str(e.value) for w in NO_CUDA), e.value
     assert d.stats()["clients"] == []
 
 

@@ -32,7 +32,7 @@ def test_device_refused_with_the_reason(daemon, dataset):
     d = daemon()
     with pytest.raises(stoker.StokerError) as e:
         stoker.torch.Loader(dataset, socket=d.socket, device="cuda:0", dtype="float16", **SMALL)
-    assert e.value.errno == errno.ENODEV and "no CUDA driver" in str(e.value)
+    assert e.value.errno == errno.ENODEV and ("no CUDA driver" in str(e.value) or "without CUDA" in str(e.value))
     with stoker.torch.Loader(dataset, socket=d.socket, **SMALL) as ld:
         assert ld.device == "cpu"
         assert sum(len(b[1]) for b in ld) == ld.samples_per_epoch
