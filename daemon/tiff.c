@@ -39,10 +39,13 @@ struct mem {
 static tsize_t mem_read(thandle_t h, tdata_t buf, tsize_t n)
 {
 	struct mem *m = h;
-	size_t left = m->pos < m->len ? m->len - m->pos : 0, k = (size_t)n < left ? (size_t)n : left;
+	size_t left = m->pos < m->len ? m->len - m->pos : 0, k;
 
 	if (n < 0)
 		return -1;
+	k = (size_t)n < left ? (size_t)n : left;
+	if (k == 0)
+		return 0;
 	memcpy(buf, m->data + m->pos, k);
 	m->pos += k;
 	return (tsize_t)k;
