@@ -18,7 +18,7 @@
 static int one(struct pipeline *p, const char *path)
 {
 	struct pipeline_image img;
-	uint8_t *data = NULL;
+	uint8_t *data = NULL, *rgb = NULL;
 	long len;
 	FILE *f;
 	int r;
@@ -34,11 +34,19 @@ static int one(struct pipeline *p, const char *path)
 		printf("! %d %s\n", r == -EBADMSG ? 2 : r == -E2BIG ? 3 : 1, pipeline_error(p));
 		goto out;
 	}
+	rgb = malloc((size_t)img.width * 3);
+	if (!rgb) {
+		printf("! 1 out of memory\n");
+		goto out;
+	}
 	printf("%u %u\n", img.width, img.height);
-	for (uint32_t y = 0; y < img.height; y++)
+	for (uint32_t y = 0; y < img.height; y++) {
 		for (uint32_t x = 0; x < img.width; x++)
-			fwrite(img.pixels + y * img.stride + x * 4, 1, 3, stdout);
+			memcpy(rgb + x * 3, img.pixels + y * img.stride + x * 4, 3);
+		fwrite(rgb, 3, img.width, stdout);
+	}
 out:
+	free(rgb);
 	if (f)
 		fclose(f);
 	free(data);
