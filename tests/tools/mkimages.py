@@ -340,6 +340,9 @@ def variants(out, side=None):
             pil(f"tiff_{tag}_{comp}.tif", im, "TIFF", compression=comp)
     pil("tiff_rgb_jpeg.tif", src.convert("RGB"), "TIFF", lossy=True, compression="jpeg", quality=90)
     pil("tiff_1_g4.tif", src.convert("1"), "TIFF", compression="group4")
+    # two pages: the first is the image, as Image.open gives it
+    pil("tiff_multipage.tif", src.convert("RGB"), "TIFF", compression="tiff_lzw", save_all=True,
+        append_images=[src.convert("L")])
     if not shutil.which("tiffcp"):
         raise SystemExit("mkimages: tiffcp (Debian's libtiff-tools) is needed for the tiled and planar TIFFs")
     base = out / "tiff_rgb_raw.tif"
