@@ -21,6 +21,8 @@ DEB_PACKAGES=(
 	python3 python3-pip python3-numpy python3-pytest python3-pil python3-prometheus-client
 )
 PY_PACKAGES=(numpy pytest pillow prometheus-client)
+# tar shards: tests/integration/test_shards.py reads mkshards' output with webdataset's own reader
+PY_PACKAGES+=(webdataset)
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
