@@ -72,6 +72,24 @@ def measure(run_epoch, min_epochs, min_seconds, log=None):
     }
 
 
+def epoch_reader(loader, expected, seen):
+    """run_epoch for measure() over a loader of (images, labels) batches:
+    every batch taken and touched (the last image's first 64 elements and a
+    label), the first batch's dtype and shape noted in `seen`, and the count
+    checked against `expected`."""
+    def run_epoch(epoch):
+        n, check = 0, 0.0
+        for images, labels in loader:
+            if not seen:
+                seen["dtype"], seen["shape"] = str(images.dtype), list(images.shape[1:])
+            n += len(labels)
+            check += float(images[-1].reshape(-1)[:64].sum()) + int(labels[-1])
+        if n != expected:
+            raise RuntimeError(f"epoch {epoch}: {n} samples, expected {expected}")
+        return n
+    return run_epoch
+
+
 def log_to_stderr(prefix):
     def log(msg):
         print(f"{prefix}: {msg}", file=sys.stderr, flush=True)

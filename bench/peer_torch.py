@@ -8,7 +8,7 @@ ImageNet Normalize), num_workers = cores, persistent workers, batch 256.
 
 import sys
 
-from _common import log_to_stderr, measure, peer_arguments, result, unavailable
+from _common import epoch_reader, log_to_stderr, measure, peer_arguments, result, unavailable
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -35,19 +35,7 @@ def main():
     loader = torch.utils.data.DataLoader(ds, batch_size=a.batch_size, shuffle=True, num_workers=a.cores,
                                          persistent_workers=True, drop_last=False)
     seen = {}
-
-    def run_epoch(epoch):
-        n, check = 0, 0.0
-        for images, labels in loader:
-            if not seen:
-                seen["dtype"], seen["shape"] = str(images.dtype), list(images.shape[1:])
-            n += len(labels)
-            check += float(images[-1].reshape(-1)[:64].sum()) + int(labels[-1])
-        if n != len(ds):
-            raise RuntimeError(f"epoch {epoch}: {n} samples, expected {len(ds)}")
-        return n
-
-    r = measure(run_epoch, a.epochs, a.min_seconds, log)
+    r = measure(epoch_reader(loader, len(ds), seen), a.epochs, a.min_seconds, log)
     r.update(batch_size=a.batch_size, num_workers=a.cores, output=seen,
              versions={"torch": torch.__version__, "torchvision": torchvision.__version__})
     result(**r)

@@ -14,7 +14,7 @@ workers; the count is checked.
 
 import sys
 
-from _common import log_to_stderr, measure, peer_arguments, result, unavailable
+from _common import epoch_reader, log_to_stderr, measure, peer_arguments, result, unavailable
 
 
 def main():
@@ -40,19 +40,7 @@ def main():
     torch.manual_seed(0)
     loader = wds.WebLoader(ds, batch_size=None, num_workers=a.cores, persistent_workers=True)
     seen = {}
-
-    def run_epoch(epoch):
-        n, check = 0, 0.0
-        for images, labels in loader:
-            if not seen:
-                seen["dtype"], seen["shape"] = str(images.dtype), list(images.shape[1:])
-            n += len(labels)
-            check += float(images[-1].reshape(-1)[:64].sum()) + int(labels[-1])
-        if n != a.samples:
-            raise RuntimeError(f"epoch {epoch}: {n} samples, expected {a.samples}")
-        return n
-
-    r = measure(run_epoch, a.epochs, a.min_seconds, log)
+    r = measure(epoch_reader(loader, a.samples, seen), a.epochs, a.min_seconds, log)
     r.update(batch_size=a.batch_size, num_workers=a.cores, output=seen,
              versions={"webdataset": getattr(wds, "__version__", "?"), "torch": torch.__version__,
                        "torchvision": torchvision.__version__})
