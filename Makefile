@@ -233,8 +233,9 @@ check-sanitize:
 
 # ThreadSanitizer: the unit tests (the worker pool's stress test among
 # them) and a TSan stokerd under the integration tests that stress sessions,
-# rings and coordinated copies with real clients and kills.
-TSAN_TESTS := tests/integration/test_sharing.py tests/integration/test_faults.py
+# rings and coordinated copies with real clients and kills, and the CUDA
+# thread starting, refusing and stopping (test_gpu, without a GPU).
+TSAN_TESTS := tests/integration/test_sharing.py tests/integration/test_faults.py tests/integration/test_gpu.py
 check-tsan:
 	$(MAKE) --no-print-directory B=build-tsan SANITIZE=thread all
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
