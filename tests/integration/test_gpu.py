@@ -139,6 +139,14 @@ def test_gpu_memory_budget_is_a_live_key(daemon, dataset):
         stoker.set_config("gpu_memory_budget", "lots", socket=d.socket)
     with stoker.Loader(dataset, socket=d.socket, batch_size=4, image_size=32):
         text = stoker.metrics(socket=d.socket)
+        top = d.ctl("top", "-n", "1").stdout
+        stats_text = d.ctl("stats").stdout
+    # stokerctl: the GPU line, and each client's device and device bytes.
+    assert "gpu       device rings 0 B   budget 512.0 MiB per GPU" in top, top
+    header = next(line for line in top.splitlines() if "CLIENT" in line)
+    row = top.splitlines()[top.splitlines().index(header) + 1]
+    assert header.split()[-3:] == ["GPU", "MEM", "DATASET"] and " cpu " in row, top
+    assert "gpu             0.0 MiB in device rings" in stats_text, stats_text
     assert "stoker_gpu_memory_budget_bytes 536870912" in text
     assert "stoker_device_bytes 0" in text
     assert "stoker_client_device_bytes{" in text
