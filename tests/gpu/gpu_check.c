@@ -17,6 +17,8 @@
  *   gpu_check SOCKET DATASET budget         (a daemon with gpu_memory_budget=1M) refused
  *   gpu_check SOCKET DATASET nodevice       cuda:99 refused, says why
  *   gpu_check SOCKET DATASET stats          stats show the client's device and bytes
+ *   gpu_check SOCKET DATA.YAML detect       task=detect (letterbox, mosaic): device images
+ *                                           equal to host ones, boxes (host) equal
  *   gpu_check SOCKET DATASET child SEED DTYPE TAKE   (kill's child) attach, take, say "ready"
  *
  * CUDA through the driver API, loaded at run time like libstoker does.
@@ -492,6 +494,51 @@ static void test_refused(const char *device, int want_errno, const char *want_te
 	stoker_close(s);
 }
 
+static void test_detect(void)
+{
+	static const char *const transforms[] = {"letterbox", "mosaic"};
+	uint8_t *buf = malloc(64u << 20);
+
+	test_name = "detect";
+	if (!buf)
+		fail("out of memory");
+	for (int k = 0; k < 2; k++) {
+		const char *dev_kv[] = {"task", "detect", "transform", transforms[k], "device", "cuda:0", "seed", "9",
+					"batch_size", "8", "image_size", "128", NULL};
+		const char *host_kv[] = {"task", "detect", "transform", transforms[k], "seed", "9", "batch_size", "8",
+					 "image_size", "128", NULL};
+		struct stoker *dev = attach_opts(dev_kv, NULL), *host = attach_opts(host_kv, NULL);
+		uint64_t batches = 0, boxes = 0;
+
+		for (;;) {
+			struct stoker_batch *a, *b;
+			const float *ba, *bb;
+			uint32_t na = 0, nb = 0;
+			int ra = stoker_next(dev, 120000, &a), rb = stoker_next(host, 120000, &b);
+
+			if (ra == -ENODATA && rb == -ENODATA)
+				break;
+			if (ra < 0 || rb < 0)
+				fail("next: %s / %s", stoker_last_error(dev), stoker_last_error(host));
+			compare_batch(a, b, buf);
+			ba = stoker_batch_boxes(a, &na);
+			bb = stoker_batch_boxes(b, &nb);
+			if (!ba || !bb || na != nb || memcmp(ba, bb, (size_t)na * 6 * sizeof(float)))
+				fail("%s batch %llu: boxes differ (%u vs %u rows)", transforms[k],
+				     (unsigned long long)stoker_batch_index(b), na, nb);
+			boxes += na;
+			batches++;
+			stoker_release(a);
+			stoker_release(b);
+		}
+		pass("%s: %llu batches, %llu boxes; device images equal to the host's, boxes on the host equal",
+		     transforms[k], (unsigned long long)batches, (unsigned long long)boxes);
+		stoker_close(dev);
+		stoker_close(host);
+	}
+	free(buf);
+}
+
 static void test_stats(void)
 {
 	struct stoker *s;
@@ -541,6 +588,9 @@ int main(int argc, char **argv)
 		test_refused("cuda:99", ENODEV, "cuda:99 does not exist");
 	} else if (!strcmp(argv[3], "stats")) {
 		test_stats();
+	} else if (!strcmp(argv[3], "detect")) {
+		cuda_init();
+		test_detect();
 	} else {
 		fprintf(stderr, "gpu_check: unknown test %s\n", argv[3]);
 		return 2;

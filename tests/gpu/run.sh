@@ -19,6 +19,8 @@
 #                  the CPU float path; 2 epochs each
 #   gpu-multi      two clients (ranks) of one job and a second job on one GPU
 #   gpu-stats      stats show the client's device bytes
+#   gpu-detect     task=detect (letterbox, mosaic): device images equal to
+#                  the host's, boxes (on the host) equal
 #   gpu-nodevice   cuda:99 refused with the reason
 #   gpu-budget     gpu_memory_budget refusal
 #   gpu-kill       KILL_CLIENTS CUDA clients SIGKILLed; free GPU memory back
@@ -188,6 +190,8 @@ dataset() {
 	python3 scripts/mkdataset.py "$WORK/large" --classes 16 --per-class "${LARGE_PER_CLASS:-256}" --min-side 300 \
 		--max-side 800 --quality-min 75 --quality-max 95 --jobs "$CORES" >/dev/null || return 1
 	touch "$WORK/large/.bench-complete"
+	python3 scripts/mkyolo.py "$WORK/yolo" --images 64 --jobs "$CORES" >/dev/null ||
+		echo "mkyolo.py failed: no detection test"
 	cat "$WORK"/large/*/* >/dev/null # the page cache, for every reader alike
 	du -sh "$WORK/small" "$WORK/large"
 }
@@ -198,6 +202,13 @@ check() { # gpu_check TEST [ARGS] against the main daemon
 	"$ROOT/$B/tests/gpu_check" "$WORK/main.sock" "$WORK/small" "$@"
 }
 export -f check
+
+gpu_detect() {
+	[ -f "$WORK/yolo/data.yaml" ] || { echo "no YOLO data set (mkyolo.py needs Pillow)"; return 77; }
+	daemon_alive main || start_daemon main || return 1
+	"$ROOT/$B/tests/gpu_check" "$WORK/main.sock" "$WORK/yolo/data.yaml" detect
+}
+export -f gpu_detect
 
 gpu_kill() {
 	check kill "$KILL_CLIENTS" || return 1
@@ -277,6 +288,7 @@ if [ -x "$ROOT/$B/tests/gpu_check" ] && [ -d "$WORK/small" ]; then
 	section gpu-identity test 90 "check identity"
 	section gpu-multi test 60 "check multi"
 	section gpu-stats test 30 "check stats"
+	section gpu-detect test 60 gpu_detect
 	section gpu-nodevice test 30 "check nodevice"
 	section torch-check test 90 torch_check
 	section gpu-kill test 150 gpu_kill
