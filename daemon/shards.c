@@ -574,22 +574,35 @@ static bool first_entry(const char *path, char *buf, size_t len)
 	return found;
 }
 
+/* A pattern's directory before its first brace: its length in path, 0 for
+ * none (relative to the working directory). */
+static size_t pattern_dir_len(const char *path)
+{
+	const char *slash = NULL;
+
+	for (const char *p = path; *p && *p != '{'; p++)
+		if (*p == '/')
+			slash = p;
+	return slash ? (size_t)(slash - path) + (slash == path) : 0;
+}
+
 bool shards_realpath(const char *path, char real[PATH_MAX])
 {
 	char dir[PATH_MAX], rdir[PATH_MAX];
-	const char *slash = strrchr(path, '/');
+	size_t dl;
+	const char *rest;
 
 	if (!is_pattern(path))
 		return false;
-	if (slash == path)
-		snprintf(dir, sizeof(dir), "/");
-	else
-		snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+	/* Only the part before the first brace is a directory to resolve:
+	 * braces may stand in directory names too (`{a,b}/x-{0..3}.tar`). */
+	dl = pattern_dir_len(path);
+	rest = path + dl + (dl && path[dl] == '/');
+	snprintf(dir, sizeof(dir), "%.*s", dl ? (int)dl : 1, dl ? path : ".");
 	/* A directory that does not resolve: realpath() reports it. */
 	if (!realpath(dir, rdir))
 		return false;
-	return (size_t)snprintf(real, PATH_MAX, "%s/%s", strcmp(rdir, "/") ? rdir : "", slash ? slash + 1 : path) <
-	       PATH_MAX;
+	return (size_t)snprintf(real, PATH_MAX, "%s/%s", strcmp(rdir, "/") ? rdir : "", rest) < PATH_MAX;
 }
 
 bool shards_spec(const char *path)
@@ -712,10 +725,11 @@ static int resolve(const char *path, struct strvec *shards, char *root, char *ke
 			set_err(errbuf, errlen, "dataset %s: its directory does not resolve", path);
 			return -ENOENT;
 		}
-		slash = strrchr(real, '/');
-		snprintf(root, PATH_MAX, "%.*s", slash == real ? 1 : (int)(slash - real), real);
+		size_t dl = pattern_dir_len(real);
+
+		snprintf(root, PATH_MAX, "%.*s", (int)dl, real);
 		snprintf(key, PATH_MAX * 2, "shards:%s", real);
-		return add_entry(root, slash + 1, shards, errbuf, errlen);
+		return add_entry(root, real + dl + (real[dl] == '/'), shards, errbuf, errlen);
 	}
 	if (!realpath(path, real) || stat(real, &st) < 0) {
 		r = -errno;

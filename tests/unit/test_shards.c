@@ -444,6 +444,19 @@ static void test_shard_dataset(void **state)
 	assert_string_equal(dataset_name(ds, 2), "d-001.tar:k9.jpg");
 	dataset_unref(ds);
 
+	/* Braces in a directory name too. */
+	{
+		char cmd[2048];
+
+		snprintf(cmd, sizeof(cmd), "mkdir %s/p0 %s/p1 && cp %s/d-000.tar %s/p0/ && cp %s/d-000.tar %s/p1/", root,
+			 root, root, root, root, root);
+		assert_int_equal(system(cmd), 0);
+		snprintf(pattern, sizeof(pattern), "%s/p{0,1}/d-000.tar", root);
+		assert_int_equal(dataset_open(pattern, 1000, &ds, err, sizeof(err)), 0);
+		assert_int_equal(ds->count, 4);
+		assert_string_equal(dataset_name(ds, 2), "p1/d-000.tar:k0.jpg");
+		dataset_unref(ds);
+	}
 	/* A directory of shards, and a list file naming them. */
 	assert_int_equal(dataset_open(root, 1000, &ds, err, sizeof(err)), 0);
 	assert_int_equal(ds->count, 3);
