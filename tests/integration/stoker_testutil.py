@@ -116,3 +116,14 @@ def assert_none_decode(paths):
         except Exception:
             continue
         raise AssertionError(f"{p} decodes")
+
+
+def cuda_driver_present():
+    """Is there a CUDA driver (libcuda.so.1) here? Then the GPU tests
+    (tests/gpu/run.sh) cover CUDA delivery, and its refusals cannot be."""
+    import ctypes
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False

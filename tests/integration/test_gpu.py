@@ -4,7 +4,6 @@ the daemon goes on serving others, the wire protocol carries the device
 fields, pin_memory degrades as documented, gpu_memory_budget is a live key.
 The CUDA path itself is tested on a GPU by tests/gpu/run.sh."""
 
-import ctypes
 import errno
 import socket as pysocket
 import warnings
@@ -13,14 +12,8 @@ import pytest
 
 import stoker
 from faultutil import ATTACH, ERROR, error_code, field, hello, message, parse_frames
+from stoker_testutil import cuda_driver_present
 
-
-def cuda_driver_present():
-    try:
-        ctypes.CDLL("libcuda.so.1")
-        return True
-    except OSError:
-        return False
 
 
 no_cuda = pytest.mark.skipif(cuda_driver_present(), reason="a CUDA driver is here: tests/gpu/run.sh covers it")

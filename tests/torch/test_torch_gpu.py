@@ -3,7 +3,6 @@ is refused with the reason and leaves the daemon serving, pin_memory=True
 falls back to pageable tensors with a warning. On a GPU, tests/gpu/run.sh
 checks the real thing (zero-copy CUDA tensors, streams, pinned copies)."""
 
-import ctypes
 import errno
 import warnings
 
@@ -13,16 +12,10 @@ torch = pytest.importorskip("torch")
 
 import stoker  # noqa: E402
 import stoker.torch  # noqa: E402
+from stoker_testutil import cuda_driver_present  # noqa: E402
 
 SMALL = dict(image_size=64, batch_size=8, rank=0, world_size=1)
 
-
-def cuda_driver_present():
-    try:
-        ctypes.CDLL("libcuda.so.1")
-        return True
-    except OSError:
-        return False
 
 
 pytestmark = pytest.mark.skipif(cuda_driver_present(), reason="a CUDA driver is here: tests/gpu/run.sh covers it")
