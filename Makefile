@@ -1,7 +1,9 @@
 # stoker: `make` builds everything into build/; `make check` runs every test.
 # Dependencies come from pkg-config (scripts/install-deps.sh installs them).
 
-VERSION      := 0.1.0
+# One version for the daemon, the library, the Debian packages, the Python
+# wheel (client/python/setup.py) and the container image's tag.
+VERSION      := $(strip $(file < VERSION))
 SOVERSION    := 0
 PREFIX       ?= /usr/local
 DESTDIR      ?=
@@ -59,7 +61,7 @@ OPT          ?= -O2
 WARN         := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
 CFLAGS_BASE  := -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -fPIC -fvisibility=hidden -pthread \
                 -DSTOKER_VERSION='"$(VERSION)"' -I$(B)/proto -I$(B) -Iproto -Iclient/include $(PKG_CFLAGS) \
-                $(CUDA_CFLAGS) $(CFLAGS)
+                $(CUDA_CFLAGS) $(CPPFLAGS) $(CFLAGS)
 CFLAGS_ALL   := $(CFLAGS_BASE)
 LDFLAGS_ALL  := $(LDFLAGS)
 ifneq ($(SANITIZE),)
@@ -94,6 +96,7 @@ say = @printf '  %-8s %s\n' $(1) $(2)
 endif
 
 .PHONY: all clean check check-unit check-integration check-network check-sanitize check-torch check-detect-parity demo bench bench-detect bench-network install uninstall FORCE \
+        print-libstoker deb check-packaging check-image image \
         fuzz fuzz-build fuzz-smoke check-tsan check-valgrind check-faults
 all: $(B)/stokerd $(B)/stokerctl $(LIB_SO) $(B)/libstoker.so $(B)/libstoker.a $(B)/stoker.pc $(UNIT_BINS) $(FAULT_BINS) \
      $(GPU_BINS)
@@ -161,12 +164,22 @@ $(B)/libstoker.a: $(CLIENT_OBJS) $(PROTO_OBJS)
 	objcopy --localize-hidden $(B)/libstoker-all.o
 	rm -f $@ && ar rcs $@ $(B)/libstoker-all.o
 
+# The Python wheel builds its own libstoker from this list
+# (client/python/setup.py): one place says what the library is made of.
+print-libstoker:
+	@echo 'sources: $(patsubst $(B)/%.o,%.c,$(CLIENT_OBJS) $(PROTO_OBJS))'
+	@echo 'libs: $(LIBS_CLIENT)'
+
 $(B)/stokerctl: $(B)/client/stokerctl.o $(LIB_SO)
 	$(CC) $(LDFLAGS_ALL) -o $@ $< -L$(B) -l:libstoker.so.$(SOVERSION) -Wl,-rpath,'$$ORIGIN:$$ORIGIN/../lib'
 
-# paths.h changes with PREFIX: so does the .pc file's prefix.
-$(B)/stoker.pc: client/stoker.pc.in $(B)/paths.h
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' $< > $@
+# The .pc file follows PREFIX, LIBDIR and INCLUDEDIR (rewritten only when
+# they change, as paths.h).
+$(B)/stoker.pc: client/stoker.pc.in FORCE
+	@mkdir -p $(B)
+	@sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' \
+	    -e 's|@VERSION@|$(VERSION)|g' $< > $@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv -f $@.tmp $@
 
 $(B)/tests/%: tests/unit/%.c $(B)/libstokerd.a
 	@mkdir -p $(dir $@)
@@ -483,4 +496,4 @@ uninstall:
 clean:
 	rm -rf $(B) build-sanitize build-tsan $(FB)
 
--include $(shell find $(B) $(FB) -name '*.d' 2>/dev/null)
+-include $(shell find $(B) $(FB) -name '*.d' -type f 2>/dev/null)

@@ -31,7 +31,8 @@ import numpy as np
 __all__ = ["Loader", "Batch", "DeviceArray", "StokerError", "stats", "metrics", "config", "set_config", "reload", "drain",
            "library_version", "load_library", "launcher_rank"]
 
-_ERR_NO_LIBRARY = "libstoker not found (set STOKER_LIB, or STOKER_BUILD to the build directory)"
+_ERR_NO_LIBRARY = ("libstoker not found (install the stoker wheel or Debian's libstoker0, or set STOKER_LIB, "
+                   "or STOKER_BUILD to a build directory)")
 
 
 class StokerError(OSError):
@@ -51,7 +52,11 @@ def _candidates():
     if build:
         out.append(os.path.join(build, "libstoker.so.0"))
     here = os.path.dirname(os.path.abspath(__file__))
+    # A wheel carries its own copy (client/python/setup.py builds it).
+    out.append(os.path.join(here, "libstoker.so.0"))
     out.append(os.path.normpath(os.path.join(here, "..", "..", "..", "build", "libstoker.so.0")))
+    # Installed on the system (Debian's libstoker0): the loader's own search.
+    out.append("libstoker.so.0")
     found = ctypes.util.find_library("stoker")
     if found:
         out.append(found)

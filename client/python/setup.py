@@ -1,0 +1,150 @@
+"""Build of the stoker wheel: the Python package plus its own libstoker.
+
+The wheel carries libstoker.so.0, compiled here from the repository's C
+sources (the Makefile's list: `make print-libstoker`) with protobuf-c linked
+in statically when its archive is present, so an installed wheel needs no
+PYTHONPATH, no library path and no Debian package. An sdist carries copies
+of those sources (csrc/) with the protocol code already generated, and
+VERSION, so it builds without the repository or protoc-c.
+"""
+
+import os
+import shlex
+import shutil
+import subprocess
+import sysconfig
+
+from setuptools import Distribution, setup
+from setuptools.command.build_py import build_py
+from setuptools.command.sdist import sdist
+
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # setuptools < 70.1
+    from wheel.bdist_wheel import bdist_wheel
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
+CSRC = os.path.join(HERE, "csrc")  # in an sdist
+PROTO_C = "proto/stoker.pb-c.c"  # generated from proto/stoker.proto
+LIBNAME = "libstoker.so.0"
+
+
+def in_checkout():
+    return not os.path.isdir(CSRC) and os.path.isfile(os.path.join(REPO, "proto", "stoker.proto"))
+
+
+def read_version():
+    for path in (os.path.join(HERE, "VERSION"), os.path.join(REPO, "VERSION")):
+        if os.path.isfile(path):
+            with open(path) as f:
+                return f.read().strip()
+    raise RuntimeError("VERSION not found: build from the stoker repository or its sdist")
+
+
+def checkout_sources():
+    """libstoker's sources and libraries as the Makefile builds them."""
+    out = subprocess.run(["make", "--no-print-directory", "-s", "-C", REPO, "print-libstoker"],
+                         check=True, capture_output=True, text=True).stdout
+    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
+    return fields["sources"].split(), shlex.split(fields["libs"])
+
+
+def generate_proto(outdir):
+    os.makedirs(os.path.join(outdir, "proto"), exist_ok=True)
+    subprocess.run(["protoc-c", "--proto_path", os.path.join(REPO, "proto"), "--c_out",
+                    os.path.join(outdir, "proto"), os.path.join(REPO, "proto", "stoker.proto")], check=True)
+
+
+def copy_tree_for_build(dest):
+    """Lay out what libstoker needs under dest (relative paths kept):
+    the sources, every header beside them, the public header, the symbol
+    map and the generated protocol code. Returns (sources, libs)."""
+    sources, libs = checkout_sources()
+    generate_proto(dest)
+    dirs = {os.path.dirname(s) for s in sources} | {"client/include"}
+    for d in sorted(dirs):
+        src_dir = os.path.join(REPO, d)
+        if not os.path.isdir(src_dir):
+            continue
+        for name in os.listdir(src_dir):
+            if name.endswith(".h") or os.path.join(d, name) in sources or name == "libstoker.map":
+                os.makedirs(os.path.join(dest, d), exist_ok=True)
+                shutil.copy2(os.path.join(src_dir, name), os.path.join(dest, d, name))
+    with open(os.path.join(dest, "BUILD"), "w") as f:
+        f.write("sources: %s\nlibs: %s\n" % (" ".join(sources), " ".join(libs)))
+    return sources, libs
+
+
+def read_build_list(root):
+    with open(os.path.join(root, "BUILD")) as f:
+        fields = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+    return fields["sources"].split(), shlex.split(fields["libs"])
+
+
+def static_archive(cc, lib):
+    """The full path of lib's static archive if the compiler finds one."""
+    out = subprocess.run(cc + ["-print-file-name=lib%s.a" % lib], capture_output=True, text=True).stdout.strip()
+    return out if os.path.isabs(out) and os.path.isfile(out) else None
+
+
+def build_library(root, out_path, version):
+    """Compile and link libstoker from the tree at root into out_path."""
+    sources, libs = read_build_list(root)
+    cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")[:1]
+    cflags = ["-std=c11", "-D_GNU_SOURCE", "-O2", "-fPIC", "-fvisibility=hidden", "-pthread", "-Wall",
+              "-DSTOKER_VERSION=\"%s\"" % version, "-I" + os.path.join(root, "proto"),
+              "-I" + os.path.join(root, "client", "include")]
+    cflags += shlex.split(os.environ.get("CFLAGS", ""))
+    objdir = os.path.join(root, "obj")
+    os.makedirs(objdir, exist_ok=True)
+    objs = []
+    for s in sources:
+        obj = os.path.join(objdir, s.replace("/", "_")[:-2] + ".o")
+        subprocess.run(cc + cflags + ["-c", os.path.join(root, s), "-o", obj], check=True)
+        objs.append(obj)
+    link = []
+    for flag in libs:
+        archive = static_archive(cc, flag[2:]) if flag.startswith("-l") else None
+        link.append(archive or flag)  # protobuf-c goes inside, when Debian's archive is there
+    subprocess.run(cc + ["-shared", "-pthread", "-Wl,-soname," + LIBNAME,
+                         "-Wl,--version-script=" + os.path.join(root, "client", "libstoker.map"),
+                         "-Wl,--no-undefined", "-o", out_path] + objs + link + ["-lm"] +
+                   shlex.split(os.environ.get("LDFLAGS", "")), check=True)
+
+
+class BuildPy(build_py):
+    def run(self):
+        super().run()
+        tree = os.path.join(os.path.abspath(self.build_lib), "..", "libstoker-src")
+        tree = os.path.normpath(tree)
+        if in_checkout():
+            shutil.rmtree(tree, ignore_errors=True)
+            copy_tree_for_build(tree)
+        else:
+            shutil.rmtree(tree, ignore_errors=True)
+            shutil.copytree(CSRC, tree)
+        build_library(tree, os.path.join(self.build_lib, "stoker", LIBNAME), read_version())
+
+
+class Sdist(sdist):
+    def make_release_tree(self, base_dir, files):
+        super().make_release_tree(base_dir, files)
+        if in_checkout():
+            copy_tree_for_build(os.path.join(base_dir, "csrc"))
+            shutil.copy2(os.path.join(REPO, "VERSION"), os.path.join(base_dir, "VERSION"))
+
+
+class BdistWheel(bdist_wheel):
+    def get_tag(self):
+        # libstoker is loaded through ctypes: any Python 3, this platform.
+        return ("py3", "none", super().get_tag()[2])
+
+
+class BinaryDistribution(Distribution):
+    def has_ext_modules(self):
+        return True
+
+
+setup(version=read_version(), distclass=BinaryDistribution,
+      cmdclass={"build_py": BuildPy, "sdist": Sdist, "bdist_wheel": BdistWheel})

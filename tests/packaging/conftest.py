@@ -1,0 +1,37 @@
+"""Fixtures of the packaging checks (make check-packaging): the integration
+suite's data sets and daemons, plus where `make deb` left the packages."""
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+INTEGRATION = Path(__file__).resolve().parents[1] / "integration"
+sys.path.insert(0, str(INTEGRATION))
+
+# The integration suite's fixtures (real-photo data sets, real stokerd
+# processes), under a module name of their own.
+_spec = importlib.util.spec_from_file_location("stoker_integration_conftest", INTEGRATION / "conftest.py")
+_fixtures = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_fixtures)
+Daemon = _fixtures.Daemon
+build_dir = _fixtures.build_dir
+make_dataset = _fixtures.make_dataset
+dataset = _fixtures.dataset
+daemon = _fixtures.daemon
+pytest_runtest_makereport = _fixtures.pytest_runtest_makereport
+
+from stoker_testutil import REPO  # noqa: E402
+
+VERSION = (REPO / "VERSION").read_text().strip()
+
+
+@pytest.fixture(scope="session")
+def deb_dir():
+    d = Path(os.environ.get("STOKER_DEB_DIR") or REPO / "build" / "deb")
+    debs = sorted(d.glob("*.deb"))
+    if not debs:
+        pytest.fail(f"no .deb in {d}: run make deb (or set STOKER_DEB_DIR)")
+    return d
