@@ -232,6 +232,8 @@ ifeq ($(SANITIZE),)
 	$(MAKE) --no-print-directory check-sanitize
 	$(MAKE) --no-print-directory check-tsan
 	$(MAKE) --no-print-directory fuzz-smoke
+	$(MAKE) --no-print-directory check-packaging
+	$(MAKE) --no-print-directory check-image
 endif
 
 # Python loads the instrumented libstoker with the runtimes preloaded; leak
@@ -492,6 +494,38 @@ uninstall:
 	rm -rf $(DESTDIR)$(PYTHONDIR)/stoker $(DESTDIR)$(DOCDIR)
 	rmdir $(DESTDIR)$(VENDORCONFDIR)/systemd $(DESTDIR)$(VENDORCONFDIR) $(DESTDIR)$(SYSCONFDIR)/stoker/stoker.conf.d \
 	      $(DESTDIR)$(SYSCONFDIR)/stoker 2>/dev/null || true
+
+# ---- packaging (docs/deploy.md) ----
+# `make deb`: Debian packages with debhelper from deploy/debian, into
+# $(DEB_OUT). `make check-packaging` (part of make check): lintian, the
+# packages installed into this machine with dpkg -i, used, removed and
+# purged; the wheel and sdist built and installed into a fresh venv; the
+# container files linted. It installs and purges stoker's packages: not
+# for a machine where they are installed for real.
+DEB_OUT      ?= $(B)/deb
+deb:
+	scripts/build-deb.sh $(DEB_OUT)
+
+check-packaging: all
+	DEB_BUILD_OPTIONS="nocheck parallel=$$(nproc)" scripts/build-deb.sh $(DEB_OUT) > $(DEB_OUT).log 2>&1 || \
+	    { tail -40 $(DEB_OUT).log; exit 1; }
+	STOKER_DEB_DIR=$(abspath $(DEB_OUT)) STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) \
+	    $(PYTHON) -m pytest -q tests/packaging --deselect tests/packaging/test_image.py $(PYTEST_ARGS)
+
+# `make image`: the DaemonSet's image as an OCI archive, built here without a
+# registry (mmdebstrap from Debian's mirrors + the .debs; about 3 minutes,
+# 40 MB). `make check-image` (part of make check) checks the archive and runs
+# the image's stokerd. deploy/Containerfile is the route with a registry.
+IMAGE_OUT    ?= $(B)/image
+image:
+	DEB_BUILD_OPTIONS="nocheck parallel=$$(nproc)" scripts/build-deb.sh $(DEB_OUT) > $(DEB_OUT).log 2>&1 || \
+	    { tail -40 $(DEB_OUT).log; exit 1; }
+	scripts/build-image.sh $(DEB_OUT) $(IMAGE_OUT) > $(IMAGE_OUT).log 2>&1 || { tail -40 $(IMAGE_OUT).log; exit 1; }
+	@tail -1 $(IMAGE_OUT).log
+
+check-image: all image
+	STOKER_IMAGE_DIR=$(abspath $(IMAGE_OUT)) STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) \
+	    $(PYTHON) -m pytest -q tests/packaging/test_image.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(B) build-sanitize build-tsan $(FB)

@@ -19,10 +19,17 @@ DEB_PACKAGES=(
 	# HTTP/S3 data sets: libcurl for stokerd; nginx and iproute2 (netns, tc netem) for tests and bench
 	libcurl4-openssl-dev nginx-light iproute2
 	python3 python3-pip python3-numpy python3-pytest python3-pil python3-prometheus-client
+	# Packaging (make deb, check-packaging, image): debhelper, lintian, the
+	# system Python's venv, and mmdebstrap + skopeo + umoci for the OCI image.
+	debhelper dh-python dpkg-dev lintian python3-venv mmdebstrap skopeo umoci
+	# check-image: podman loads the OCI archive as a cluster node would.
+	podman
 )
 PY_PACKAGES=(numpy pytest pillow prometheus-client)
 # tar shards: tests/integration/test_shards.py reads mkshards' output with webdataset's own reader
 PY_PACKAGES+=(webdataset)
+# check-packaging: `python -m build` makes the wheel and sdist
+PY_PACKAGES+=(build)
 
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
@@ -45,7 +52,8 @@ PY=${PYTHON:-python3}
 need_py=()
 for m in "${PY_PACKAGES[@]}"; do
 	mod=${m/pillow/PIL}
-	"$PY" -c "import ${mod//-/_}" 2>/dev/null || need_py+=("$m")
+	# Not from the current directory: a checkout's build/ passes for `build`.
+	"$PY" -c "import sys; del sys.path[0]; import ${mod//-/_}" 2>/dev/null || need_py+=("$m")
 done
 if [ "${#need_py[@]}" -gt 0 ]; then
 	"$PY" -m pip install -q "${need_py[@]}" 2>/dev/null ||

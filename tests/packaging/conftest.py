@@ -1,5 +1,6 @@
-"""Fixtures of the packaging checks (make check-packaging): the integration
-suite's data sets and daemons, plus where `make deb` left the packages."""
+"""Fixtures of the packaging checks (make check-packaging, make check-image):
+the integration suite's data sets and daemons, plus where `make deb` left
+the packages and `make image` the image."""
 
 import importlib.util
 import os
@@ -34,4 +35,12 @@ def deb_dir():
     debs = sorted(d.glob("*.deb"))
     if not debs:
         pytest.fail(f"no .deb in {d}: run make deb (or set STOKER_DEB_DIR)")
+    return d
+
+
+@pytest.fixture(scope="session")
+def image_dir():
+    d = Path(os.environ.get("STOKER_IMAGE_DIR") or REPO / "build" / "image")
+    if not (d / f"stoker-{VERSION}.oci.tar").exists():
+        pytest.fail(f"no stoker-{VERSION}.oci.tar in {d}: run make image (or set STOKER_IMAGE_DIR)")
     return d
