@@ -121,6 +121,19 @@ def test_package_contents(deb_dir):
         listed = {line.split()[5] for line in contents[pkg].splitlines()}
         missing = [p for p in paths if p not in listed]
         assert not missing, f"{pkg} lacks {missing}"
+    # Maintainer scripts: users made, the socket enabled and started, the
+    # service never started or restarted by the package.
+    ctl = {}
+    for script in ("postinst", "prerm"):
+        ctl[script] = run(["sh", "-c", f"dpkg-deb --ctrl-tarfile {debs(deb_dir, 'stoker')[0]} | tar -xOf - ./{script}"
+                           ]).stdout
+    assert "systemd-sysusers" in ctl["postinst"] and "stoker.conf" in ctl["postinst"]
+    assert "deb-systemd-helper enable 'stoker.socket'" in ctl["postinst"]
+    assert "deb-systemd-invoke start 'stoker.socket'" in ctl["postinst"]
+    assert not re.search(r"deb-systemd-invoke \S+ '?stoker\.service", ctl["postinst"]), ctl["postinst"]
+    # Removal stops the socket, and the service with it (Requires=stoker.socket).
+    assert re.search(r'"\$1" = remove.*\n\s*deb-systemd-invoke stop .stoker\.socket', ctl["prerm"]), ctl["prerm"]
+    assert "Requires=stoker.socket" in (REPO / "deploy/stoker.service").read_text()
     # Every module of the Python package ships.
     listed = contents["python3-stoker"]
     for f in (REPO / "client/python/stoker").glob("*.py"):
