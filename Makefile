@@ -96,7 +96,7 @@ say = @printf '  %-8s %s\n' $(1) $(2)
 endif
 
 .PHONY: all clean check check-unit check-integration check-network check-sanitize check-torch check-detect-parity demo bench bench-detect bench-network install uninstall FORCE \
-        print-libstoker deb check-packaging check-image image \
+        print-libstoker print-pkg-config-modules deb check-packaging check-image image \
         fuzz fuzz-build fuzz-smoke check-tsan check-valgrind check-faults
 all: $(B)/stokerd $(B)/stokerctl $(LIB_SO) $(B)/libstoker.so $(B)/libstoker.a $(B)/stoker.pc $(UNIT_BINS) $(FAULT_BINS) \
      $(GPU_BINS)
@@ -169,6 +169,11 @@ $(B)/libstoker.a: $(CLIENT_OBJS) $(PROTO_OBJS)
 print-libstoker:
 	@echo 'sources: $(patsubst $(B)/%.o,%.c,$(CLIENT_OBJS) $(PROTO_OBJS))'
 	@echo 'libs: $(LIBS_CLIENT)'
+
+# The pkg-config modules the build uses (tests/packaging checks that
+# deploy/debian/control's Build-Depends names each one's package).
+print-pkg-config-modules:
+	@echo $(PKGS_DAEMON) $(PKGS_CLIENT) cmocka
 
 $(B)/stokerctl: $(B)/client/stokerctl.o $(LIB_SO)
 	$(CC) $(LDFLAGS_ALL) -o $@ $< -L$(B) -l:libstoker.so.$(SOVERSION) -Wl,-rpath,'$$ORIGIN:$$ORIGIN/../lib'

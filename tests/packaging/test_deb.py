@@ -104,6 +104,22 @@ def test_lintian(deb_dir):
     assert tags <= set(LINTIAN_EXPLAINED), f"lintian: {sorted(tags - set(LINTIAN_EXPLAINED))}\n{r.stdout}"
 
 
+def test_build_depends_cover_the_build():
+    """Every pkg-config module the Makefile builds with, and protoc-c, come
+    from a package deploy/debian/control names (a new dependency added to
+    the Makefile without one fails here, not on a clean builder)."""
+    control = (REPO / "deploy/debian/control").read_text()
+    build_deps = re.search(r"^Build-Depends:(.*?)^\S", control, re.M | re.S).group(1)
+    names = {re.split(r"[\s(:]", d.strip())[0] for d in build_deps.replace("|", ",").split(",") if d.strip()}
+    modules = run(["make", "--no-print-directory", "-s", "-C", REPO, "print-pkg-config-modules"]).stdout.split()
+    assert "libprotobuf-c" in modules and "libuv" in modules, modules
+    files = [run(["sh", "-c", f'echo "$(pkg-config --variable=pcfiledir {m})/{m}.pc"']).stdout.strip()
+             for m in modules] + [run(["sh", "-c", "command -v protoc-c"]).stdout.strip()]
+    for f in files:
+        pkg = owner(os.path.realpath(f)) or owner(f)
+        assert pkg and pkg.split(":")[0] in names, f"{f} comes from {pkg}, not in Build-Depends"
+
+
 def test_package_contents(deb_dir):
     """Each package holds what it should, all made by `make install`."""
     contents = {p: run(["dpkg-deb", "-c", d]).stdout for p, d in zip(PACKAGES, debs(deb_dir, *PACKAGES))}
