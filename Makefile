@@ -169,6 +169,7 @@ $(B)/libstoker.a: $(CLIENT_OBJS) $(PROTO_OBJS)
 print-libstoker:
 	@echo 'sources: $(patsubst $(B)/%.o,%.c,$(CLIENT_OBJS) $(PROTO_OBJS))'
 	@echo 'libs: $(LIBS_CLIENT)'
+	@echo 'cflags: $(CUDA_CFLAGS)'
 
 # The pkg-config modules the build uses (tests/packaging checks that
 # deploy/debian/control's Build-Depends names each one's package).

@@ -1,7 +1,9 @@
 """Build of the stoker wheel: the Python package plus its own libstoker.
 
 The wheel carries libstoker.so.0, compiled here from the repository's C
-sources (the Makefile's list: `make print-libstoker`) with protobuf-c linked
+sources (the Makefile's list and flags: `make print-libstoker`; with CUDA's
+headers where the Makefile finds them, libcuda being loaded at run time
+only when a client asks for a GPU) with protobuf-c linked
 in statically when its archive is present, so an installed wheel needs no
 PYTHONPATH, no library path and no Debian package. An sdist carries copies
 of those sources (csrc/) with the protocol code already generated, and
@@ -42,12 +44,17 @@ def read_version():
     raise RuntimeError("VERSION not found: build from the stoker repository or its sdist")
 
 
-def checkout_sources():
-    """libstoker's sources and libraries as the Makefile builds them."""
+def checkout_build():
+    """libstoker's sources, libraries and flags (CUDA's, where the toolkit
+    is found) as the Makefile builds them."""
     out = subprocess.run(["make", "--no-print-directory", "-s", "-C", REPO, "print-libstoker"],
                          check=True, capture_output=True, text=True).stdout
-    fields = dict(line.split(":", 1) for line in out.splitlines() if ":" in line)
-    return fields["sources"].split(), shlex.split(fields["libs"])
+    return parse_build_list(out)
+
+
+def parse_build_list(text):
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    return fields["sources"].split(), shlex.split(fields["libs"]), shlex.split(fields.get("cflags", ""))
 
 
 def generate_proto(outdir):
@@ -59,8 +66,8 @@ def generate_proto(outdir):
 def copy_tree_for_build(dest):
     """Lay out what libstoker needs under dest (relative paths kept):
     the sources, every header beside them, the public header, the symbol
-    map and the generated protocol code. Returns (sources, libs)."""
-    sources, libs = checkout_sources()
+    map and the generated protocol code."""
+    sources, libs, cflags = checkout_build()
     generate_proto(dest)
     dirs = {os.path.dirname(s) for s in sources} | {"client/include"}
     for d in sorted(dirs):
@@ -72,14 +79,19 @@ def copy_tree_for_build(dest):
                 os.makedirs(os.path.join(dest, d), exist_ok=True)
                 shutil.copy2(os.path.join(src_dir, name), os.path.join(dest, d, name))
     with open(os.path.join(dest, "BUILD"), "w") as f:
-        f.write("sources: %s\nlibs: %s\n" % (" ".join(sources), " ".join(libs)))
-    return sources, libs
+        f.write("sources: %s\nlibs: %s\ncflags: %s\n" % (" ".join(sources), " ".join(libs),
+                                                        " ".join(shlex.quote(c) for c in cflags)))
 
 
 def read_build_list(root):
     with open(os.path.join(root, "BUILD")) as f:
-        fields = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
-    return fields["sources"].split(), shlex.split(fields["libs"])
+        sources, libs, cflags = parse_build_list(f.read())
+    # CUDA's declarations (the driver is loaded at run time): kept where
+    # this machine has the headers the sdist was made with, else CPU only.
+    dirs = [cflags[i + 1] for i, c in enumerate(cflags[:-1]) if c == "-isystem"]
+    if not all(os.path.isfile(os.path.join(d, "cuda.h")) for d in dirs):
+        cflags = []
+    return sources, libs, cflags
 
 
 def static_archive(cc, lib):
@@ -90,12 +102,12 @@ def static_archive(cc, lib):
 
 def build_library(root, out_path, version):
     """Compile and link libstoker from the tree at root into out_path."""
-    sources, libs = read_build_list(root)
+    sources, libs, extra = read_build_list(root)
     cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")[:1]
     cflags = ["-std=c11", "-D_GNU_SOURCE", "-O2", "-fPIC", "-fvisibility=hidden", "-pthread", "-Wall",
               "-DSTOKER_VERSION=\"%s\"" % version, "-I" + os.path.join(root, "proto"),
               "-I" + os.path.join(root, "client", "include")]
-    cflags += shlex.split(os.environ.get("CFLAGS", ""))
+    cflags += extra + shlex.split(os.environ.get("CFLAGS", ""))
     objdir = os.path.join(root, "obj")
     os.makedirs(objdir, exist_ok=True)
     objs = []
