@@ -200,34 +200,40 @@ fail:
 	return cuda_errno(res);
 }
 
-/* The device's context and conversion kernels, on its first ring. */
-static int device_prepare(struct gpu *g, struct gpu_device *d, char *why, size_t whysize)
+/* The device's context on its first ring, and the conversion kernels on
+ * its first float ring: uint8 delivery needs no kernel, so it works even
+ * where the driver cannot load this build's fatbin. */
+static int device_prepare(struct gpu *g, struct gpu_device *d, bool kernels, char *why, size_t whysize)
 {
 	CUresult res = CUDA_SUCCESS;
 	const char *what = "";
 	CUcontext ctx = NULL, popped;
+	CUmodule mod = NULL;
 	bool pushed = false;
 
-	if (d->ctx)
+	if (!d->ctx) {
+		CU(cuDevicePrimaryCtxRetain, &ctx, d->dev);
+		d->ctx = ctx;
+	}
+	if (!kernels || d->mod)
 		return 0;
-	CU(cuDevicePrimaryCtxRetain, &ctx, d->dev);
-	CU(cuCtxPushCurrent, ctx);
+	CU(cuCtxPushCurrent, d->ctx);
 	pushed = true;
-	CU(cuModuleLoadData, &d->mod, gpu_convert_fatbin);
-	CU(cuModuleGetFunction, &d->f32, d->mod, "stoker_convert_f32");
-	CU(cuModuleGetFunction, &d->f16, d->mod, "stoker_convert_f16");
+	CU(cuModuleLoadData, &mod, gpu_convert_fatbin);
+	CU(cuModuleGetFunction, &d->f32, mod, "stoker_convert_f32");
+	CU(cuModuleGetFunction, &d->f16, mod, "stoker_convert_f16");
 	g->drv->cuCtxPopCurrent(&popped);
-	d->ctx = ctx;
+	d->mod = mod;
 	return 0;
 fail:
-	snprintf(why, whysize, "cannot use the GPU: %s: %s", what, cudadrv_error(g->drv, res));
-	if (d->mod)
-		g->drv->cuModuleUnload(d->mod);
-	d->mod = NULL;
+	snprintf(why, whysize, "cannot use the GPU: %s: %s%s", what, cudadrv_error(g->drv, res),
+		 mod || !strcmp(what, "cuModuleLoadData") ? " (the conversion kernels: is the driver older than this "
+							     "build's CUDA toolkit? uint8 output needs no kernel)"
+							   : "");
+	if (mod)
+		g->drv->cuModuleUnload(mod);
 	if (pushed)
 		g->drv->cuCtxPopCurrent(&popped);
-	if (ctx)
-		g->drv->cuDevicePrimaryCtxRelease(d->dev);
 	return cuda_errno(res);
 }
 
@@ -306,7 +312,7 @@ static int ring_setup(struct gpu_ring *r)
 			 p->device, g->ndevices, g->ndevices == 1 ? "" : "s");
 		return -ENODEV;
 	}
-	err = device_prepare(g, d, r->why, sizeof(r->why));
+	err = device_prepare(g, d, p->dtype != DTYPE_UINT8, r->why, sizeof(r->why));
 	if (err < 0)
 		return err;
 	c->dev = d;
