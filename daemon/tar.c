@@ -9,9 +9,11 @@
 #include "grow.h"
 #include "tar.h"
 
-/* Headers are read through a window this large: one read covers the
- * headers of many small members. */
+/* Among small members, headers are read through a window this large (one
+ * read covers many); after a large member, one block is read, so that
+ * indexing reads little more than the headers. */
 #define TAR_WINDOW (64u << 10)
+#define TAR_SMALL (4u << 10)
 
 struct reader {
 	tar_read_fn read;
@@ -20,6 +22,7 @@ struct reader {
 	uint8_t *win;
 	uint64_t win_off;
 	size_t win_len;
+	unsigned small_run; /* consecutive members of at most TAR_SMALL */
 };
 
 /* The block at off, through the window; -EBADMSG when cut short. */
@@ -28,7 +31,10 @@ static int block_at(struct reader *rd, uint64_t off, const uint8_t **out)
 	if (off + TAR_BLOCK > rd->size)
 		return -EBADMSG;
 	if (off < rd->win_off || off + TAR_BLOCK > rd->win_off + rd->win_len) {
-		uint64_t want = rd->size - off < TAR_WINDOW ? rd->size - off : TAR_WINDOW;
+		uint64_t want = rd->small_run >= 2 ? TAR_WINDOW : TAR_BLOCK;
+
+		if (want > rd->size - off)
+			want = rd->size - off;
 		int64_t n = rd->read(rd->ctx, off, rd->win, (size_t)want);
 
 		if (n < 0)
@@ -346,6 +352,7 @@ int tar_index_build(tar_read_fn read, void *ctx, uint64_t size, uint64_t max_mem
 			has_name = has_size = false;
 			name_len = 0;
 		}
+		rd.small_run = next - off <= TAR_SMALL + TAR_BLOCK ? rd.small_run + 1 : 0;
 		off = next;
 	}
 	if (has_name || has_size) {
