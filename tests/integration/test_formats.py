@@ -288,7 +288,8 @@ def hostile_files():
     return {
         "png_60000x60000": (png_claiming(60000, 60000), "over the limit"),
         "png_truncated": (png[:len(png) // 2], "PNG"),
-        "png_bad_crc": (png[:40] + bytes([png[40] ^ 0xFF]) + png[41:], "PNG"),
+        "png_bad_header_crc": (png[:29] + bytes([png[29] ^ 0xFF]) + png[30:], "checksum"),
+        "png_corrupt_idat": (png[:43] + bytes([png[43] ^ 0xFF]) + png[44:], "PNG"),
         "webp_16383x16383": (webp_claiming(16383, 16383), "over the limit"),
         "webp_truncated": (webp[:len(webp) * 2 // 3], "WebP"),
         "tiff_200000x200000": (tiff_claiming(200000, 200000), "over the limit"),
@@ -304,7 +305,7 @@ def hostile_files():
 
 def test_hostile_files_of_every_format(daemon, tmp_path):
     """Bombs (headers claiming 60000x60000 and more), truncated and corrupt
-    files of each format: each refused before its pixels cost memory,
+    files of each format (Pillow refuses each of them too): each refused before its pixels cost memory,
     counted, replaced by the next good file, and logged once with its
     reason; the peak memory stays small. A zlib bomb (256 MiB of zeros
     behind a 100x100 PNG header) is inflated only as far as the image needs,
