@@ -824,10 +824,10 @@ static uint64_t monotonic_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-int dataset_url(const struct dataset *ds, uint64_t index, char *out, size_t size)
+/* The HTTP URL of `name`: absolute (http(s)://, s3://, /path) or relative
+ * to the data set's base. */
+static int remote_object_url(const struct dataset_remote *rm, const char *name, char *out, size_t size)
 {
-	const struct dataset_remote *rm = ds->remote;
-	const char *name = dataset_name(ds, index);
 	int n;
 
 	if (strncasecmp(name, "http://", 7) == 0 || strncasecmp(name, "https://", 8) == 0) {
@@ -846,6 +846,62 @@ int dataset_url(const struct dataset *ds, uint64_t index, char *out, size_t size
 	if (n < 0 || (size_t)n >= size)
 		return -ENAMETOOLONG;
 	return url_encode_append(out, size, name, true);
+}
+
+int dataset_url(const struct dataset *ds, uint64_t index, char *out, size_t size)
+{
+	if (ds->shards)
+		return remote_object_url(ds->remote, ds->shards->v[ds->shards->sample_shard[index]].loc, out, size);
+	return remote_object_url(ds->remote, dataset_name(ds, index), out, size);
+}
+
+void dataset_range(const struct dataset *ds, uint64_t index, uint64_t *offset, uint64_t *length)
+{
+	*offset = ds->shards ? ds->shards->sample_off[index] : 0;
+	*length = ds->shards ? ds->shards->sample_size[index] : 0;
+}
+
+/* shard_source for shards at URLs: a HEAD for the size and time... */
+static int remote_shard_stat(void *ctx, const char *loc, uint64_t *size, int64_t *stamp)
+{
+	const struct dataset_remote *rm = ctx;
+	struct fetch_req req = {.head = true, .auth = rm->is_signed ? &rm->auth : NULL};
+	char url[8192];
+	int r = remote_object_url(rm, loc, url, sizeof(url));
+
+	if (r < 0)
+		return r;
+	req.url = url;
+	r = fetch_sync(rm->fetch, &req);
+	free(req.data);
+	if (r < 0)
+		return r;
+	if (req.object_size < 0)
+		return -EPROTO; /* no Content-Length: no ranges to ask for */
+	*size = (uint64_t)req.object_size;
+	*stamp = req.object_time < 0 ? 0 : req.object_time * 1000000000;
+	return 0;
+}
+
+/* ...and range requests for the bytes. */
+static int64_t remote_shard_read(void *ctx, const char *loc, uint64_t off, void *buf, size_t len)
+{
+	const struct dataset_remote *rm = ctx;
+	struct fetch_req req = {.offset = off, .length = len, .auth = rm->is_signed ? &rm->auth : NULL};
+	char url[8192];
+	int r;
+
+	if (len == 0)
+		return 0;
+	r = remote_object_url(rm, loc, url, sizeof(url));
+	if (r < 0)
+		return r;
+	req.url = url;
+	r = fetch_sync(rm->fetch, &req);
+	if (r == 0)
+		memcpy(buf, req.data, req.len);
+	free(req.data);
+	return r < 0 ? r : (int64_t)req.len;
 }
 
 /* A worker's fetch of one sample, when the fetch stage did not bring it
@@ -1047,12 +1103,25 @@ int dataset_open_remote(const char *url, uint64_t max_samples, struct fetch *f, 
 	rm->fetch = f;
 	rm->s3 = *s3;
 	if (strncmp(url, "s3://", 5) == 0) {
-		const char *last;
-
 		r = s3_auth_load(&rm->s3, &rm->auth, errbuf, errlen);
 		if (r < 0)
 			goto fail;
 		rm->is_signed = r > 0;
+	}
+	if (shards_url_spec(url)) {
+		/* Shard locations are absolute URLs: no base needed. */
+		rm->shard_src = (struct shard_source){.ctx = rm, .stat = remote_shard_stat, .read = remote_shard_read};
+		r = shards_open_source(url, &rm->shard_src, max_samples, &ds, errbuf, errlen);
+		if (r < 0)
+			goto fail;
+		rm->listed_ns = monotonic_ns();
+		ds->remote = rm;
+		*out = ds;
+		return 0;
+	}
+	if (strncmp(url, "s3://", 5) == 0) {
+		const char *last;
+
 		if (s3_split(url, bucket, sizeof(bucket), &key) < 0) {
 			set_err(errbuf, errlen, "%s: expected s3://bucket/prefix", url);
 			r = -EINVAL;
@@ -1325,10 +1394,10 @@ int dataset_cache_key(const struct dataset *ds, uint64_t index, struct cache_key
 		key->path_hash = cache_key_hash(ds->root, dataset_name(ds, index));
 		return 0;
 	}
-	/* The object, whichever data set names it. */
+	/* The object (a shard's member), whichever data set names it. */
 	r = dataset_url(ds, index, url, sizeof(url));
 	if (r < 0)
 		return r;
-	key->path_hash = cache_key_hash(url, "");
+	key->path_hash = cache_key_hash(url, ds->shards ? dataset_name(ds, index) : "");
 	return 0;
 }

@@ -34,6 +34,7 @@
 #include "cache.h"
 #include "labels.h"
 #include "s3.h"
+#include "shards.h"
 
 /*
  * A data set whose samples are objects (s3://, http://, https://), fetched
@@ -48,6 +49,7 @@ struct dataset_remote {
 	char origin[512]; /* scheme://host[:port] of base, for names starting with '/' */
 	uint64_t *sizes;  /* [count] listed sizes; NULL when not listed (list files) */
 	uint64_t listed_ns; /* CLOCK_MONOTONIC when listed: the listing cache's age */
+	struct shard_source shard_src; /* tar shards at URLs: HEAD and range requests */
 };
 
 struct dataset {
@@ -95,6 +97,8 @@ int dataset_open_detect(const char *path, const char *split, uint64_t max_sample
 			void *report_ctx, struct dataset **out, char *errbuf, size_t errlen);
 /*
  * Open a remote data set at `url`:
+ *   a brace pattern of tar shards or one .tar (s3:// or http(s)://):
+ *     WebDataset shards (shards.h), indexed through range requests;
  *   s3://BUCKET/PREFIX/ (or a PREFIX whose last part has no '.'): an
  *     ImageFolder laid out in the keys under it (ListObjectsV2);
  *   s3://BUCKET/KEY, http(s)://HOST/PATH: a list file fetched from there;
@@ -106,8 +110,10 @@ int dataset_open_detect(const char *path, const char *split, uint64_t max_sample
  */
 int dataset_open_remote(const char *url, uint64_t max_samples, struct fetch *f, const struct s3_config *s3,
 			struct dataset **out, char *errbuf, size_t errlen);
-/* Sample `index`'s HTTP URL. -ENAMETOOLONG. */
+/* Sample `index`'s HTTP URL (for a tar shard's member, the shard's), and
+ * the byte range to ask for (length 0: the whole object). -ENAMETOOLONG. */
 int dataset_url(const struct dataset *ds, uint64_t index, char *out, size_t size);
+void dataset_range(const struct dataset *ds, uint64_t index, uint64_t *offset, uint64_t *length);
 
 struct dataset *dataset_ref(struct dataset *ds);
 /* An empty data set of `count` samples (no directory: dirfd -1) for the

@@ -87,6 +87,9 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *arg)
 	curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
 	/* An error answer's body is only read for its message. */
 	limit = status >= 300 ? FETCH_ERROR_BODY_MAX : r->owner->s.max_bytes;
+	/* A range answered whole would be the object's every byte. */
+	if (r->length && status < 300 && r->length < limit)
+		limit = r->length;
 	if (r->len + n > limit) {
 		if (status >= 300) /* keep what fits: the message is at the start */
 			n = limit > r->len ? (size_t)(limit - r->len) : 0;
@@ -128,6 +131,10 @@ static int request_start(struct fetch *f, struct fetch_req *r)
 	curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)((f->s.stall_timeout_ms + 999) / 1000));
 	curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)f->s.max_bytes);
 	curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, NULL); /* bytes as stored */
+	if (r->head) {
+		curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+		curl_easy_setopt(e, CURLOPT_FILETIME, 1L);
+	}
 	if (r->length) {
 		snprintf(range, sizeof(range), "%llu-%llu", (unsigned long long)r->offset,
 			 (unsigned long long)(r->offset + r->length - 1));
@@ -173,7 +180,14 @@ nomem:
 static int transfer_error(struct fetch_req *r, CURLcode code)
 {
 	if (code == CURLE_OK) {
-		if (r->status == 200 || (r->status == 206 && r->length))
+		if (r->length && r->len != r->length) {
+			snprintf(r->message, sizeof(r->message), "HTTP %ld: %zu bytes for a range of %llu", r->status,
+				 r->len, (unsigned long long)r->length);
+			return -EPROTO;
+		}
+		if (r->status == 206 && r->length)
+			return 0;
+		if (r->status == 200 && (!r->length || r->offset == 0))
 			return 0;
 		snprintf(r->message, sizeof(r->message), "HTTP %ld", r->status);
 		switch (r->status) {
@@ -252,6 +266,14 @@ static void request_finish(struct fetch *f, CURL *e, CURLcode code)
 		}
 	}
 	curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &r->status);
+	if (r->head) {
+		curl_off_t size = -1, time = -1;
+
+		curl_easy_getinfo(e, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &size);
+		curl_easy_getinfo(e, CURLINFO_FILETIME_T, &time);
+		r->object_size = size;
+		r->object_time = time;
+	}
 	curl_multi_remove_handle(f->multi, e);
 	f->running--;
 	atomic_fetch_sub_explicit(&f->inflight, 1, memory_order_relaxed);

@@ -59,6 +59,7 @@ struct fetch_req {
 	const char *url;
 	const struct fetch_auth *auth; /* NULL: unsigned */
 	uint64_t offset, length;       /* length > 0: a range request */
+	bool head;                     /* HEAD: the object's size and time, no body */
 	fetch_done_fn done;            /* on the I/O thread */
 	void *ctx;
 	/* out, valid in done(): err 0 and the body, or a negative errno
@@ -69,6 +70,8 @@ struct fetch_req {
 	 * error the (bounded) body in data, e.g. S3's XML error. */
 	int err;
 	long status;
+	int64_t object_size;  /* HEAD: Content-Length (-1 unknown) */
+	int64_t object_time;  /* HEAD: Last-Modified, seconds since 1970 (-1 unknown) */
 	uint8_t *data;
 	size_t len, cap;
 	char message[256];

@@ -215,9 +215,13 @@ int prefetch_start(struct prefetch *p, struct batch_job *job)
 			p->cache_hits++;
 			continue;
 		}
-		if (dataset_url(ds, index, url, sizeof(url)) < 0)
-			continue; /* the worker's own read reports it */
 		memset(&sf->req, 0, sizeof(sf->req));
+		dataset_range(ds, index, &sf->req.offset, &sf->req.length);
+		/* An empty shard member has nothing to fetch (length 0 would be
+		 * the whole shard); the worker's own read reports it, as it does
+		 * a URL that cannot be made. */
+		if ((ds->shards && sf->req.length == 0) || dataset_url(ds, index, url, sizeof(url)) < 0)
+			continue;
 		sf->job = job;
 		sf->stage = p;
 		sf->followers = sf->follower_next = sf->hash_next = NULL;

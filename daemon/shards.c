@@ -286,10 +286,74 @@ static int pread_exact(int fd, uint64_t off, void *buf, size_t len)
 	return 0;
 }
 
+/* A remote shard read while it is opened (indexed, its labels read):
+ * headers and labels are small and far apart, so each request reads ahead
+ * SOURCE_CHUNK bytes: the shard is read once, in order, rather than one
+ * round trip per member. */
+#define SOURCE_CHUNK (4u << 20)
+
+struct source_reader {
+	const struct shard *sh;
+	uint8_t *chunk;
+	uint64_t chunk_off;
+	size_t chunk_len;
+};
+
+static void readahead_free(struct shard *sh)
+{
+	if (sh->readahead) {
+		free(sh->readahead->chunk);
+		free(sh->readahead);
+		sh->readahead = NULL;
+	}
+}
+
+static int64_t source_read(void *ctx, uint64_t off, void *buf, size_t len)
+{
+	struct source_reader *r = ctx;
+	size_t done = 0;
+
+	while (done < len) {
+		uint64_t at = off + done;
+		int64_t n;
+
+		if (at >= r->chunk_off && at < r->chunk_off + r->chunk_len) {
+			size_t take = (size_t)(r->chunk_off + r->chunk_len - at);
+
+			if (take > len - done)
+				take = len - done;
+			memcpy((uint8_t *)buf + done, r->chunk + (at - r->chunk_off), take);
+			done += take;
+			continue;
+		}
+		if (at >= r->sh->size)
+			break;
+		if (!r->chunk && !(r->chunk = malloc(SOURCE_CHUNK)))
+			return -ENOMEM;
+		n = r->sh->src->read(r->sh->src->ctx, r->sh->loc, at, r->chunk,
+				     (size_t)(r->sh->size - at < SOURCE_CHUNK ? r->sh->size - at : SOURCE_CHUNK));
+		if (n < 0)
+			return n;
+		if (n == 0)
+			break;
+		r->chunk_off = at;
+		r->chunk_len = (size_t)n;
+	}
+	return (int64_t)done;
+}
+
 int shard_read(const struct shard *sh, uint64_t off, void *buf, size_t len)
 {
 	struct stat st;
 	int fd, r;
+
+	if (sh->src) {
+		/* While opening, labels come from the bytes read ahead. */
+		int64_t n = sh->readahead ? source_read(sh->readahead, off, buf, len)
+					  : sh->src->read(sh->src->ctx, sh->loc, off, buf, len);
+
+		return n < 0 ? (int)n : (size_t)n == len ? 0 : -EIO;
+	}
 
 	fd = open(sh->loc, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0)
@@ -471,6 +535,43 @@ static void index_save(const char *loc, const struct stat *st, const struct tar_
 
 /* Shard `sh`'s member index: the saved one if it still fits, else built
  * (and saved). Fills sh's size and stamp from the file indexed. */
+/* The same for a shard read through its source: its size and stamp stand
+ * for the file's stat in the saved index's checks. */
+static int source_index(struct shard *sh, struct tar_index *out, bool *built, char *errbuf, size_t errlen)
+{
+	struct source_reader *sr;
+	struct stat st = {0};
+	uint64_t err_off = 0;
+	char why[128];
+	int r;
+
+	r = sh->src->stat(sh->src->ctx, sh->loc, &sh->size, &sh->stamp);
+	if (r < 0) {
+		set_err(errbuf, errlen, "shard %s: %s", sh->loc, strerror(-r));
+		return r;
+	}
+	st.st_size = (off_t)sh->size;
+	st.st_mtim.tv_sec = sh->stamp / 1000000000;
+	st.st_mtim.tv_nsec = sh->stamp % 1000000000;
+	*built = false;
+	sr = calloc(1, sizeof(*sr));
+	if (!sr)
+		return -ENOMEM;
+	sr->sh = sh;
+	sh->readahead = sr; /* until the shard's labels are read (open_locs) */
+	r = index_load(sh->loc, &st, out);
+	if (r != -ENOENT)
+		return r;
+	r = tar_index_build(source_read, sr, sh->size, SHARDS_MAX_MEMBERS, out, &err_off, why, sizeof(why));
+	if (r < 0) {
+		set_err(errbuf, errlen, "shard %s: offset %llu: %s", sh->loc, (unsigned long long)err_off, why);
+		return r;
+	}
+	*built = true;
+	index_save(sh->loc, &st, out);
+	return 0;
+}
+
 static int shard_index(struct shard *sh, struct tar_index *out, bool *built, char *errbuf, size_t errlen)
 {
 	struct file_reader fr;
@@ -479,6 +580,8 @@ static int shard_index(struct shard *sh, struct tar_index *out, bool *built, cha
 	char why[128];
 	int r;
 
+	if (sh->src)
+		return source_index(sh, out, built, errbuf, errlen);
 	fr.fd = open(sh->loc, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	if (fr.fd < 0) {
 		r = -errno;
@@ -1074,23 +1177,22 @@ static int group_shard(struct open_ctx *o, struct samples *s, const struct shard
 	return open_group ? group_done(o, s, &g, sh, shard_name, shard, t, max_samples, set, errbuf, errlen) : 0;
 }
 
-int shards_open(const char *path, bool detect, uint32_t num_classes, uint64_t max_samples, label_report_fn report,
-		void *report_ctx, struct dataset **out, char *errbuf, size_t errlen)
+/* The data set of the shards at `locs` (taken over and freed), read
+ * through src (NULL: local files). */
+static int open_locs(const char *path, struct strvec *locs_in, const char *root, const char *key,
+		     const struct shard_source *src, bool detect, uint32_t num_classes, uint64_t max_samples,
+		     label_report_fn report, void *report_ctx, struct dataset **out, char *errbuf, size_t errlen)
 {
 	struct open_ctx o = {.detect = detect, .num_classes = num_classes, .report = report, .report_ctx = report_ctx,
 			     .max_label = -1};
-	struct strvec locs = {0};
+	struct strvec locs = *locs_in;
 	struct samples s = {0};
 	struct shardset *set = NULL;
 	struct dataset *ds = NULL;
-	char root[PATH_MAX], key[PATH_MAX * 2];
 	size_t root_len;
 	int r;
 
-	errbuf[0] = '\0';
-	r = resolve(path, &locs, root, key, errbuf, errlen);
-	if (r < 0)
-		goto fail;
+	memset(locs_in, 0, sizeof(*locs_in));
 	if (locs.n == 0) {
 		set_err(errbuf, errlen, "dataset %s: no shards", path);
 		r = -ENOENT;
@@ -1108,6 +1210,7 @@ int shards_open(const char *path, bool detect, uint32_t num_classes, uint64_t ma
 		bool built;
 
 		sh->loc = locs.v[i];
+		sh->src = src;
 		locs.v[i] = NULL;
 		set->n++;
 		r = shard_index(sh, &t, &built, errbuf, errlen);
@@ -1121,6 +1224,7 @@ int shards_open(const char *path, bool detect, uint32_t num_classes, uint64_t ma
 		sh->first = set->starts[i] = s.n;
 		r = group_shard(&o, &s, sh, name, (uint32_t)i, &t, max_samples, set, errbuf, errlen);
 		tar_index_free(&t);
+		readahead_free(sh);
 		if (r < 0)
 			goto fail;
 	}
@@ -1178,12 +1282,65 @@ fail:
 	return r;
 }
 
+int shards_open(const char *path, bool detect, uint32_t num_classes, uint64_t max_samples, label_report_fn report,
+		void *report_ctx, struct dataset **out, char *errbuf, size_t errlen)
+{
+	struct strvec locs = {0};
+	char root[PATH_MAX], key[PATH_MAX * 2];
+	int r;
+
+	errbuf[0] = '\0';
+	r = resolve(path, &locs, root, key, errbuf, errlen);
+	if (r < 0) {
+		strvec_free(&locs);
+		if (!errbuf[0])
+			set_err(errbuf, errlen, "dataset %s: %s", path, strerror(-r));
+		return r;
+	}
+	return open_locs(path, &locs, root, key, NULL, detect, num_classes, max_samples, report, report_ctx, out,
+			 errbuf, errlen);
+}
+
+bool shards_url_spec(const char *url)
+{
+	const char *open = strchr(url, '{');
+
+	return (open && strchr(open, '}')) || has_suffix_ci(url, ".tar");
+}
+
+int shards_open_source(const char *url, const struct shard_source *src, uint64_t max_samples, struct dataset **out,
+		       char *errbuf, size_t errlen)
+{
+	struct strvec locs = {0};
+	char root[PATH_MAX], key[PATH_MAX * 2];
+	const char *slash = strrchr(url, '/');
+	int r;
+
+	errbuf[0] = '\0';
+	if (!slash || strlen(url) >= PATH_MAX) {
+		set_err(errbuf, errlen, "dataset %s: not a shard URL", url);
+		return -EINVAL;
+	}
+	/* Names are shown relative to the pattern's directory. */
+	snprintf(root, sizeof(root), "%.*s", (int)(slash - url), url);
+	snprintf(key, sizeof(key), "shards:%s", url);
+	r = shards_expand(url, SHARDS_MAX, &locs);
+	if (r < 0) {
+		strvec_free(&locs);
+		set_err(errbuf, errlen, "dataset %s: %s", url, r == -E2BIG ? "too many shards" : strerror(-r));
+		return r;
+	}
+	return open_locs(url, &locs, root, key, src, false, 0, max_samples, NULL, NULL, out, errbuf, errlen);
+}
+
 void shardset_free(struct shardset *s)
 {
 	if (!s)
 		return;
-	for (uint32_t i = 0; s->v && i < s->n; i++)
+	for (uint32_t i = 0; s->v && i < s->n; i++) {
+		readahead_free(&s->v[i]);
 		free(s->v[i].loc);
+	}
 	free(s->v);
 	free(s->starts);
 	free(s->sample_shard);
@@ -1211,11 +1368,14 @@ int shards_stat(const struct shardset *s, uint64_t index, uint64_t *size, int64_
 	const struct shard *sh = &s->v[s->sample_shard[index]];
 	uint64_t now_size;
 	int64_t now_stamp;
-	int r = shard_stat(sh->loc, &now_size, &now_stamp);
+	int r;
 
+	/* A remote shard is checked when it is indexed (each listing), not
+	 * with a request per sample. */
+	r = sh->src ? 0 : shard_stat(sh->loc, &now_size, &now_stamp);
 	if (r < 0)
 		return r;
-	if (now_size != sh->size || now_stamp != sh->stamp)
+	if (!sh->src && (now_size != sh->size || now_stamp != sh->stamp))
 		return -ESTALE; /* not the shard indexed: its bytes are not cached */
 	/* Cache keys are (name, size, stamp): the shard's stamp with the
 	 * member's offset mixed in, so that two members of one name differ. */

@@ -45,8 +45,23 @@ struct dataset;
 #define SHARDS_MAX 1000000u
 #define SHARDS_MAX_MEMBERS (64u << 20)
 
+/*
+ * Shards that are not local files (objects over HTTP/S3: dataset.c): how
+ * to stat and read a location. Kept by the caller for the data set's life.
+ */
+struct source_reader;
+struct shard_source {
+	void *ctx;
+	/* Size, and a stamp that changes with the object (its time). */
+	int (*stat)(void *ctx, const char *loc, uint64_t *size, int64_t *stamp);
+	/* len bytes at off (short only at the end), or -errno. Blocking. */
+	int64_t (*read)(void *ctx, const char *loc, uint64_t off, void *buf, size_t len);
+};
+
 struct shard {
-	char *loc;      /* absolute path */
+	char *loc;      /* absolute path, or a URL read through src */
+	const struct shard_source *src; /* NULL: a local file */
+	struct source_reader *readahead; /* while opening a remote shard: its bytes read ahead */
 	uint64_t size;  /* when indexed */
 	int64_t stamp;  /* modification time in ns when indexed */
 	uint64_t first; /* index of its first sample */
@@ -83,6 +98,15 @@ bool shards_spec(const char *path);
  */
 int shards_open(const char *path, bool detect, uint32_t num_classes, uint64_t max_samples, label_report_fn report,
 		void *report_ctx, struct dataset **out, char *errbuf, size_t errlen);
+/*
+ * The same for shards at URLs (a brace pattern or one .tar), read through
+ * `src`. Their indexes are kept as local ones are, keyed by the URL, the
+ * size and the stamp; indexing reads the shard once, in large ranges.
+ */
+int shards_open_source(const char *url, const struct shard_source *src, uint64_t max_samples, struct dataset **out,
+		       char *errbuf, size_t errlen);
+/* Does the URL name shards (a brace pattern, or a path ending in .tar)? */
+bool shards_url_spec(const char *url);
 void shardset_free(struct shardset *s);
 
 /* Sample `index`'s image bytes (dataset_read's contract); -ESTALE when its

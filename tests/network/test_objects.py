@@ -264,3 +264,43 @@ def test_faults_that_persist_replace_the_sample(daemon, make_dataset, faultserve
     again = epoch(d.socket, srv.url + "/train.txt", shuffle=False)[0]
     assert again["replaced"] == 1 and again["indices"][11] == 12
     assert sum(1 for p, _ in srv.requests() if p == names[11]) == n404
+
+
+def test_tar_shards_over_http_and_s3(daemon, make_dataset, nginx, moto, tmp_path):
+    """WebDataset shards named by a brace pattern of URLs: indexed through
+    range requests, each sample's member fetched by its range; the same
+    samples and bytes as the local shards, warm from the node cache."""
+    import subprocess
+    import sys
+    from stoker_testutil import REPO
+    root, _ = make_dataset(classes=3, per_class=10)
+    out = tmp_path / "shards"
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "mkshards.py"), "imagefolder", str(root), str(out),
+                        "--maxcount", "7"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    pattern = r.stdout.strip()
+    name = os.path.basename(pattern)
+    shards = sorted(p.name for p in out.glob("*.tar"))
+    assert len(shards) == 5
+    web = nginx(out)
+    moto.upload_tree("tars", "sh/", out)
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+    d = daemon(workers=2, env=env, extra=["--set", f"s3_endpoint={moto.url}"])
+    local = epoch(d.socket, pattern, epochs=2)
+    before = web.requests()
+    remote = epoch(d.socket, f"{web.url}/{name}", epochs=2)
+    for e in range(2):
+        same_epoch(local[e], remote[e])
+    assert sorted(remote[0]["indices"]) == list(range(30)) and remote[0]["replaced"] == 0
+    st = d.stats()
+    # Indexing: one HEAD and one read-ahead range per (small) shard; then
+    # one range request per sample, once: the second epoch is warm.
+    assert st["remote_fetched"] == 30 and st["remote_cache_hits"] >= 30
+    assert web.requests() - before == 5 * 2 + 30
+    one = epoch(d.socket, f"{web.url}/{shards[2]}")[0]
+    assert sorted(one["indices"]) == list(range(7))
+    s3 = epoch(d.socket, "s3://tars/sh/" + name)
+    same_epoch(local[0], s3[0])
+    with pytest.raises(stoker.StokerError) as e:
+        stoker.Loader(f"{web.url}/missing-{{0..1}}.tar", socket=d.socket, **OPTS)
+    assert "404" in str(e.value) or "No such file" in str(e.value)
