@@ -77,6 +77,23 @@ bool fetch_error_transient(int err)
 	}
 }
 
+const char *fetch_strerror(int err)
+{
+	switch (err) {
+	case -ENOENT: return "not found (HTTP 404)";
+	case -EACCES: return "access denied (HTTP 401/403)";
+	case -ETIMEDOUT: return "timed out (no connection or no byte) after every retry";
+	case -ECONNREFUSED: return "connection refused after every retry";
+	case -ECONNRESET: return "connection lost after every retry";
+	case -EHOSTUNREACH: return "host not found or unreachable after every retry";
+	case -EREMOTEIO: return "an error answer (5xx, 408, 429 or another) after every retry";
+	case -EPROTO: return "a truncated or malformed answer after every retry";
+	case -EFBIG: return "larger than max_file_bytes";
+	case -ECANCELED: return "cancelled: the daemon is stopping";
+	default: return strerror(-err);
+	}
+}
+
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *arg)
 {
 	struct fetch_req *r = arg;

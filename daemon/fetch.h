@@ -104,5 +104,8 @@ void fetch_get_stats(struct fetch *f, struct fetch_stats *out);
 
 /* True for an error worth retrying later (the store, not the object). */
 bool fetch_error_transient(int err);
+/* What a final fetch error means, for a log line ("a 5xx answer after
+ * every retry", ...); strerror() for the rest. */
+const char *fetch_strerror(int err);
 
 #endif

@@ -236,7 +236,7 @@ static int report_failure(struct worker *w, struct dataset *ds, uint64_t index, 
 		snprintf(where, sizeof(where), "%s/%s", ds->root, dataset_name(ds, index));
 	log_warning("sample %llu (%s): cannot %s: %s; replaced%s", (unsigned long long)index, where,
 		    read_failed ? "read" : "decode",
-		    read_failed ? strerror(-r) : pipeline_error(w->pipeline),
+		    read_failed ? (ds->remote ? fetch_strerror(r) : strerror(-r)) : pipeline_error(w->pipeline),
 		    transient ? (ds->remote ? " this time (the store's failure, not the object's)"
 					    : " this time (the daemon's shortage, not the file's fault)")
 			      : "");

@@ -76,6 +76,8 @@ def test_http_list_file_same_bytes_cold_then_warm(daemon, make_dataset, nginx):
     assert d.stats()["net_requests"] == 31
     r = d.ctl("stats")
     assert "network" in r.stdout and "30 fetched" in r.stdout
+    metrics = d.ctl("metrics").stdout
+    assert "stoker_net_requests_total 31" in metrics and "stoker_remote_fetched_total 30" in metrics
 
 
 def test_http_absolute_urls_and_no_cache(daemon, make_dataset, nginx):
@@ -163,6 +165,14 @@ def test_s3_credentials(daemon, make_dataset, moto_auth, tmp_path):
         stoker.Loader("s3://signed/", socket=wrong.socket, **OPTS)
     assert "403" in str(e.value) and "SignatureDoesNotMatch" in str(e.value)
 
+    # A session token goes out (signed) with the keys: moto refuses a bogus one.
+    token = daemon(workers=1, env=dict(base, AWS_ACCESS_KEY_ID=moto_auth.key_id,
+                                       AWS_SECRET_ACCESS_KEY=moto_auth.secret, AWS_SESSION_TOKEN="bogus"),
+                   extra=endpoint)
+    with pytest.raises(stoker.StokerError) as e:
+        stoker.Loader("s3://signed/", socket=token.socket, **OPTS)
+    assert "InvalidToken" in str(e.value)
+
     unknown = daemon(workers=1, env=dict(base, AWS_SHARED_CREDENTIALS_FILE=str(creds)), extra=endpoint)
     with pytest.raises(stoker.StokerError) as e:
         stoker.Loader("s3://signed/", socket=unknown.socket, **OPTS)
@@ -244,6 +254,10 @@ def test_faults_that_persist_replace_the_sample(daemon, make_dataset, faultserve
     srv.rules({names[3]: ["500"], names[7]: ["truncate"], names[11]: ["404"]})
     d = daemon(workers=2, extra=["--set", "fetch_retries=2", "--set", "fetch_backoff_ms=20"])
     remote = epoch(d.socket, srv.url + "/train.txt", shuffle=False)[0]
+    log = d.stderr()
+    assert f"{srv.url}{names[3]}): cannot read: an error answer" in log
+    assert f"{srv.url}{names[7]}): cannot read: a truncated or malformed answer" in log
+    assert f"{srv.url}{names[11]}): cannot read: not found (HTTP 404); replaced\n" in log
     assert remote["replaced"] == 3
     # Each failed sample's place holds its successor, which also appears in its own place.
     assert remote["indices"][3] == 4 and remote["indices"][7] == 8 and remote["indices"][11] == 12
