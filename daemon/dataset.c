@@ -943,16 +943,31 @@ struct listing {
 	uint64_t max;
 	char *errbuf;
 	size_t errlen;
-	const char *url;
+	const char *url, *bucket;
+	struct strvec tars; /* s3:// URLs of the .tar objects at the prefix's top level */
 };
 
 static int listing_add(void *ctx, const char *key, uint64_t size)
 {
 	struct listing *l = ctx;
-	const char *rel = key + l->prefix_len, *slash = strchr(rel, '/'), *last = strrchr(rel, '/');
+	const char *rel, *slash, *last;
 
-	/* Objects beside the class folders, and folder markers, are not samples. */
-	if (strlen(key) < l->prefix_len || !slash || !last[1])
+	if (strlen(key) < l->prefix_len)
+		return 0;
+	rel = key + l->prefix_len;
+	slash = strchr(rel, '/');
+	last = strrchr(rel, '/');
+	/* Tar shards beside the folders make a shard data set, as a local
+	 * directory of them does. */
+	if (!slash && has_extension(rel, (const char *const[]){"tar", NULL}, true)) {
+		char loc[4096];
+
+		if ((size_t)snprintf(loc, sizeof(loc), "s3://%s/%s", l->bucket, key) >= sizeof(loc))
+			return -ENAMETOOLONG;
+		return l->tars.n >= SHARDS_MAX ? -E2BIG : strvec_push(&l->tars, loc);
+	}
+	/* Other objects beside the class folders, and folder markers, are not samples. */
+	if (!slash || !last[1])
 		return 0;
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? 2 * l->cap : 1024;
@@ -996,10 +1011,14 @@ static int cmp_listed(const void *pa, const void *pb)
 	return c ? c : strcmp(a->rel + a->dir_len, b->rel + b->dir_len);
 }
 
+/* The ImageFolder under an S3 prefix; or, when .tar objects lie at its top
+ * level, 1 with their URLs (sorted) in *tars. */
 static int scan_s3_folder(struct dataset_remote *rm, const char *url, const char *bucket, const char *prefix,
-			  struct builder *b, uint64_t **sizes, uint32_t *num_classes, char *errbuf, size_t errlen)
+			  struct builder *b, uint64_t **sizes, uint32_t *num_classes, struct strvec *tars, char *errbuf,
+			  size_t errlen)
 {
-	struct listing l = {.prefix_len = strlen(prefix), .max = b->max, .errbuf = errbuf, .errlen = errlen, .url = url};
+	struct listing l = {.prefix_len = strlen(prefix), .max = b->max, .errbuf = errbuf, .errlen = errlen, .url = url,
+			    .bucket = bucket};
 	uint64_t class_start = 0, sizes_cap = 0;
 	uint32_t classes = 0;
 	int r;
@@ -1008,6 +1027,13 @@ static int scan_s3_folder(struct dataset_remote *rm, const char *url, const char
 		    errlen);
 	if (r < 0)
 		goto out;
+	if (l.tars.n) {
+		strvec_sort(&l.tars);
+		*tars = l.tars;
+		memset(&l.tars, 0, sizeof(l.tars));
+		r = 1;
+		goto out;
+	}
 	if (l.n > 1)
 		qsort(l.v, l.n, sizeof(*l.v), cmp_listed);
 	for (size_t i = 0; i <= l.n; i++) {
@@ -1054,6 +1080,7 @@ out:
 	for (size_t i = 0; i < l.n; i++)
 		free(l.v[i].rel);
 	free(l.v);
+	strvec_free(&l.tars);
 	return r;
 }
 
@@ -1086,6 +1113,27 @@ out:
 	return r;
 }
 
+/* The shards at `locs` (NULL: the pattern `url`), read through rm, which
+ * the data set takes over (freed here on failure). */
+static int open_remote_shards(struct dataset_remote *rm, const char *url, struct strvec *locs, uint64_t max_samples,
+			      struct dataset **out, char *errbuf, size_t errlen)
+{
+	struct dataset *ds;
+	int r;
+
+	/* Shard locations are absolute URLs: no base needed. */
+	rm->shard_src = (struct shard_source){.ctx = rm, .stat = remote_shard_stat, .read = remote_shard_read};
+	r = shards_open_source(url, locs, &rm->shard_src, max_samples, &ds, errbuf, errlen);
+	if (r < 0) {
+		free(rm);
+		return r;
+	}
+	rm->listed_ns = monotonic_ns();
+	ds->remote = rm;
+	*out = ds;
+	return 0;
+}
+
 int dataset_open_remote(const char *url, uint64_t max_samples, struct fetch *f, const struct s3_config *s3,
 			struct dataset **out, char *errbuf, size_t errlen)
 {
@@ -1108,17 +1156,8 @@ int dataset_open_remote(const char *url, uint64_t max_samples, struct fetch *f, 
 			goto fail;
 		rm->is_signed = r > 0;
 	}
-	if (shards_url_spec(url)) {
-		/* Shard locations are absolute URLs: no base needed. */
-		rm->shard_src = (struct shard_source){.ctx = rm, .stat = remote_shard_stat, .read = remote_shard_read};
-		r = shards_open_source(url, &rm->shard_src, max_samples, &ds, errbuf, errlen);
-		if (r < 0)
-			goto fail;
-		rm->listed_ns = monotonic_ns();
-		ds->remote = rm;
-		*out = ds;
-		return 0;
-	}
+	if (shards_url_spec(url))
+		return open_remote_shards(rm, url, NULL, max_samples, out, errbuf, errlen);
 	if (strncmp(url, "s3://", 5) == 0) {
 		const char *last;
 
@@ -1134,9 +1173,14 @@ int dataset_open_remote(const char *url, uint64_t max_samples, struct fetch *f, 
 			char prefix[2048];
 
 			snprintf(prefix, sizeof(prefix), "%s%s", key, *key && !*last ? "" : (*key ? "/" : ""));
+			struct strvec tars = {0};
+
 			r = s3_object_url(&rm->s3, bucket, prefix, rm->base, sizeof(rm->base));
 			if (r == 0)
-				r = scan_s3_folder(rm, url, bucket, prefix, &b, &sizes, &num_classes, errbuf, errlen);
+				r = scan_s3_folder(rm, url, bucket, prefix, &b, &sizes, &num_classes, &tars, errbuf,
+						   errlen);
+			if (r == 1)
+				return open_remote_shards(rm, url, &tars, max_samples, out, errbuf, errlen);
 		} else {
 			char dir[2048];
 

@@ -1308,8 +1308,8 @@ bool shards_url_spec(const char *url)
 	return (open && strchr(open, '}')) || has_suffix_ci(url, ".tar");
 }
 
-int shards_open_source(const char *url, const struct shard_source *src, uint64_t max_samples, struct dataset **out,
-		       char *errbuf, size_t errlen)
+int shards_open_source(const char *url, struct strvec *given, const struct shard_source *src, uint64_t max_samples,
+		       struct dataset **out, char *errbuf, size_t errlen)
 {
 	struct strvec locs = {0};
 	char root[PATH_MAX], key[PATH_MAX * 2];
@@ -1324,7 +1324,11 @@ int shards_open_source(const char *url, const struct shard_source *src, uint64_t
 	/* Names are shown relative to the pattern's directory. */
 	snprintf(root, sizeof(root), "%.*s", (int)(slash - url), url);
 	snprintf(key, sizeof(key), "shards:%s", url);
-	r = shards_expand(url, SHARDS_MAX, &locs);
+	if (given) {
+		locs = *given;
+		memset(given, 0, sizeof(*given));
+	}
+	r = given ? 0 : shards_expand(url, SHARDS_MAX, &locs);
 	if (r < 0) {
 		strvec_free(&locs);
 		set_err(errbuf, errlen, "dataset %s: %s", url, r == -E2BIG ? "too many shards" : strerror(-r));

@@ -99,12 +99,13 @@ bool shards_spec(const char *path);
 int shards_open(const char *path, bool detect, uint32_t num_classes, uint64_t max_samples, label_report_fn report,
 		void *report_ctx, struct dataset **out, char *errbuf, size_t errlen);
 /*
- * The same for shards at URLs (a brace pattern or one .tar), read through
- * `src`. Their indexes are kept as local ones are, keyed by the URL, the
- * size and the stamp; indexing reads the shard once, in large ranges.
+ * The same for shards at URLs, read through `src`: the shards `locs` names
+ * (taken over; NULL: `url` is a brace pattern or one .tar). Their indexes
+ * are kept as local ones are, keyed by the URL, the size and the stamp;
+ * indexing reads the shard once, in large ranges.
  */
-int shards_open_source(const char *url, const struct shard_source *src, uint64_t max_samples, struct dataset **out,
-		       char *errbuf, size_t errlen);
+int shards_open_source(const char *url, struct strvec *locs, const struct shard_source *src, uint64_t max_samples,
+		       struct dataset **out, char *errbuf, size_t errlen);
 /* Does the URL name shards (a brace pattern, or a path ending in .tar)? */
 bool shards_url_spec(const char *url);
 void shardset_free(struct shardset *s);

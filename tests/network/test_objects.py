@@ -315,6 +315,8 @@ def test_tar_shards_over_http_and_s3(daemon, make_dataset, nginx, moto, tmp_path
     assert sorted(one["indices"]) == list(range(7))
     s3 = epoch(d.socket, "s3://tars/sh/" + name)
     same_epoch(local[0], s3[0])
+    # A prefix holding .tar objects is a shard data set, as a directory of them is.
+    same_epoch(local[0], epoch(d.socket, "s3://tars/sh/")[0])
     with pytest.raises(stoker.StokerError) as e:
         stoker.Loader(f"{web.url}/missing-{{0..1}}.tar", socket=d.socket, **OPTS)
     assert "404" in str(e.value) or "No such file" in str(e.value)
