@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * PNG with libspng: the image comes out in the file's own layout (SPNG_FMT_RAW,
- * 16-bit samples big-endian) and is converted here, as Pillow's
+ * 16-bit samples big-endian), a row at a time unless interlaced, and is
+ * converted here, as Pillow's
  * convert("RGB") converts it: 1/2/4-bit grey scaled to 0..255, 16-bit grey
  * clipped at 255 (Pillow's I;16 to L), other 16-bit samples by their high
  * byte, palette indices past the PLTE black, alpha and tRNS ignored, no
@@ -69,6 +70,35 @@ static void png_row(const struct spng_ihdr *h, const uint8_t *src, const uint8_t
 	}
 }
 
+/* A non-interlaced image a row at a time: one row of the file's layout in
+ * scratch, converted while it is still in cache. */
+static int decode_rows(struct image_buf *b, spng_ctx *ctx, const struct spng_ihdr *ihdr, const uint8_t (*pal)[4],
+		       size_t row_bytes)
+{
+	struct spng_row_info info;
+	int e, r;
+
+	r = image_scratch(b, row_bytes);
+	if (r < 0)
+		return r;
+	e = spng_decode_image(ctx, NULL, 0, SPNG_FMT_RAW, SPNG_DECODE_PROGRESSIVE);
+	for (uint32_t y = 0; !e && y < ihdr->height; y++) {
+		e = spng_get_row_info(ctx, &info);
+		if (e)
+			break;
+		if (info.row_num != y)
+			return image_fail(b, -EBADMSG, "PNG: rows out of order");
+		/* SPNG_EOI comes with the last row */
+		e = spng_decode_row(ctx, b->scratch, row_bytes);
+		if (e && e != SPNG_EOI)
+			break;
+		png_row(ihdr, b->scratch, pal, ihdr->width, b->pixels + (size_t)y * ihdr->width * 4);
+		if (e == SPNG_EOI)
+			return y + 1 == ihdr->height ? 0 : image_fail(b, -EBADMSG, "PNG: image data ends at row %u", y + 1);
+	}
+	return e ? image_fail(b, -EBADMSG, "PNG: %s", spng_strerror(e)) : 0;
+}
+
 int png_decode(struct image_buf *b, const uint8_t *data, size_t len)
 {
 	uint8_t pal[256][4];
@@ -114,19 +144,23 @@ int png_decode(struct image_buf *b, const uint8_t *data, size_t len)
 		r = image_fail(b, -EBADMSG, "PNG: %s", spng_strerror(e));
 		goto out;
 	}
+	row_bytes = raw_size / ihdr.height;
+	if (ihdr.interlace_method == SPNG_INTERLACE_NONE) {
+		r = decode_rows(b, ctx, &ihdr, (const uint8_t(*)[4])pal, row_bytes);
+		goto out;
+	}
+	/* Interlaced: the passes fill the whole image before any row is complete. */
 	r = image_scratch(b, raw_size);
 	if (r < 0)
 		goto out;
-	/* libspng puts the passes of packed (1/2/4-bit) interlaced rows together
-	 * by OR-ing bits in: the buffer must start zeroed, not hold the last image. */
-	if (ihdr.interlace_method != SPNG_INTERLACE_NONE)
-		memset(b->scratch, 0, raw_size);
+	/* libspng puts the passes of packed (1/2/4-bit) rows together by OR-ing
+	 * bits in: the buffer must start zeroed, not hold the last image. */
+	memset(b->scratch, 0, raw_size);
 	e = spng_decode_image(ctx, b->scratch, raw_size, SPNG_FMT_RAW, 0);
 	if (e) {
 		r = image_fail(b, -EBADMSG, "PNG: %s", spng_strerror(e));
 		goto out;
 	}
-	row_bytes = raw_size / ihdr.height;
 	for (uint32_t y = 0; y < ihdr.height; y++)
 		png_row(&ihdr, b->scratch + y * row_bytes, (const uint8_t(*)[4])pal, ihdr.width,
 			b->pixels + (size_t)y * ihdr.width * 4);
