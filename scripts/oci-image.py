@@ -35,6 +35,14 @@ def sha256_file(path):
     return h.hexdigest()
 
 
+def json_blob(blobs, obj):
+    """Store obj as a canonical JSON blob; returns (sha256 hex, size)."""
+    data = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+    digest = hashlib.sha256(data).hexdigest()
+    blobs[digest] = data
+    return digest, len(data)
+
+
 def passwd_ids(rootfs, user):
     """The uid:gid of user in the root file system's /etc/passwd."""
     with tarfile.open(rootfs) as t:
@@ -64,7 +72,7 @@ def main():
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
     tag = a.ref.rsplit(":", 1)[1] if ":" in a.ref.rsplit("/", 1)[-1] else "latest"
 
-    blobs = {}  # digest hex -> (bytes or path)
+    blobs = {}  # sha256 hex -> bytes
     diff_id = sha256_file(a.rootfs)
     layer = io.BytesIO()
     with open(a.rootfs, "rb") as src, gzip.GzipFile(fileobj=layer, mode="wb", mtime=0, compresslevel=6) as gz:
@@ -91,26 +99,22 @@ def main():
         "rootfs": {"type": "layers", "diff_ids": ["sha256:" + diff_id]},
         "history": [{"created": created, "created_by": "mmdebstrap + stoker's .debs (scripts/build-image.sh)"}],
     }
-    config_bytes = json.dumps(config, sort_keys=True, separators=(",", ":")).encode()
-    config_digest = hashlib.sha256(config_bytes).hexdigest()
-    blobs[config_digest] = config_bytes
+    config_digest, config_size = json_blob(blobs, config)
 
     manifest = {
         "schemaVersion": 2,
         "mediaType": MT_MANIFEST,
-        "config": {"mediaType": MT_CONFIG, "digest": "sha256:" + config_digest, "size": len(config_bytes)},
+        "config": {"mediaType": MT_CONFIG, "digest": "sha256:" + config_digest, "size": config_size},
         "layers": [{"mediaType": MT_LAYER, "digest": "sha256:" + layer_digest, "size": len(layer)}],
         "annotations": {"org.opencontainers.image.created": created},
     }
-    manifest_bytes = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
-    manifest_digest = hashlib.sha256(manifest_bytes).hexdigest()
-    blobs[manifest_digest] = manifest_bytes
+    manifest_digest, manifest_size = json_blob(blobs, manifest)
 
     index = {
         "schemaVersion": 2,
         "mediaType": MT_INDEX,
         "manifests": [{
-            "mediaType": MT_MANIFEST, "digest": "sha256:" + manifest_digest, "size": len(manifest_bytes),
+            "mediaType": MT_MANIFEST, "digest": "sha256:" + manifest_digest, "size": manifest_size,
             # Podman and skopeo name the image by ref.name, containerd and
             # Docker by io.containerd.image.name.
             "annotations": {"org.opencontainers.image.ref.name": a.ref, "io.containerd.image.name": a.ref},

@@ -2,27 +2,16 @@
 the integration suite's data sets and daemons, plus where `make deb` left
 the packages and `make image` the image."""
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
 
 import pytest
 
-INTEGRATION = Path(__file__).resolve().parents[1] / "integration"
-sys.path.insert(0, str(INTEGRATION))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+import shared_fixtures  # noqa: E402
 
-# The integration suite's fixtures (real-photo data sets, real stokerd
-# processes), under a module name of their own.
-_spec = importlib.util.spec_from_file_location("stoker_integration_conftest", INTEGRATION / "conftest.py")
-_fixtures = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_fixtures)
-Daemon = _fixtures.Daemon
-build_dir = _fixtures.build_dir
-make_dataset = _fixtures.make_dataset
-dataset = _fixtures.dataset
-daemon = _fixtures.daemon
-pytest_runtest_makereport = _fixtures.pytest_runtest_makereport
+shared_fixtures.export(globals())
 
 from stoker_testutil import REPO  # noqa: E402
 
