@@ -520,7 +520,7 @@ check-packaging: all
 
 # `make image`: the DaemonSet's image as an OCI archive, built here without a
 # registry (mmdebstrap from Debian's mirrors + the .debs; about 3 minutes,
-# 40 MB). `make check-image` (part of make check) checks the archive and runs
+# 45 MB). `make check-image` (part of make check) checks the archive and runs
 # the image's stokerd. deploy/Containerfile is the route with a registry.
 IMAGE_OUT    ?= $(B)/image
 image:
