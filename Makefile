@@ -340,6 +340,7 @@ demo: all
 #   fuzz_client    a hostile daemon's replies into libstoker
 #   fuzz_detect    label files, data.yaml, and the detection transforms
 #   fuzz_tar       tar shard headers (the member index), brace patterns, keys
+#   fuzz_s3        an S3 server's answers: ListObjectsV2 pages, error bodies
 #   fuzz_png, fuzz_webp, fuzz_tiff, fuzz_bmp, fuzz_pnm
 #                  one whole-image decoder each (daemon/image.h), whatever the magic bytes
 # `make fuzz` runs each for FUZZ_SECONDS (default 60) and keeps what it
@@ -349,7 +350,7 @@ FB           ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_ARGS    ?=
 FUZZ_IMAGE   := png webp tiff bmp pnm
-FUZZ_TARGETS := dispatch decode client detect tar $(FUZZ_IMAGE)
+FUZZ_TARGETS := dispatch decode client detect tar s3 $(FUZZ_IMAGE)
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FB)/fuzz_%)
 FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) -pthread -fno-omit-frame-pointer \
                 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
@@ -366,7 +367,7 @@ $(FB)/proto/stoker.pb-c.o: $(B)/proto/stoker.pb-c.c
 	@mkdir -p $(dir $@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -Wno-missing-prototypes -c $< -o $@
 
-$(FB)/fuzz_dispatch $(FB)/fuzz_decode $(FB)/fuzz_detect $(FB)/fuzz_tar: $(FB)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_OBJS)
+$(FB)/fuzz_dispatch $(FB)/fuzz_decode $(FB)/fuzz_detect $(FB)/fuzz_tar $(FB)/fuzz_s3: $(FB)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_OBJS)
 	$(call say,CCLD,$@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJS) $(LIBS_DAEMON)
 
@@ -401,6 +402,9 @@ $(FB)/seeds/.done: $(B)/tests/fuzz_mkseeds $(B)/tests/mkjpeg tests/tools/mkimage
 	$(Q)printf '\002\000\000\000\100\000\000\000\003\000\000\000\011' > $(FB)/seeds/detect/mosaic
 	@mkdir -p $(FB)/seeds/tar
 	$(Q)cp tests/fuzz/regressions/tar-* $(FB)/seeds/tar/
+	@mkdir -p $(FB)/seeds/s3
+	$(Q)printf '\000<ListBucketResult><IsTruncated>true</IsTruncated><Contents><Key>a/b&amp;c.jpg</Key><Size>12</Size></Contents><NextContinuationToken>x&#43;y</NextContinuationToken></ListBucketResult>' > $(FB)/seeds/s3/page
+	$(Q)printf '\001<Error><Code>AccessDenied</Code><Message>no &lt;&#233;&gt;</Message></Error>' > $(FB)/seeds/s3/error
 	$(Q)rm -rf $(FB)/seeds/images && $(PYTHON) tests/tools/mkimages.py --side 23 17 $(FB)/seeds/images
 	$(Q)set -e; for f in $(FUZZ_IMAGE); do mkdir -p $(FB)/seeds/$$f; \
 	    cp $(FB)/seeds/images/$${f}_* $(FB)/seeds/$$f/; cp $(FB)/seeds/images/$${f}_* $(FB)/seeds/decode/; done

@@ -279,15 +279,64 @@ void s3_error_text(const struct fetch_req *r, char *out, size_t size)
 		snprintf(out, size, "%s", r->message[0] ? r->message : strerror(-r->err));
 }
 
+int s3_parse_list_page(const char *xml, size_t len, s3_list_fn report, void *ctx, char *token, size_t token_size,
+		       char *why, size_t whylen)
+{
+	const char *end, *pos;
+	char key[2048], size_text[32], truncated[16];
+	int r;
+
+	if (!xml) { /* an empty body */
+		xml = "";
+		len = 0;
+	}
+	end = xml + len;
+	pos = xml;
+
+	/* Each <Contents> holds one object's <Key> and <Size>. */
+	while ((pos = memmem(pos, (size_t)(end - pos), "<Contents>", 10))) {
+		const char *stop = memmem(pos, (size_t)(end - pos), "</Contents>", 11), *p = pos;
+		char *endp;
+		unsigned long long size;
+
+		if (!stop || !xml_take(xml, stop, &p, "Key", key, sizeof(key)) ||
+		    !(p = pos, xml_take(xml, stop, &p, "Size", size_text, sizeof(size_text)))) {
+			snprintf(why, whylen, "a listing entry without Key or Size");
+			return -EPROTO;
+		}
+		errno = 0;
+		size = strtoull(size_text, &endp, 10);
+		if (errno || *endp || endp == size_text || size_text[0] == '-') {
+			snprintf(why, whylen, "bad object size '%s'", size_text);
+			return -EPROTO;
+		}
+		r = report(ctx, key, size);
+		if (r < 0)
+			return r;
+		pos = stop + 11;
+	}
+	token[0] = '\0';
+	pos = xml;
+	truncated[0] = '\0';
+	xml_take(xml, end, &pos, "IsTruncated", truncated, sizeof(truncated));
+	if (strcmp(truncated, "true") != 0)
+		return 0;
+	pos = xml;
+	if (!xml_take(xml, end, &pos, "NextContinuationToken", token, token_size) || !token[0]) {
+		snprintf(why, whylen, "a truncated listing without a continuation token");
+		return -EPROTO;
+	}
+	return 1;
+}
+
 int s3_list(struct fetch *f, const struct s3_config *c, const struct fetch_auth *auth, const char *bucket,
 	    const char *prefix, s3_list_fn report, void *ctx, char *err, size_t errlen)
 {
-	char url[4096], token[2048] = "", key[2048], size_text[32], truncated[16];
+	char url[4096], token[2048] = "", why[768];
 	struct fetch_req req;
 	int r = 0;
 
 	for (unsigned page = 0; page < S3_MAX_PAGES; page++) {
-		const char *xml, *end, *pos;
 		int n;
 
 		/* Parameters in sorted order, values encoded: the canonical
@@ -313,51 +362,17 @@ int s3_list(struct fetch *f, const struct s3_config *c, const struct fetch_auth 
 		req.auth = auth;
 		r = fetch_sync(f, &req);
 		if (r < 0) {
-			char why[768];
-
 			s3_error_text(&req, why, sizeof(why));
 			snprintf(err, errlen, "s3://%s/%s: listing failed: %s", bucket, prefix, why);
 			goto out;
 		}
-		xml = (const char *)req.data;
-		end = xml + req.len;
-		pos = xml;
-		/* Each <Contents> holds one object's <Key> and <Size>. */
-		while ((pos = memmem(pos, (size_t)(end - pos), "<Contents>", 10))) {
-			const char *stop = memmem(pos, (size_t)(end - pos), "</Contents>", 11), *p = pos;
-			char *endp;
-			unsigned long long size;
-
-			if (!stop || !xml_take(xml, stop, &p, "Key", key, sizeof(key)) ||
-			    !(p = pos, xml_take(xml, stop, &p, "Size", size_text, sizeof(size_text)))) {
-				snprintf(err, errlen, "s3://%s/%s: a listing entry without Key or Size", bucket, prefix);
-				r = -EPROTO;
-				goto out;
-			}
-			errno = 0;
-			size = strtoull(size_text, &endp, 10);
-			if (errno || *endp) {
-				snprintf(err, errlen, "s3://%s/%s: bad object size '%s'", bucket, prefix, size_text);
-				r = -EPROTO;
-				goto out;
-			}
-			r = report(ctx, key, size);
-			if (r < 0)
-				goto out;
-			pos = stop + 11;
-		}
-		pos = xml;
-		truncated[0] = '\0';
-		xml_take(xml, end, &pos, "IsTruncated", truncated, sizeof(truncated));
-		if (strcmp(truncated, "true") != 0)
+		why[0] = '\0';
+		r = s3_parse_list_page((const char *)req.data, req.len, report, ctx, token, sizeof(token), why,
+				       sizeof(why));
+		if (r < 0 && why[0])
+			snprintf(err, errlen, "s3://%s/%s: %s", bucket, prefix, why);
+		if (r <= 0)
 			goto out;
-		pos = xml;
-		if (!xml_take(xml, end, &pos, "NextContinuationToken", token, sizeof(token)) || !token[0]) {
-			snprintf(err, errlen, "s3://%s/%s: a truncated listing without a continuation token", bucket,
-				 prefix);
-			r = -EPROTO;
-			goto out;
-		}
 		free(req.data);
 		req.data = NULL;
 	}

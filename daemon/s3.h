@@ -64,6 +64,15 @@ typedef int (*s3_list_fn)(void *ctx, const char *key, uint64_t size);
 int s3_list(struct fetch *f, const struct s3_config *c, const struct fetch_auth *auth, const char *bucket,
 	    const char *prefix, s3_list_fn report, void *ctx, char *err, size_t errlen);
 
+/*
+ * One ListObjectsV2 page (untrusted XML of `len` bytes, not NUL-terminated):
+ * each object to report, in order. 1 with the continuation token in token
+ * when the listing goes on, 0 at its end, -EPROTO (why says what) for a
+ * malformed page, or report's error.
+ */
+int s3_parse_list_page(const char *xml, size_t len, s3_list_fn report, void *ctx, char *token, size_t token_size,
+		       char *why, size_t whylen);
+
 /* A failed request's reason for people: S3's <Code>/<Message> from the
  * body when there is one, else fetch's message. */
 void s3_error_text(const struct fetch_req *r, char *out, size_t size);

@@ -159,6 +159,73 @@ static void test_error_text(void **state)
 	assert_string_equal(out, strerror(ETIMEDOUT));
 }
 
+struct listed_keys {
+	char keys[8][64];
+	uint64_t sizes[8];
+	unsigned n;
+};
+
+static int collect(void *ctx, const char *key, uint64_t size)
+{
+	struct listed_keys *l = ctx;
+
+	if (l->n == 8)
+		return -E2BIG;
+	snprintf(l->keys[l->n], sizeof(l->keys[0]), "%s", key);
+	l->sizes[l->n++] = size;
+	return 0;
+}
+
+static int page(const char *xml, struct listed_keys *l, char *token, char *why)
+{
+	memset(l, 0, sizeof(*l));
+	return s3_parse_list_page(xml, strlen(xml), collect, l, token, 64, why, 128);
+}
+
+static void test_list_page(void **state)
+{
+	struct listed_keys l;
+	char token[64], why[128];
+
+	(void)state;
+	assert_int_equal(page("<ListBucketResult><IsTruncated>true</IsTruncated>"
+			      "<Contents><Key>train/a &amp; b.jpg</Key><LastModified>x</LastModified><Size>12</Size>"
+			      "</Contents><Contents><Size>7</Size><Key>train/c.jpg</Key></Contents>"
+			      "<NextContinuationToken>1/x+y==</NextContinuationToken></ListBucketResult>",
+			      &l, token, why),
+			 1);
+	assert_int_equal(l.n, 2);
+	assert_string_equal(l.keys[0], "train/a & b.jpg");
+	assert_int_equal(l.sizes[0], 12);
+	assert_string_equal(l.keys[1], "train/c.jpg");
+	assert_int_equal(l.sizes[1], 7);
+	assert_string_equal(token, "1/x+y==");
+	/* The last page, and an empty one. */
+	assert_int_equal(page("<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>", &l, token, why),
+			 0);
+	assert_int_equal(l.n, 0);
+	assert_int_equal(s3_parse_list_page(NULL, 0, collect, &l, token, 64, why, 128), 0);
+	/* Malformed: no size, a negative or non-numeric one, a truncated
+	 * listing without its token, an entry cut off. */
+	assert_int_equal(page("<Contents><Key>a</Key></Contents>", &l, token, why), -EPROTO);
+	assert_non_null(strstr(why, "without Key or Size"));
+	assert_int_equal(page("<Contents><Key>a</Key><Size>-1</Size></Contents>", &l, token, why), -EPROTO);
+	assert_int_equal(page("<Contents><Key>a</Key><Size>1e3</Size></Contents>", &l, token, why), -EPROTO);
+	assert_int_equal(page("<Contents><Key>a</Key><Size></Size></Contents>", &l, token, why), -EPROTO);
+	assert_int_equal(page("<IsTruncated>true</IsTruncated>", &l, token, why), -EPROTO);
+	assert_non_null(strstr(why, "continuation token"));
+	assert_int_equal(page("<Contents><Key>a</Key><Size>1", &l, token, why), -EPROTO);
+	/* The reporter's error stops the page. */
+	assert_int_equal(page("<Contents><Key>1</Key><Size>1</Size></Contents><Contents><Key>2</Key><Size>1</Size>"
+			      "</Contents><Contents><Key>3</Key><Size>1</Size></Contents><Contents><Key>4</Key>"
+			      "<Size>1</Size></Contents><Contents><Key>5</Key><Size>1</Size></Contents><Contents>"
+			      "<Key>6</Key><Size>1</Size></Contents><Contents><Key>7</Key><Size>1</Size></Contents>"
+			      "<Contents><Key>8</Key><Size>1</Size></Contents><Contents><Key>9</Key><Size>1</Size>"
+			      "</Contents>",
+			      &l, token, why),
+			 -E2BIG);
+}
+
 static void test_encode(void **state)
 {
 	char buf[32] = "x=";
@@ -179,6 +246,7 @@ int main(void)
 		cmocka_unit_test(test_split_and_urls),
 		cmocka_unit_test(test_credentials),
 		cmocka_unit_test(test_error_text),
+		cmocka_unit_test(test_list_page),
 		cmocka_unit_test(test_encode),
 	};
 
