@@ -27,8 +27,12 @@ def lint(args):
 
 
 def test_containerfile(venv, tmp_path):
-    r = lint([venv / "hadolint", "--no-color", REPO / "deploy/Containerfile"])
+    containerfile = REPO / "deploy/Containerfile"
+    r = lint([venv / "hadolint", "--no-color", containerfile])
     assert r.returncode == 0, r.stdout + r.stderr
+    # The version comes from VERSION (--build-arg), never written in here.
+    version = (REPO / "VERSION").read_text().strip()
+    assert version not in containerfile.read_text(), "Containerfile hard-codes the version"
     # The linter does find what it should (a floating base tag).
     bad = tmp_path / "Containerfile"
     bad.write_text("FROM debian:latest\nRUN apt-get install -y curl\n")
