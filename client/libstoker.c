@@ -103,6 +103,8 @@ struct stoker {
 	uint32_t rank, world_size;
 	bool shuffle, drop_last;
 	uint32_t shard_buffer; /* shard order's shuffle buffer + 1; 0: sample order */
+	uint32_t rect_stride;  /* rectangular batches' stride; 0: not rect */
+	double rect_pad;
 
 	uint64_t epoch;
 	uint32_t generation;
@@ -520,6 +522,8 @@ struct checkpoint {
 	uint32_t rank, world_size, batch_size;
 	bool shuffle, drop_last;
 	uint32_t shard_buffer; /* as in struct stoker */
+	uint32_t rect_stride;  /* as in struct stoker */
+	double rect_pad;
 };
 
 #define CHECKPOINT_FORMAT                                                                                   \
@@ -541,15 +545,29 @@ static int checkpoint_parse(const char *token, struct checkpoint *out)
 	c.shuffle = shuffle;
 	c.drop_last = drop_last;
 	c.shard_buffer = 0;
-	/* Shard order adds its buffer; tokens without it are sample order. */
-	if (token[end] != '\0') {
+	c.rect_stride = 0;
+	c.rect_pad = 0;
+	/* Shard order adds its buffer, rectangular batches their stride and
+	 * pad; tokens without them are sample order, square batches. */
+	if (token[end] != '\0' && !strncmp(token + end, " order=shards", 13)) {
 		int more = -1;
 
 		if (sscanf(token + end, " order=shards shuffle_buffer=%" SCNu32 "%n", &c.shard_buffer, &more) != 1 ||
-		    more < 0 || token[end + more] != '\0' || c.shard_buffer == UINT32_MAX)
+		    more < 0 || c.shard_buffer == UINT32_MAX)
 			return -EINVAL;
 		c.shard_buffer++;
+		end += more;
 	}
+	if (token[end] != '\0') {
+		int more = -1;
+
+		if (sscanf(token + end, " rect=1 stride=%" SCNu32 " pad=%lf%n", &c.rect_stride, &c.rect_pad, &more) != 2 ||
+		    more < 0 || c.rect_stride == 0 || !isfinite(c.rect_pad))
+			return -EINVAL;
+		end += more;
+	}
+	if (token[end] != '\0')
+		return -EINVAL;
 	*out = c;
 	return 0;
 }
@@ -567,6 +585,10 @@ STOKER_API int stoker_checkpoint(const struct stoker *s, char *buf, size_t size)
 		     s->world_size, s->batch_size, (int)s->shuffle, (int)s->drop_last, s->dataset_samples);
 	if (n >= 0 && (size_t)n < size && s->shard_buffer)
 		n += snprintf(buf + n, size - (size_t)n, " order=shards shuffle_buffer=%" PRIu32, s->shard_buffer - 1);
+	/* %.17g: the pad reads back as the same double */
+	if (n >= 0 && (size_t)n < size && s->rect_stride)
+		n += snprintf(buf + n, size - (size_t)n, " rect=1 stride=%" PRIu32 " pad=%.17g", s->rect_stride,
+			      s->rect_pad);
 	if (n < 0 || (size_t)n >= size)
 		return -ENOBUFS;
 	return 0;
@@ -876,6 +898,15 @@ STOKER_API int stoker_opts_set(struct stoker_opts *o, const char *key, const cha
 		a->shard_order = c.shard_buffer != 0;
 		a->shuffle_buffer = c.shard_buffer ? c.shard_buffer - 1 : a->shuffle_buffer;
 		a->has_shard_order = a->has_shuffle_buffer = true;
+		/* The rect order and batch shapes as they were. */
+		o->detect.rect = c.rect_stride != 0;
+		o->detect.has_rect = c.rect_stride || a->detect;
+		if (c.rect_stride) {
+			o->detect.stride = c.rect_stride;
+			o->detect.pad = c.rect_pad;
+			o->detect.has_stride = o->detect.has_pad = true;
+			a->detect = &o->detect;
+		}
 		a->has_epoch = a->has_first_batch = a->has_seed = a->has_rank = a->has_world_size = true;
 		a->has_batch_size = a->has_shuffle = a->has_drop_last = a->has_expect_samples = true;
 		return 0;
@@ -1127,6 +1158,8 @@ STOKER_API int stoker_attach(struct stoker *s, const char *dataset, const struct
 	s->shuffle = a.shuffle;
 	s->drop_last = a.drop_last;
 	s->shard_buffer = a.shard_order ? a.shuffle_buffer + 1 : 0;
+	s->rect_stride = a.detect && a.detect->has_rect && a.detect->rect ? a.detect->stride : 0;
+	s->rect_pad = s->rect_stride ? a.detect->pad : 0;
 	s->attached = true;
 	r = 0;
 out:
@@ -1217,6 +1250,13 @@ STOKER_API int stoker_restore(struct stoker *s, const char *token)
 				 ", %" PRIu64 " samples, %s order%s) differs from this attachment's",
 				 c.seed, c.rank, c.world_size, c.batch_size, c.samples, c.shard_buffer ? "shard" : "sample",
 				 c.shard_buffer ? " and its shuffle buffer" : "");
+	/* Rect batches are another order and other shapes: never mixed. */
+	if (c.rect_stride != s->rect_stride || c.rect_pad != s->rect_pad)
+		return set_error(s, -EINVAL,
+				 "the checkpoint was taken with %s, this attachment has %s: resume with the same rect, "
+				 "stride and pad",
+				 c.rect_stride ? "rect=true (rectangular batches)" : "rect=false (square batches)",
+				 s->rect_stride ? "rect=true (rectangular batches)" : "rect=false (square batches)");
 	if (c.batch > s->batches_per_epoch)
 		return set_error(s, -EINVAL, "the checkpoint's batch %" PRIu64 " is past the epoch's end", c.batch);
 	return start_epoch(s, c.epoch, c.batch);

@@ -92,8 +92,8 @@ const char *stoker_last_error(const struct stoker *s);
  *               cannot; try: batches stay pageable then, stoker_pinned()
  *               says 0 and stoker_last_error() why                (false)
  *   resume      a token from stoker_checkpoint(): sets epoch, seed, rank,
- *               world_size, batch_size, shuffle, drop_last and order as they were,
- *               and starts at the batch after the last one taken. Set it
+ *               world_size, batch_size, shuffle, drop_last, order and
+ *               rect (with its stride and pad) as they were, and starts at the batch after the last one taken. Set it
  *               last: later keys override what it set.
  * -EINVAL for an unknown key or a value that does not parse. */
 int stoker_opts_new(struct stoker_opts **out);
@@ -119,7 +119,8 @@ int stoker_set_epoch(struct stoker *s, uint64_t epoch);
 
 /* Exact mid-epoch resume. A checkpoint is a short text token naming the
  * epoch, the number of batches taken in it, and what the plan depends on
- * (seed, rank, world size, batch size, shuffle, drop_last, data set size).
+ * (seed, rank, world size, batch size, shuffle, drop_last, data set size,
+ * shard order, rect with its stride and pad).
  * Resuming yields exactly the batches of that epoch not yet taken, whatever
  * the worker count, also after a daemon restart. */
 #define STOKER_CHECKPOINT_MAX 256

@@ -231,6 +231,37 @@ def test_rect_resume_exact(daemon, varied):
         assert all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
+def test_rect_checkpoint_records_rect_stride_pad(daemon, varied):
+    """A rect token names rect, stride and pad; restoring it where they differ is refused
+    (another order, other shapes)."""
+    root, files, sizes = varied
+    d = daemon()
+    with open_loader(d, root / "images" / "train", rect=True, batch_size=3, stride=16, pad=0.25) as ld:
+        it = iter(ld)
+        next(it)
+        state = ld.state_dict()
+        rest = [np.array(b.indices) for b in it]
+    assert " rect=1 stride=16 pad=0.25" in state["token"]
+    for kw in (dict(shuffle=False), dict(rect=True, stride=32, pad=0.25), dict(rect=True, stride=16, pad=0.5)):
+        with open_loader(d, root / "images" / "train", batch_size=3, **kw) as ld:
+            with pytest.raises(stoker.StokerError) as e:
+                ld.load_state_dict(state)
+            assert "rect" in str(e.value) and "stride" in str(e.value), str(e.value)
+    # a square token is refused by a rect loader too
+    with open_loader(d, root / "images" / "train", batch_size=3, shuffle=False) as ld:
+        square = ld.state_dict()
+    assert "rect" not in square["token"]
+    with open_loader(d, root / "images" / "train", rect=True, batch_size=3, stride=16, pad=0.25) as ld:
+        with pytest.raises(stoker.StokerError, match="rect"):
+            ld.load_state_dict(square)
+        ld.load_state_dict(state)                                   # the matching one works
+        got = collect(ld)
+    assert [b["indices"].tolist() for b in got] == [r.tolist() for r in rest]
+    order, shapes = rect_plan(sizes, 3, 256, stride=16, pad=0.25)
+    for k, b in enumerate(got):
+        assert b["images"].shape[1:3] == tuple(shapes[k + 1].tolist())
+
+
 def test_resample_modes_differ_only_in_pixels(daemon, make_yolo):
     root, _, _ = make_yolo(kind="photos", images=6, classes=5, seed=4, min_side=500, max_side=900)
     d = daemon()
