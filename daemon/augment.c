@@ -9,6 +9,7 @@
 #include "decode.h"
 #include "detect.h"
 #include "grow.h"
+#include "header.h"
 #include "image.h"
 #include "resize.h"
 #include "resize_cv.h"
@@ -25,6 +26,8 @@ struct pipeline {
 	size_t rgb_cap;
 	uint8_t *image; /* a whole decoded image (pipeline_decode_image) */
 	size_t image_cap;
+	uint8_t *oriented; /* an image turned upright (detection's EXIF orientation) */
+	size_t oriented_cap;
 	/* normalised value of each 8-bit level, per channel, for lut_key */
 	struct {
 		enum sample_dtype dtype;
@@ -67,6 +70,7 @@ void pipeline_free(struct pipeline *p)
 	cv_resizer_free(p->cv);
 	free(p->rgb);
 	free(p->image);
+	free(p->oriented);
 	free(p);
 }
 
@@ -467,6 +471,14 @@ int pipeline_run(struct pipeline *p, const uint8_t *data, size_t len, const stru
 	return r;
 }
 
+/* The EXIF orientation detection applies to this file (header.h); 1: none. */
+static unsigned file_orientation(const uint8_t *data, size_t len)
+{
+	struct image_header h;
+
+	return image_header_mem(data, len, &h) == 0 ? h.orientation : 1;
+}
+
 /* Decode all of the open image at the largest DCT reduction that is still
  * at least need_w x need_h (0 x 0: full size). */
 static int decode_reduced(struct pipeline *p, uint32_t need_w, uint32_t need_h, struct decoded_region *reg,
@@ -512,6 +524,7 @@ int pipeline_decode_image(struct pipeline *p, const uint8_t *data, size_t len, u
 	if (is_whole) {
 		/* already whole, in the pipeline's own buffer; lossless formats keep every pixel */
 		*out = whole;
+		out->orientation = (uint8_t)file_orientation(data, len);
 		goto finish;
 	}
 	r = decode_reduced(p, min_side, min_side, &reg, &denom);
@@ -535,6 +548,7 @@ int pipeline_decode_image(struct pipeline *p, const uint8_t *data, size_t len, u
 		.full_width = width,
 		.full_height = height,
 		.denom = denom,
+		.orientation = (uint8_t)file_orientation(data, len),
 	};
 finish:
 	decoder_finish(p->dec);
@@ -573,12 +587,19 @@ static void fit_target(const struct fit_request *req, uint32_t width, uint32_t h
 	}
 }
 
-/* Resample the whole decoded `reg` to tw x th, as `resample` says. */
-static int fit_resize(struct pipeline *p, const struct decoded_region *reg, enum fit_resample resample, uint32_t tw,
-		      uint32_t th, uint8_t *out)
+/* Turn the whole decoded `reg` upright by EXIF orientation o, as
+ * cv2.imread does before Ultralytics resizes, then resample it to tw x th
+ * (sizes after orientation), as `resample` says. */
+static int fit_resize(struct pipeline *p, const struct decoded_region *whole, unsigned o, enum fit_resample resample,
+		      uint32_t tw, uint32_t th, uint8_t *out)
 {
+	struct decoded_region upright, *reg = &upright;
 	int r;
 
+	if (image_orient(whole, o, &p->oriented, &p->oriented_cap, &upright) < 0) {
+		snprintf(p->error, sizeof(p->error), "Out of memory turning the image upright");
+		return -ENOMEM;
+	}
 	if (resample == FIT_CV2) {
 		r = p->cv ? 0 : cv_resizer_new(&p->cv);
 		if (r == 0)
@@ -604,8 +625,8 @@ int pipeline_fit(struct pipeline *p, const uint8_t *data, size_t len, const stru
 	struct pipeline_image whole;
 	struct decoded_region reg;
 	uint32_t w, h, tw, th;
-	unsigned denom = 1;
-	bool is_whole;
+	unsigned denom = 1, o;
+	bool is_whole, swap;
 	int r;
 
 	if (!p || !out || !res || !fit_request_ok(req) || (!data && len))
@@ -614,6 +635,15 @@ int pipeline_fit(struct pipeline *p, const uint8_t *data, size_t len, const stru
 	r = open_file(p, data, len, &w, &h, &whole, &is_whole);
 	if (r < 0)
 		goto finish;
+	/* Sizes upright from here on; the decode is of the stored image. */
+	o = file_orientation(data, len);
+	swap = orientation_swaps(o);
+	if (swap) {
+		uint32_t t = w;
+
+		w = h;
+		h = t;
+	}
 	fit_target(req, w, h, &tw, &th);
 	if (is_whole)
 		reg = (struct decoded_region){.pixels = whole.pixels, .stride = whole.stride, .width = whole.width,
@@ -621,10 +651,10 @@ int pipeline_fit(struct pipeline *p, const uint8_t *data, size_t len, const stru
 	else if (req->resample == FIT_CV2)
 		r = decode_reduced(p, 0, 0, &reg, &denom); /* cv2's arithmetic wants what cv2.imread gives: full size */
 	else
-		r = decode_reduced(p, tw, th, &reg, &denom);
+		r = decode_reduced(p, swap ? th : tw, swap ? tw : th, &reg, &denom);
 	if (r < 0)
 		goto finish;
-	r = fit_resize(p, &reg, req->resample, tw, th, out);
+	r = fit_resize(p, &reg, o, req->resample, tw, th, out);
 	if (r == 0)
 		*res = (struct fit_result){ .width = tw, .height = th, .full_width = w, .full_height = h };
 finish:
@@ -636,18 +666,19 @@ int pipeline_fit_image(struct pipeline *p, const struct pipeline_image *img, con
 		       uint8_t *out, struct fit_result *res)
 {
 	struct decoded_region reg;
-	uint32_t tw, th;
+	uint32_t tw, th, w, h;
 	int r;
 
 	if (!p || !img || !img->pixels || !out || !res || !fit_request_ok(req) || img->width == 0 || img->height == 0)
 		return -EINVAL;
 	p->error[0] = '\0';
-	fit_target(req, img->full_width, img->full_height, &tw, &th);
+	w = orientation_swaps(img->orientation) ? img->full_height : img->full_width;
+	h = orientation_swaps(img->orientation) ? img->full_width : img->full_height;
+	fit_target(req, w, h, &tw, &th);
 	reg = (struct decoded_region){.pixels = img->pixels, .stride = img->stride, .width = img->width,
 				      .height = img->height};
-	r = fit_resize(p, &reg, req->resample, tw, th, out);
+	r = fit_resize(p, &reg, img->orientation, req->resample, tw, th, out);
 	if (r == 0)
-		*res = (struct fit_result){ .width = tw, .height = th, .full_width = img->full_width,
-					    .full_height = img->full_height };
+		*res = (struct fit_result){ .width = tw, .height = th, .full_width = w, .full_height = h };
 	return r;
 }

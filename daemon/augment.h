@@ -109,6 +109,7 @@ struct pipeline_image {
 	uint32_t width, height;           /* of the pixels */
 	uint32_t full_width, full_height; /* of the JPEG */
 	uint32_t denom;                   /* 1, 2, 4 or 8 */
+	uint8_t orientation;              /* EXIF, header.h: only pipeline_fit_image() applies it */
 };
 
 /* Decode all of `data`: a JPEG at the largest DCT reduction that keeps its
@@ -140,7 +141,7 @@ struct fit_request {
 
 struct fit_result {
 	uint32_t width, height;           /* written: RGB rows of width * 3 bytes */
-	uint32_t full_width, full_height; /* the JPEG's */
+	uint32_t full_width, full_height; /* the file's, upright (after its EXIF orientation) */
 };
 
 /*
@@ -149,8 +150,11 @@ struct fit_result {
  * then overflows the box, to LetterBox's smaller size for it in one resize
  * (Ultralytics would resize twice; only stand-ins of unreadable files in
  * rectangular batches need it). RGB into `out` (side * side * 3 bytes at
- * most). A JPEG is decoded at the largest DCT reduction that keeps the
- * size (FIT_ANTIALIAS) or at full size (FIT_CV2), other formats whole.
+ * most). Detection's path: the image is first turned upright by its EXIF
+ * orientation (header.h), as cv2.imread does for Ultralytics, and every
+ * size above is the upright one. A JPEG is decoded at the largest DCT
+ * reduction that keeps the size (FIT_ANTIALIAS) or at full size (FIT_CV2),
+ * other formats whole.
  * Errors as pipeline_run(). pipeline_fit_image() does the same from
  * a decoded image (FIT_CV2 is exact only from a full-size one, denom 1).
  */

@@ -47,6 +47,7 @@ struct cache_image {
 	uint32_t width, height;           /* of the stored pixels */
 	uint32_t full_width, full_height; /* of the JPEG */
 	uint32_t denom;                   /* DCT reduction it was decoded at */
+	uint8_t orientation;              /* the file's EXIF orientation (pipeline_image's) */
 };
 
 struct cache_tier_stats {

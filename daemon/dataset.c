@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "dataset.h"
+#include "header.h"
 #include "grow.h"
 #include "shards.h"
 #include "strvec.h"
@@ -1273,105 +1274,11 @@ int64_t dataset_read(const struct dataset *ds, uint64_t index, uint8_t **buf, si
 	return read_bounded(ds->dirfd, dataset_name(ds, index), buf, cap, max_bytes);
 }
 
-/* A file's bytes seen through a window that moves as a header walk asks;
- * or bytes in memory (`mem`: a tar shard's member). */
-struct header_window {
-	int fd;
-	const uint8_t *mem;
-	size_t mem_len;
-	uint8_t buf[4096];
-	uint64_t at;  /* file offset of buf[0] */
-	size_t len;   /* bytes of it read */
-};
-
-/* Bytes [off, off + n) of the file (n <= 64); NULL past the end or on error. */
-static const uint8_t *window_at(struct header_window *w, uint64_t off, size_t n)
+/* The size Ultralytics sees (its exif_size()): stored, then oriented. */
+static void oriented_size(int r, const struct image_header *h, uint32_t *wh)
 {
-	ssize_t got;
-
-	if (w->mem)
-		return off <= w->mem_len && n <= w->mem_len - off ? w->mem + off : NULL;
-	if (off >= w->at && off + n <= w->at + w->len)
-		return w->buf + (off - w->at);
-	do
-		got = pread(w->fd, w->buf, sizeof(w->buf), (off_t)off);
-	while (got < 0 && errno == EINTR);
-	if (got < 0)
-		return NULL;
-	w->at = off;
-	w->len = (size_t)got;
-	return (size_t)got >= n ? w->buf : NULL;
-}
-
-/* Header markers walked at most, and how far into a file a frame header is looked for. */
-#define HEADER_MAX_MARKERS 256
-#define HEADER_MAX_OFFSET (16u << 20)
-
-static uint32_t be32(const uint8_t *p)
-{
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-/* The image size in the file seen through w: a PNG's IHDR, or a JPEG's
- * first SOFn marker's. */
-static int header_size(struct header_window *w, uint32_t *width, uint32_t *height)
-{
-	static const uint8_t png[16] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R' };
-	const uint8_t *p = window_at(w, 0, 24);
-	uint64_t off = 2;
-
-	if (p && !memcmp(p, png, sizeof(png))) {
-		if (!be32(p + 16) || !be32(p + 20) || be32(p + 16) > INT32_MAX || be32(p + 20) > INT32_MAX)
-			return -EBADMSG;
-		*width = be32(p + 16);
-		*height = be32(p + 20);
-		return 0;
-	}
-	p = window_at(w, 0, 2);
-	if (!p || p[0] != 0xFF || p[1] != 0xD8)
-		return -EBADMSG;
-	for (int k = 0; k < HEADER_MAX_MARKERS && off < HEADER_MAX_OFFSET; k++) {
-		uint8_t m;
-
-		p = window_at(w, off, 4);
-		if (!p || p[0] != 0xFF)
-			return -EBADMSG;
-		m = p[1];
-		if (m == 0xFF) { /* fill byte */
-			off++;
-			continue;
-		}
-		if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) { /* no length */
-			off += 2;
-			continue;
-		}
-		if (m == 0xDA || m == 0xD9) /* scan data or the end before any frame */
-			return -EBADMSG;
-		/* SOF0..SOF15 but DHT (C4), JPG (C8) and DAC (CC) */
-		if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) {
-			uint32_t h, wd;
-
-			p = window_at(w, off, 9);
-			if (!p)
-				return -EBADMSG;
-			h = (uint32_t)p[5] << 8 | p[6];
-			wd = (uint32_t)p[7] << 8 | p[8];
-			if (!wd || !h)
-				return -EBADMSG;
-			*width = wd;
-			*height = h;
-			return 0;
-		}
-		off += 2 + ((uint32_t)p[2] << 8 | p[3]);
-	}
-	return -EBADMSG;
-}
-
-int dataset_header_size(int fd, uint32_t *width, uint32_t *height)
-{
-	struct header_window w = { .fd = fd };
-
-	return header_size(&w, width, height);
+	if (r == 0)
+		image_header_oriented(h, &wh[0], &wh[1]);
 }
 
 /* A tar member is read whole (bounded) to find its header. */
@@ -1389,16 +1296,17 @@ int dataset_read_sizes(const struct dataset *ds, uint32_t **out)
 		/* else 0 x 0 */
 		if (ds->shards) {
 			int64_t len = dataset_read(ds, i, &buf, &cap, SIZES_MAX_MEMBER_BYTES);
-			struct header_window w = { .fd = -1, .mem = buf, .mem_len = len > 0 ? (size_t)len : 0 };
+			struct image_header h;
 
 			if (len > 0)
-				header_size(&w, &sizes[2 * i], &sizes[2 * i + 1]);
+				oriented_size(image_header_mem(buf, (size_t)len, &h), &h, &sizes[2 * i]);
 		} else {
 			int fd = openat(ds->dirfd, dataset_name(ds, i), O_RDONLY | O_CLOEXEC | O_NOCTTY);
+			struct image_header h;
 
 			if (fd < 0)
 				continue;
-			dataset_header_size(fd, &sizes[2 * i], &sizes[2 * i + 1]);
+			oriented_size(image_header_fd(fd, &h), &h, &sizes[2 * i]);
 			close(fd);
 		}
 	}

@@ -129,18 +129,14 @@ void dataset_unref(struct dataset *ds);
 int64_t dataset_read(const struct dataset *ds, uint64_t index, uint8_t **buf, size_t *cap, uint64_t max_bytes);
 
 /*
- * Every sample's image width and height, read from its header
- * (dataset_header_size; a tar shard's member is read whole, up to 64
- * MiB): malloc'd [count][2]. A file whose header cannot be read, or of a
- * format other than JPEG and PNG, gets 0 x 0 (its sample is served as any
- * other, replaced if it does not decode). Blocking: run it off the loop
- * thread. -ENOMEM.
+ * Every sample's image width and height as Ultralytics sees them: read
+ * from its header (header.h: any format stoker decodes) and turned by its
+ * EXIF orientation where cv2 applies it. A tar shard's member is read
+ * whole, up to 64 MiB. malloc'd [count][2]. A file whose header cannot be
+ * read gets 0 x 0 (its sample is served as any other, replaced if it does
+ * not decode). Blocking: run it off the loop thread. -ENOMEM.
  */
 int dataset_read_sizes(const struct dataset *ds, uint32_t **out);
-/* The image size of the file open at `fd`, read with pread: a PNG's IHDR,
- * a JPEG's frame header (its first SOFn marker's, within 256 markers and
- * 16 MiB). 0, or -EBADMSG (another format, or none found). */
-int dataset_header_size(int fd, uint32_t *width, uint32_t *height);
 
 /* Size and modification time of sample `index`'s file, for cache keys.
  * For a remote sample, its listed size (0 when not listed) and 0. */

@@ -1081,7 +1081,7 @@ static void attach_scan(uv_work_t *w)
 		}
 		for (uint64_t i = 0; i < ds->count; i++)
 			unknown += req->sizes[2 * i] == 0;
-		log_info("data set %s: image sizes read for rectangular batches; %llu without a readable JPEG header "
+		log_info("data set %s: image sizes read for rectangular batches; %llu without a readable image header "
 			 "(taken as square)",
 			 req->path, (unsigned long long)unknown);
 	}

@@ -199,6 +199,7 @@ static int sample_image(struct worker *w, const struct batch_job *job, uint32_t 
 			.full_width = ci.full_width,
 			.full_height = ci.full_height,
 			.denom = ci.denom,
+			.orientation = ci.orientation,
 		};
 		return 0;
 	}
@@ -212,7 +213,8 @@ static int sample_image(struct worker *w, const struct batch_job *job, uint32_t 
 		return r;
 	if (keyed && dataset_key_matches(ds, &key, (uint64_t)len)) {
 		ci = (struct cache_image){.width = img->width, .height = img->height, .full_width = img->full_width,
-					  .full_height = img->full_height, .denom = img->denom};
+					  .full_height = img->full_height, .denom = img->denom,
+					  .orientation = img->orientation};
 		cache_put(p->settings.cache, CACHE_DECODED, &key, img->pixels, img->stride * img->height, &ci);
 	}
 	return 0;

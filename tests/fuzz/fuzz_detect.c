@@ -8,9 +8,11 @@
  *      square or (letterbox) a rectangular batch's shape: the geometry and
  *      box code must never read or write out of bounds, every box it
  *      writes must lie inside the image, the metadata inside it too;
- *   3: a file's bytes into the header reader (a PNG's IHDR, a JPEG's
- *      markers) that reads image sizes for rectangular batches
- *      (dataset_header_size, through a memfd).
+ *   3: a file's bytes into the header reader (header.h: every format's
+ *      size, the EXIF orientation of JPEG APP1, PNG eXIf and WebP EXIF)
+ *      that reads image sizes for rectangular batches, through a memfd
+ *      and from memory (the two must agree), then that orientation
+ *      applied to a small image of the size it gives.
  */
 #include <errno.h>
 #include <math.h>
@@ -23,6 +25,7 @@
 
 #include "dataset.h"
 #include "detect.h"
+#include "header.h"
 #include "fuzz_common.h"
 #include "labels.h"
 
@@ -176,14 +179,39 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		run_detect(&in);
 		break;
 	default: {
-		uint32_t w = 0, h = 0;
-		int fd = memfd_create("jpeg", MFD_CLOEXEC);
+		struct image_header a, b;
+		int fd = memfd_create("image", MFD_CLOEXEC);
+		int ra, rb;
 
 		if (fd < 0 || write(fd, in.p, in.n) != (ssize_t)in.n)
 			abort();
-		if (dataset_header_size(fd, &w, &h) == 0 && (w == 0 || h == 0 || w > INT32_MAX || h > INT32_MAX))
-			abort();
+		ra = image_header_fd(fd, &a);
+		rb = image_header_mem(in.p, in.n, &b);
 		close(fd);
+		if (ra != rb || (ra == 0 && memcmp(&a, &b, sizeof(a))))
+			abort(); /* a file and its bytes read alike */
+		if (ra == 0) {
+			static uint8_t *buf;
+			static size_t cap;
+			uint8_t src[16 * 12 * 4];
+			struct decoded_region in_reg, out;
+			uint32_t w = a.width % 16 + 1, h = a.height % 12 + 1, ow, oh;
+			struct image_header small = a;
+
+			if (a.width == 0 || a.height == 0 || a.width > INT32_MAX || a.height > INT32_MAX ||
+			    a.orientation < 1 || a.orientation > 8)
+				abort();
+			for (size_t i = 0; i < sizeof(src); i++)
+				src[i] = (uint8_t)i;
+			in_reg = (struct decoded_region){ src, (size_t)w * 4, w, h };
+			if (image_orient(&in_reg, a.orientation, &buf, &cap, &out) < 0)
+				abort();
+			small.width = w;
+			small.height = h;
+			image_header_oriented(&small, &ow, &oh);
+			if (out.width != ow || out.height != oh)
+				abort();
+		}
 	}
 	}
 	return 0;
