@@ -2,10 +2,12 @@
 ultralytics), image by image: rectangular batch shapes (its batch_shapes), the
 order (set_rectangle's), each rank's share (its ContiguousDistributedSampler),
 ori_shape / resized_shape / ratio_pad, boxes, file names, and the pixels of
-resample="cv2" (bit-exact with opencv-python 5; within 1 of OpenCV 4).
+resample="cv2" (bit-exact with opencv-python 5; within 1 of OpenCV 4); also for photos
+carrying each EXIF orientation (JPEG, PNG, WebP), which cv2 turns upright.
 Runs once, in `make check-detect-parity`."""
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -96,3 +98,37 @@ def test_rect_ranks_equal_contiguous_sampler(daemon, varied, world):
             shapes, order = compare_batches(ld, ds)
         assert order == want
         assert shapes == [tuple(ds.batch_shapes[ds.batch[want[k]]].tolist()) for k in range(0, len(want), batch)]
+
+
+@pytest.fixture
+def tagged(varied, tmp_path):
+    """The varied photos with EXIF orientations 1..8 in turn, mostly JPEG, some PNG and WebP
+    (lossless), as a camera or phone writes them."""
+    from PIL import Image
+    from test_detect_exif import tagged as with_tag
+
+    out = tmp_path / "tagged"
+    (out / "images" / "train").mkdir(parents=True)
+    shutil.copytree(varied.parent.parent / "labels", out / "labels")
+    for k, f in enumerate(sorted(varied.iterdir())):
+        fmt = "PNG" if k % 9 == 4 else "WEBP" if k % 9 == 7 else "JPEG"
+        ext = {"JPEG": ".jpg", "PNG": ".png", "WEBP": ".webp"}[fmt]
+        data = with_tag(Image.open(f).convert("RGB"), k % 8 + 1, fmt)
+        (out / "images" / "train" / (f.stem + ext)).write_bytes(data)
+    return out / "images" / "train"
+
+
+@pytest.mark.parametrize("rect", [True, False])
+def test_exif_orientation_equals_ultralytics(daemon, tagged, rect):
+    ds = yolo_dataset(tagged, 320, 4, rect=rect)
+    d = daemon()
+    with stoker.Loader(tagged, socket=d.socket, task="detect", transform="letterbox", image_size=320,
+                       batch_size=4, rect=rect, shuffle=False) as ld:
+        shapes, order = compare_batches(ld, ds)
+    if rect:
+        assert shapes == [tuple(s) for s in ds.batch_shapes.tolist()]
+    # some were turned: cv2's (upright) shape is not the stored one
+    from PIL import Image
+    turned = [f for f in ds.im_files if Image.open(f).size[::-1] != cv2.imdecode(
+        np.fromfile(f, np.uint8), cv2.IMREAD_COLOR).shape[:2]]
+    assert len(turned) >= 4

@@ -8,6 +8,7 @@ with Ultralytics' own YOLODataset is tests/detect_parity (make check-detect-pari
 
 import math
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -260,6 +261,45 @@ def test_rect_checkpoint_records_rect_stride_pad(daemon, varied):
     order, shapes = rect_plan(sizes, 3, 256, stride=16, pad=0.25)
     for k, b in enumerate(got):
         assert b["images"].shape[1:3] == tuple(shapes[k + 1].tolist())
+
+
+def test_rect_sizes_of_every_format(daemon, varied, tmp_path):
+    """Rect's aspect ratios come from every format's header (PNG, WebP lossy, lossless and
+    extended, BMP, TIFF and BigTIFF: the formats Ultralytics lists), so the batches are
+    set_rectangle's for a data set of mixed formats; each file's size is the decoded one."""
+    root, files, sizes = varied
+    out = tmp_path / "mixed"
+    (out / "images" / "train").mkdir(parents=True)
+    shutil.copytree(root / "labels" / "train", out / "labels" / "train")
+    kinds = ["png", "webp", "webp-lossless", "webp-exif", "bmp", "tiff", "bigtiff", "jpg"]
+    for k, f in enumerate(files):
+        kind = kinds[k % len(kinds)]
+        im = Image.open(f).convert("RGB")
+        dst = out / "images" / "train" / (f.stem + "." + kind.split("-")[0])
+        if kind == "webp-lossless":
+            im.save(dst, "WEBP", lossless=True)
+        elif kind == "webp-exif":
+            ex = Image.Exif()
+            ex[0x010F] = "stoker"               # an EXIF chunk without orientation: VP8X
+            im.save(dst, "WEBP", exif=ex)
+        elif kind == "bigtiff":
+            im.save(dst.with_suffix(".tif"), "TIFF", big_tiff=True)
+        else:
+            im.save(dst)
+    mixed = sorted((out / "images" / "train").iterdir())
+    assert {p.suffix for p in mixed} == {".png", ".webp", ".bmp", ".tiff", ".tif", ".jpg"}
+    msizes = [Image.open(p).size for p in mixed]
+    assert msizes == sizes
+    d = daemon()
+    with open_loader(d, out / "images" / "train", rect=True, batch_size=3) as ld:
+        assert ld.dataset_samples == len(mixed)
+        got = collect(ld)
+    order, shapes = rect_plan(msizes, 3, 256)
+    assert [i for b in got for i in b["indices"].tolist()] == order.tolist()
+    for k, b in enumerate(got):
+        assert b["images"].shape[1:3] == tuple(shapes[k].tolist())
+        check_metadata(b, msizes, 256, *b["images"].shape[1:3])
+    assert "0 without a readable image header" in d.stderr()
 
 
 def test_resample_modes_differ_only_in_pixels(daemon, make_yolo):
