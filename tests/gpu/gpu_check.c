@@ -17,7 +17,7 @@
  *   gpu_check SOCKET DATASET budget         (a daemon with gpu_memory_budget=1M) refused
  *   gpu_check SOCKET DATASET nodevice       cuda:99 refused, says why
  *   gpu_check SOCKET DATASET stats          stats show the client's device and bytes
- *   gpu_check SOCKET DATA.YAML detect       task=detect (letterbox, mosaic): device images
+ *   gpu_check SOCKET DATA.YAML detect       task=detect (letterbox, mosaic, rect letterbox): device images
  *                                           equal to host ones, boxes (host) equal
  *   gpu_check SOCKET DATASET child SEED DTYPE TAKE   (kill's child) attach, take, say "ready"
  *
@@ -496,17 +496,21 @@ static void test_refused(const char *device, int want_errno, const char *want_te
 
 static void test_detect(void)
 {
-	static const char *const transforms[] = {"letterbox", "mosaic"};
+	/* The third: letterbox in rect batches, whose h x w vary per batch and
+	 * are smaller than the slots' largest shape. */
+	static const char *const transforms[] = {"letterbox", "mosaic", "letterbox"};
 	uint8_t *buf = malloc(64u << 20);
 
 	test_name = "detect";
 	if (!buf)
 		fail("out of memory");
-	for (int k = 0; k < 2; k++) {
+	for (int k = 0; k < 3; k++) {
+		const char *rect = k == 2 ? "true" : "false", *shuffle = k == 2 ? "false" : "true";
 		const char *dev_kv[] = {"task", "detect", "transform", transforms[k], "device", "cuda:0", "seed", "9",
-					"batch_size", "8", "image_size", "128", NULL};
+					"batch_size", "8", "image_size", "128", "rect", rect, "shuffle", shuffle, NULL};
 		const char *host_kv[] = {"task", "detect", "transform", transforms[k], "seed", "9", "batch_size", "8",
-					 "image_size", "128", NULL};
+					 "image_size", "128", "rect", rect, "shuffle", shuffle, NULL};
+		uint32_t shapes = 0, last_h = 0;
 		struct stoker *dev = attach_opts(dev_kv, NULL), *host = attach_opts(host_kv, NULL);
 		uint64_t batches = 0, boxes = 0;
 
@@ -520,6 +524,12 @@ static void test_detect(void)
 				break;
 			if (ra < 0 || rb < 0)
 				fail("next: %s / %s", stoker_last_error(dev), stoker_last_error(host));
+			if (stoker_batch_height(a) != stoker_batch_height(b) || stoker_batch_width(a) != stoker_batch_width(b))
+				fail("%s batch %llu: device batch %ux%u, host %ux%u", transforms[k],
+				     (unsigned long long)stoker_batch_index(b), stoker_batch_height(a), stoker_batch_width(a),
+				     stoker_batch_height(b), stoker_batch_width(b));
+			shapes += stoker_batch_height(b) != last_h;
+			last_h = stoker_batch_height(b);
 			compare_batch(a, b, buf);
 			ba = stoker_batch_boxes(a, &na);
 			bb = stoker_batch_boxes(b, &nb);
@@ -531,8 +541,10 @@ static void test_detect(void)
 			stoker_release(a);
 			stoker_release(b);
 		}
-		pass("%s: %llu batches, %llu boxes; device images equal to the host's, boxes on the host equal",
-		     transforms[k], (unsigned long long)batches, (unsigned long long)boxes);
+		if (k == 2 && shapes < 2)
+			fail("rect: every batch of one height: no rectangular batches seen");
+		pass("%s%s: %llu batches, %llu boxes; device images equal to the host's, boxes on the host equal",
+		     transforms[k], k == 2 ? " rect" : "", (unsigned long long)batches, (unsigned long long)boxes);
 		stoker_close(dev);
 		stoker_close(host);
 	}

@@ -19,7 +19,7 @@
 #                  the CPU float path; 2 epochs each
 #   gpu-multi      two clients (ranks) of one job and a second job on one GPU
 #   gpu-stats      stats show the client's device bytes
-#   gpu-detect     task=detect (letterbox, mosaic): device images equal to
+#   gpu-detect     task=detect (letterbox, mosaic, rect letterbox): device images equal to
 #                  the host's, boxes (on the host) equal
 #   gpu-nodevice   cuda:99 refused with the reason
 #   gpu-budget     gpu_memory_budget refusal
