@@ -1085,11 +1085,72 @@ out:
 	return r;
 }
 
-/* Fetch a list file and parse it as the local ones are. */
+/* The first entry of a list (not a comment or blank), trimmed, its label
+ * left on. */
+static bool first_list_entry(FILE *f, char *buf, size_t len)
+{
+	char *line = NULL;
+	size_t cap = 0;
+	bool found = false;
+
+	for (int i = 0; i < 1000 && !found && getline(&line, &cap, f) >= 0; i++) {
+		char *p = line, *end = line + strlen(line);
+
+		while (end > p && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t'))
+			*--end = '\0';
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (*p && *p != '#') {
+			snprintf(buf, len, "%s", p);
+			found = true;
+		}
+	}
+	free(line);
+	return found;
+}
+
+/* A list of shards (its first entry ends in .tar, as shards.h tells local
+ * ones): each line a location or brace pattern, relative to the list's own
+ * location (s3:// or http(s)://), onto locs. */
+static int remote_shard_list(FILE *f, const char *url, struct strvec *locs, char *errbuf, size_t errlen)
+{
+	const char *slash = strrchr(url, '/');
+	char *line = NULL, full[4096];
+	unsigned long lineno = 0;
+	size_t cap = 0;
+	ssize_t n;
+	int r = 0;
+
+	while (r == 0 && (n = getline(&line, &cap, f)) >= 0) {
+		char *p = line, *end = line + n;
+
+		lineno++;
+		while (end > p && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t'))
+			*--end = '\0';
+		while (*p == ' ' || *p == '\t')
+			p++;
+		if (*p == '\0' || *p == '#')
+			continue;
+		if ((size_t)snprintf(full, sizeof(full), "%.*s%s", url_is_remote(p) ? 0 : (int)(slash - url + 1), url,
+				     p) >= sizeof(full))
+			r = -ENAMETOOLONG;
+		else
+			r = shards_expand(full, SHARDS_MAX - locs->n, locs);
+		if (r < 0)
+			set_err(errbuf, errlen, "%s:%lu: %s", url, lineno,
+				r == -E2BIG ? "too many shards" : strerror(-r));
+	}
+	free(line);
+	return r;
+}
+
+/* Fetch a list file and parse it as the local ones are; or, for a list of
+ * shards, 1 with their locations in *shards. */
 static int scan_remote_list(struct dataset_remote *rm, const char *url, const char *http_url, struct builder *b,
-			    uint32_t *num_classes, char *errbuf, size_t errlen)
+			    uint32_t *num_classes, struct strvec *shards, char *errbuf, size_t errlen)
 {
 	struct fetch_req req = {.url = http_url, .auth = rm->is_signed ? &rm->auth : NULL};
+	char first[PATH_MAX];
 	FILE *f;
 	int r;
 
@@ -1107,7 +1168,15 @@ static int scan_remote_list(struct dataset_remote *rm, const char *url, const ch
 		r = -ENOENT;
 		goto out;
 	}
-	r = scan_list_stream(f, url, b, num_classes, errbuf, errlen);
+	if (first_list_entry(f, first, sizeof(first)) && has_extension(first, (const char *const[]){"tar", NULL}, true)) {
+		rewind(f);
+		r = remote_shard_list(f, url, shards, errbuf, errlen);
+		if (r == 0)
+			r = 1;
+	} else {
+		rewind(f);
+		r = scan_list_stream(f, url, b, num_classes, errbuf, errlen);
+	}
 	fclose(f);
 out:
 	free(req.data);
@@ -1144,6 +1213,7 @@ int dataset_open_remote(const char *url, uint64_t max_samples, struct fetch *f, 
 	uint64_t *sizes = NULL;
 	uint32_t num_classes = 0;
 	char bucket[256], http_url[4096];
+	struct strvec shard_locs = {0};
 	const char *key, *slash, *p;
 	int r;
 
@@ -1190,7 +1260,7 @@ int dataset_open_remote(const char *url, uint64_t max_samples, struct fetch *f, 
 			if (r == 0)
 				r = s3_object_url(&rm->s3, bucket, key, http_url, sizeof(http_url));
 			if (r == 0)
-				r = scan_remote_list(rm, url, http_url, &b, &num_classes, errbuf, errlen);
+				r = scan_remote_list(rm, url, http_url, &b, &num_classes, &shard_locs, errbuf, errlen);
 		}
 	} else {
 		if (url[strlen(url) - 1] == '/' || strlen(url) >= sizeof(rm->base)) {
@@ -1202,8 +1272,11 @@ int dataset_open_remote(const char *url, uint64_t max_samples, struct fetch *f, 
 		snprintf(http_url, sizeof(http_url), "%s", url);
 		slash = strrchr(url, '/');
 		snprintf(rm->base, sizeof(rm->base), "%.*s", (int)(slash - url + 1), url);
-		r = scan_remote_list(rm, url, http_url, &b, &num_classes, errbuf, errlen);
+		r = scan_remote_list(rm, url, http_url, &b, &num_classes, &shard_locs, errbuf, errlen);
 	}
+	if (r == 1)
+		return open_remote_shards(rm, url, &shard_locs, max_samples, out, errbuf, errlen);
+	strvec_free(&shard_locs);
 	if (r < 0)
 		goto fail;
 	/* scheme://host[:port] */

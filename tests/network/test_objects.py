@@ -296,6 +296,10 @@ def test_tar_shards_over_http_and_s3(daemon, make_dataset, nginx, moto, tmp_path
     name = os.path.basename(pattern)
     shards = sorted(p.name for p in out.glob("*.tar"))
     assert len(shards) == 5
+    # A list of shards: names relative to the list, and a pattern.
+    rest = name.replace("{000000..000004}", "{000002..000004}")
+    assert rest != name
+    (out / "shards.txt").write_text(f"# shards\n{shards[0]}\n{shards[1]}\n{rest}\n")
     web = nginx(out)
     moto.upload_tree("tars", "sh/", out)
     env = dict(os.environ, AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
@@ -317,6 +321,8 @@ def test_tar_shards_over_http_and_s3(daemon, make_dataset, nginx, moto, tmp_path
     same_epoch(local[0], s3[0])
     # A prefix holding .tar objects is a shard data set, as a directory of them is.
     same_epoch(local[0], epoch(d.socket, "s3://tars/sh/")[0])
+    same_epoch(local[0], epoch(d.socket, f"{web.url}/shards.txt")[0])
+    same_epoch(local[0], epoch(d.socket, "s3://tars/sh/shards.txt")[0])
     with pytest.raises(stoker.StokerError) as e:
         stoker.Loader(f"{web.url}/missing-{{0..1}}.tar", socket=d.socket, **OPTS)
     assert "404" in str(e.value) or "No such file" in str(e.value)
