@@ -1085,65 +1085,6 @@ out:
 	return r;
 }
 
-/* The first entry of a list (not a comment or blank), trimmed, its label
- * left on. */
-static bool first_list_entry(FILE *f, char *buf, size_t len)
-{
-	char *line = NULL;
-	size_t cap = 0;
-	bool found = false;
-
-	for (int i = 0; i < 1000 && !found && getline(&line, &cap, f) >= 0; i++) {
-		char *p = line, *end = line + strlen(line);
-
-		while (end > p && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t'))
-			*--end = '\0';
-		while (*p == ' ' || *p == '\t')
-			p++;
-		if (*p && *p != '#') {
-			snprintf(buf, len, "%s", p);
-			found = true;
-		}
-	}
-	free(line);
-	return found;
-}
-
-/* A list of shards (its first entry ends in .tar, as shards.h tells local
- * ones): each line a location or brace pattern, relative to the list's own
- * location (s3:// or http(s)://), onto locs. */
-static int remote_shard_list(FILE *f, const char *url, struct strvec *locs, char *errbuf, size_t errlen)
-{
-	const char *slash = strrchr(url, '/');
-	char *line = NULL, full[4096];
-	unsigned long lineno = 0;
-	size_t cap = 0;
-	ssize_t n;
-	int r = 0;
-
-	while (r == 0 && (n = getline(&line, &cap, f)) >= 0) {
-		char *p = line, *end = line + n;
-
-		lineno++;
-		while (end > p && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t'))
-			*--end = '\0';
-		while (*p == ' ' || *p == '\t')
-			p++;
-		if (*p == '\0' || *p == '#')
-			continue;
-		if ((size_t)snprintf(full, sizeof(full), "%.*s%s", url_is_remote(p) ? 0 : (int)(slash - url + 1), url,
-				     p) >= sizeof(full))
-			r = -ENAMETOOLONG;
-		else
-			r = shards_expand(full, SHARDS_MAX - locs->n, locs);
-		if (r < 0)
-			set_err(errbuf, errlen, "%s:%lu: %s", url, lineno,
-				r == -E2BIG ? "too many shards" : strerror(-r));
-	}
-	free(line);
-	return r;
-}
-
 /* Fetch a list file and parse it as the local ones are; or, for a list of
  * shards, 1 with their locations in *shards. */
 static int scan_remote_list(struct dataset_remote *rm, const char *url, const char *http_url, struct builder *b,
@@ -1168,9 +1109,14 @@ static int scan_remote_list(struct dataset_remote *rm, const char *url, const ch
 		r = -ENOENT;
 		goto out;
 	}
-	if (first_list_entry(f, first, sizeof(first)) && has_extension(first, (const char *const[]){"tar", NULL}, true)) {
+	if (shards_list_first_entry(f, first, sizeof(first)) &&
+	    has_extension(first, (const char *const[]){"tar", NULL}, true)) {
+		/* A list of shards: relative to the list's own location. */
+		char dir[4096];
+
+		snprintf(dir, sizeof(dir), "%.*s", (int)(strrchr(url, '/') - url), url);
 		rewind(f);
-		r = remote_shard_list(f, url, shards, errbuf, errlen);
+		r = shards_list_read(f, url, dir, shards, errbuf, errlen);
 		if (r == 0)
 			r = 1;
 	} else {

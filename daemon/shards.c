@@ -648,17 +648,13 @@ static bool dir_has_tars(const char *path)
 	return found;
 }
 
-/* The first entry of a list file, trimmed, into buf; false if none. */
-static bool first_entry(const char *path, char *buf, size_t len)
+bool shards_list_first_entry(FILE *f, char *buf, size_t len)
 {
 	char *line = NULL;
 	size_t cap = 0;
 	ssize_t n;
 	bool found = false;
-	FILE *f = fopen(path, "re");
 
-	if (!f)
-		return false;
 	/* Only the first lines: a huge list is not read twice for this. */
 	for (int i = 0; i < 1000 && !found && (n = getline(&line, &cap, f)) >= 0; i++) {
 		char *p = line, *end = line + n;
@@ -673,6 +669,18 @@ static bool first_entry(const char *path, char *buf, size_t len)
 		}
 	}
 	free(line);
+	return found;
+}
+
+/* The first entry of a list file, trimmed, into buf; false if none. */
+static bool first_entry(const char *path, char *buf, size_t len)
+{
+	FILE *f = fopen(path, "re");
+	bool found;
+
+	if (!f)
+		return false;
+	found = shards_list_first_entry(f, buf, len);
 	fclose(f);
 	return found;
 }
@@ -730,8 +738,11 @@ static int add_entry(const char *dir, const char *entry, struct strvec *out, cha
 	char full[PATH_MAX];
 	int r;
 
-	if ((size_t)snprintf(full, sizeof(full), "%s%s%s", entry[0] == '/' ? "" : dir, entry[0] == '/' ? "" : "/",
-			     entry) >= sizeof(full)) {
+	/* Absolute: a path, or a URL in a list of remote shards. */
+	bool absolute = entry[0] == '/' || strstr(entry, "://");
+
+	if ((size_t)snprintf(full, sizeof(full), "%s%s%s", absolute ? "" : dir, absolute ? "" : "/", entry) >=
+	    sizeof(full)) {
 		set_err(errbuf, errlen, "%s: path too long", entry);
 		return -ENAMETOOLONG;
 	}
@@ -774,20 +785,14 @@ static int list_dir_tars(const char *dir, struct strvec *out, char *errbuf, size
 	return r;
 }
 
-static int list_file_shards(const char *list, const char *dir, struct strvec *out, char *errbuf, size_t errlen)
+int shards_list_read(FILE *f, const char *list, const char *dir, struct strvec *out, char *errbuf, size_t errlen)
 {
 	char *line = NULL;
 	size_t cap = 0;
 	ssize_t n;
 	unsigned long lineno = 0;
 	int r = 0;
-	FILE *f = fopen(list, "re");
 
-	if (!f) {
-		r = -errno;
-		set_err(errbuf, errlen, "dataset %s: %s", list, strerror(-r));
-		return r;
-	}
 	while (r == 0 && (n = getline(&line, &cap, f)) >= 0) {
 		char *p = line, *end = line + n;
 
@@ -807,6 +812,20 @@ static int list_file_shards(const char *list, const char *dir, struct strvec *ou
 		}
 	}
 	free(line);
+	return r;
+}
+
+static int list_file_shards(const char *list, const char *dir, struct strvec *out, char *errbuf, size_t errlen)
+{
+	FILE *f = fopen(list, "re");
+	int r;
+
+	if (!f) {
+		r = -errno;
+		set_err(errbuf, errlen, "dataset %s: %s", list, strerror(-r));
+		return r;
+	}
+	r = shards_list_read(f, list, dir, out, errbuf, errlen);
 	fclose(f);
 	return r;
 }

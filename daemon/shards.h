@@ -35,6 +35,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "labels.h"
 #include "strvec.h"
@@ -106,6 +107,13 @@ int shards_open(const char *path, bool detect, uint32_t num_classes, uint64_t ma
  */
 int shards_open_source(const char *url, struct strvec *locs, const struct shard_source *src, uint64_t max_samples,
 		       struct dataset **out, char *errbuf, size_t errlen);
+/* A list of shards read from f (named `list` in messages): each entry a
+ * location or pattern, relative to `dir` unless absolute (a path, a URL),
+ * expanded onto out. The first entry of such a list, trimmed, into buf
+ * (false: none); a list whose first entry ends in .tar lists shards. */
+int shards_list_read(FILE *f, const char *list, const char *dir, struct strvec *out, char *errbuf, size_t errlen);
+bool shards_list_first_entry(FILE *f, char *buf, size_t len);
+
 /* Does the URL name shards (a brace pattern, or a path ending in .tar)? */
 bool shards_url_spec(const char *url);
 void shardset_free(struct shardset *s);
