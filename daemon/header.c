@@ -35,6 +35,7 @@ static const uint8_t *window_at(struct header_window *w, uint64_t off, size_t n)
 #define HEADER_MAX_MARKERS 256
 #define HEADER_MAX_OFFSET (16u << 20)
 #define HEADER_MAX_CHUNKS 256
+#define HEADER_MAX_PNG_CHUNKS 65536 /* eXIf may follow all IDAT chunks */
 #define HEADER_MAX_IFD_ENTRIES 1024
 #define HEADER_MAX_PNM_BYTES 4096
 
@@ -88,7 +89,7 @@ struct ifd0 {
  * IFD0 of the TIFF structure at `base` (a TIFF file, or the payload of an
  * EXIF segment), every offset relative to base and below `limit` (the
  * structure's size). Only SHORT and LONG (and BigTIFF's LONG8) values
- * held in the entry itself are read: all the three tags need.
+ * held in the entry itself are read: all the size tags need.
  */
 static int read_ifd0(struct header_window *w, uint64_t base, uint64_t limit, struct ifd0 *out)
 {
@@ -136,6 +137,13 @@ static int read_ifd0(struct header_window *w, uint64_t base, uint64_t limit, str
 		tag = (unsigned)u16_of(p, big);
 		type = (unsigned)u16_of(p + 2, big);
 		n = wide ? u64_of(p + 4, big) : u32_of(p + 4, big);
+		/* OpenCV's ExifReader reads the orientation as the entry's first
+		 * two value bytes whatever its type and count say: so do we. */
+		if (tag == 0x0112 && !wide && !out->orientation) {
+			v = u16_of(p + 8, big);
+			out->orientation = v >= 1 && v <= 8 ? (unsigned)v : 0;
+			continue;
+		}
 		if (n < 1)
 			continue;
 		if (type == 3) /* SHORT: the first value is the first two bytes */
@@ -150,23 +158,17 @@ static int read_ifd0(struct header_window *w, uint64_t base, uint64_t limit, str
 			out->width = v;
 		else if (tag == 257)
 			out->height = v;
-		else if (tag == 0x0112 && type == 3 && v >= 1 && v <= 8 && !out->orientation)
-			out->orientation = (unsigned)v;
 	}
 	return 0;
 }
 
-/* The orientation in an EXIF payload at [off, off + len): optionally
- * "Exif\0\0", then a TIFF structure. 1 when there is none. */
+/* The orientation in the TIFF structure of an EXIF payload at [off, off +
+ * len); 1 when there is none. (PNG's and WebP's payloads start with the
+ * TIFF header: cv2 applies none behind an "Exif\0\0" there.) */
 static unsigned exif_orientation(struct header_window *w, uint64_t off, uint64_t len)
 {
-	const uint8_t *p = window_at(w, off, 6);
 	struct ifd0 ifd;
 
-	if (p && len >= 6 && !memcmp(p, "Exif\0\0", 6)) {
-		off += 6;
-		len -= 6;
-	}
 	if (read_ifd0(w, off, len, &ifd) < 0 || !ifd.orientation)
 		return 1;
 	return ifd.orientation;
@@ -212,7 +214,7 @@ static int jpeg_header(struct header_window *w, struct image_header *h)
 			p = window_at(w, off + 4, 6);
 			if (p && !memcmp(p, "Exif\0\0", 6)) {
 				exif_seen = true;
-				h->orientation = (uint8_t)exif_orientation(w, off + 4, len - 2);
+				h->orientation = (uint8_t)exif_orientation(w, off + 10, len - 8);
 			}
 		}
 		/* SOF0..SOF15 but DHT (C4), JPG (C8) and DAC (CC) */
@@ -225,7 +227,8 @@ static int jpeg_header(struct header_window *w, struct image_header *h)
 	return -EBADMSG;
 }
 
-/* IHDR's size; an eXIf chunk before IDAT for the orientation. */
+/* IHDR's size; the first eXIf chunk (before or after IDAT: cv2 reads
+ * either) for the orientation. */
 static int png_header(struct header_window *w, struct image_header *h)
 {
 	const uint8_t *p = window_at(w, 8, 16);
@@ -237,14 +240,14 @@ static int png_header(struct header_window *w, struct image_header *h)
 	r = set_size(h, be32(p + 8), be32(p + 12));
 	if (r < 0)
 		return r;
-	for (int k = 0; k < HEADER_MAX_CHUNKS; k++) {
+	for (int k = 0; k < HEADER_MAX_PNG_CHUNKS; k++) {
 		uint32_t len;
 
 		p = window_at(w, off, 8);
 		if (!p)
 			break;
 		len = be32(p);
-		if (len > INT32_MAX || !memcmp(p + 4, "IDAT", 4) || !memcmp(p + 4, "IEND", 4))
+		if (len > INT32_MAX || !memcmp(p + 4, "IEND", 4))
 			break;
 		if (!memcmp(p + 4, "eXIf", 4)) {
 			h->orientation = (uint8_t)exif_orientation(w, off + 8, len);

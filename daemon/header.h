@@ -7,8 +7,9 @@
  *
  * Orientation is what Ultralytics' training sees: cv2.imdecode applies the
  * EXIF Orientation tag (1..8) of JPEG (the first APP1 "Exif" segment), PNG
- * (an eXIf chunk before IDAT) and WebP (an EXIF chunk), exactly as Pillow's
- * ImageOps.exif_transpose; Ultralytics' imread reads .tif files with
+ * (the first eXIf chunk, wherever it is) and WebP (an EXIF chunk, when
+ * VP8X flags one), exactly as Pillow's ImageOps.exif_transpose, reading
+ * the tag's first two value bytes whatever its type and count; Ultralytics' imread reads .tif files with
  * IMREAD_UNCHANGED, which ignores it, so a TIFF's tag is not applied (1).
  * BMP and PNM have none. Classification (torchvision's PIL loader) applies
  * no orientation at all: only detection asks for it.

@@ -132,3 +132,73 @@ def test_exif_orientation_equals_ultralytics(daemon, tagged, rect):
     turned = [f for f in ds.im_files if Image.open(f).size[::-1] != cv2.imdecode(
         np.fromfile(f, np.uint8), cv2.IMREAD_COLOR).shape[:2]]
     assert len(turned) >= 4
+
+
+def test_exif_edge_cases_as_cv2(daemon, varied, tmp_path):
+    """Where and how the tag is written, against cv2.imdecode itself: two Exif APP1 segments
+    (the first counts), XMP before Exif, a LONG-typed tag, PNG's eXIf after IDAT, PNG's
+    eXIf behind an "Exif\\0\\0" prefix (cv2: none), WebP's EXIF chunk without VP8X's flag
+    (cv2: none). ori_shape is cv2's shape, and the pixels those of cv2's upright decode."""
+    import io
+    import struct
+    import zlib
+
+    from PIL import Image
+
+    def app1(payload):
+        return b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload
+
+    def exif(o):
+        e = Image.Exif()
+        e[274] = o
+        return e.tobytes()                                   # "Exif\0\0" + TIFF
+
+    def long_tag(o):
+        return (b"Exif\0\0II*\0" + struct.pack("<IH", 8, 1) + struct.pack("<HHII", 0x112, 4, 1, o)
+                + b"\0\0\0\0")
+
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d))
+
+    im = Image.open(sorted(varied.iterdir())[0]).convert("RGB")
+    b = io.BytesIO()
+    im.save(b, "JPEG", quality=95)
+    j = b.getvalue()
+    b = io.BytesIO()
+    im.save(b, "PNG")
+    p = b.getvalue()
+    b = io.BytesIO()
+    im.save(b, "WEBP", lossless=True, exif=exif(6))
+    w = bytearray(b.getvalue())
+    w[20] &= ~0x08                                           # VP8X: no EXIF flag
+    iend = p.rfind(b"IEND") - 4
+    files = {
+        "a_two_app1.jpg": j[:2] + app1(exif(6)) + app1(exif(8)) + j[2:],
+        "b_xmp_first.jpg": j[:2] + app1(b"http://ns.adobe.com/xap/1.0/\0<x/>") + app1(exif(5)) + j[2:],
+        "c_long.jpg": j[:2] + app1(long_tag(7)) + j[2:],
+        "d_after_idat.png": p[:iend] + chunk(b"eXIf", exif(8)[6:]) + p[iend:],
+        "e_prefixed.png": p[:33] + chunk(b"eXIf", exif(6)) + p[33:],
+        "f_unflagged.webp": bytes(w),
+    }
+    tagged = tmp_path / "edge" / "images" / "train"
+    upright = tmp_path / "upright" / "images" / "train"
+    tagged.mkdir(parents=True)
+    upright.mkdir(parents=True)
+    want = []
+    for name, data in sorted(files.items()):
+        (tagged / name).write_bytes(data)
+        ref = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+        cv2.imwrite(str(upright / (name.split(".")[0] + ".png")), ref)
+        want.append(ref.shape[:2])
+    assert [s != (im.height, im.width) for s in want] == [True, True, True, True, False, False]
+    d = daemon()
+    got = {}
+    for key, path in (("tagged", tagged), ("upright", upright)):
+        with stoker.Loader(path, socket=d.socket, task="detect", transform="letterbox", image_size=320,
+                           batch_size=6, shuffle=False, resample="cv2") as ld:
+            b = next(iter(ld))
+            got[key] = (np.array(b.shapes), np.array(b.images), b.indices.tolist())
+    assert got["tagged"][2] == list(range(6))
+    assert [tuple(s[:2]) for s in got["tagged"][0]] == want
+    assert np.array_equal(got["tagged"][0], got["upright"][0])
+    assert np.abs(got["tagged"][1].astype(int) - got["upright"][1].astype(int)).max() <= PIXEL_SLACK
