@@ -411,6 +411,11 @@ $(FB)/seeds/.done: $(B)/tests/fuzz_mkseeds $(B)/tests/mkjpeg tests/tools/mkimage
 	$(Q){ printf '\003'; head -c 4096 data/photos/rocket.jpg; } > $(FB)/seeds/detect/jpeg-header
 	$(Q)printf '\003\211PNG\r\n\032\n\000\000\000\015IHDR\000\000\001\000\000\000\000\200\010\002\000\000\000' \
 	    > $(FB)/seeds/detect/png-header
+	$(Q)for f in $(FB)/seeds/images/*; do { printf '\003'; cat "$$f"; } > $(FB)/seeds/detect/header-$${f##*/}; done
+	$(Q)$(PYTHON) -c 'import io, sys; from PIL import Image; e = Image.Exif(); e[274] = 6; \
+	    [open(f"$(FB)/seeds/detect/exif-{f}", "wb").write(b"\3" + b.getvalue()) for f, kw in \
+	     (("JPEG", {}), ("PNG", {}), ("WEBP", {"lossless": True})) \
+	     for b in [io.BytesIO()] if Image.new("RGB", (9, 5)).save(b, f, exif=e, **kw) is None]'
 	@touch $@
 
 fuzz-build: $(FUZZ_BINS) $(FB)/seeds/.done
