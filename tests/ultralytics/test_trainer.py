@@ -14,9 +14,10 @@ from ultralytics import YOLO
 from ultralytics.cfg import get_cfg
 from ultralytics.data import build_dataloader, build_yolo_dataset
 from ultralytics.data.utils import check_det_dataset
+from ultralytics.models.yolo.detect import DetectionValidator
 
 import stoker
-from stoker.ultralytics import StokerDetectionTrainer, YOLOLoader
+from stoker.ultralytics import StokerDetectionTrainer, StokerDetectionValidator, YOLOLoader
 
 IMGSZ = 160
 STRIDE = 32
@@ -99,8 +100,8 @@ def test_batch_dicts_are_ultralytics(daemon, yolo, mode):
 
 def test_val_batches_match_ultralytics_per_image(daemon, yolo):
     """Validation is deterministic: per image, the rectangular batch shape,
-    original shape, ratio_pad, classes and boxes equal Ultralytics' own, and
-    the pixels are within a small mean difference."""
+    original shape, ratio_pad, classes, boxes and pixels equal Ultralytics'
+    own."""
     path, _ = yolo
     d = daemon(workers=2)
     args = _args(path)
@@ -135,8 +136,9 @@ def test_val_batches_match_ultralytics_per_image(daemon, yolo):
         assert gpad == wpad and grh == pytest.approx(wrh, rel=1e-9) and grw == pytest.approx(wrw, rel=1e-9), f
         assert a["cls"] == b["cls"], f
         assert torch.allclose(a["boxes"], b["boxes"], atol=1e-4), f
-        diff = (a["img"].float() - b["img"].float()).abs().mean().item()
-        assert diff < 1.0, f"{f}: mean pixel difference {diff:.2f}"
+        # Validation resamples as cv2 does (resample="cv2"): the same pixels.
+        assert torch.equal(a["img"], b["img"]), f"{f}: max pixel difference " \
+            f"{(a['img'].int() - b['img'].int()).abs().max().item()}"
 
 
 def test_trainer_trains_and_validates(daemon, yolo, tmp_path, monkeypatch):
@@ -176,6 +178,42 @@ def test_trainer_trains_and_validates(daemon, yolo, tmp_path, monkeypatch):
     st = stoker.stats(socket=d.socket)
     # Training batches and the validations (each epoch and the final one) came from the daemon.
     assert st["batches_served"] >= 2 * math.ceil(12 / 4) + 3 * math.ceil(12 / 8)
+
+    # best.pt validated on its own, by Ultralytics' validator and by stoker's:
+    # the same pixels, so the same predictions for every image and the same metrics.
+    results = {}
+    for name, cls in (("ultralytics", DetectionValidator), ("stoker", StokerDetectionValidator)):
+        v = _recording(cls)(args=dict(model=str(run / "weights" / "best.pt"), data=str(path / "data.yaml"),
+                                      imgsz=IMGSZ, batch=8, device="cpu", plots=False, project=str(tmp_path),
+                                      name=f"val-{name}", exist_ok=True))
+        r = v(model=str(run / "weights" / "best.pt"))
+        results[name] = dict(metrics=r, seen=v.seen, instances=v.metrics.nt_per_class.tolist(),
+                             loader=type(v.dataloader).__name__, preds=v.recorded)
+    ours, theirs = results["stoker"], results["ultralytics"]
+    assert ours["loader"] == "YOLOLoader" and theirs["loader"] != "YOLOLoader"
+    assert ours["seen"] == theirs["seen"] == 12 and ours["instances"] == theirs["instances"]
+    assert sum(ours["instances"]) == 50 and ours["metrics"] == theirs["metrics"]
+    assert ours["preds"].keys() == theirs["preds"].keys() and len(ours["preds"]) == 12
+    assert sum(len(p["conf"]) for p in ours["preds"].values()) > 0
+    for f, p in theirs["preds"].items():
+        q = ours["preds"][f]
+        assert len(q["conf"]) == len(p["conf"]), f
+        for k in ("bboxes", "conf", "cls"):
+            assert torch.allclose(q[k], p[k], atol=1e-3), (f, k)
+
+
+def _recording(validator):
+    """`validator` keeping each image's predictions (after NMS), by file."""
+
+    class Recording(validator):
+        def update_metrics(self, preds, batch):
+            if not hasattr(self, "recorded"):
+                self.recorded = {}
+            for si, p in enumerate(preds):
+                self.recorded[batch["im_file"][si]] = {k: p[k].clone() for k in ("bboxes", "conf", "cls")}
+            super().update_metrics(preds, batch)
+
+    return Recording
 
 
 @pytest.mark.parametrize("mode", ["train", "val"])

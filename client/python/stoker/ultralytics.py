@@ -14,7 +14,9 @@ resume, validation and its metrics, plots, callbacks, DDP.
 
 The daemon's socket is $STOKER_SOCKET (DDP ranks inherit it), else
 stoker's default; `StokerDetectionTrainer.using(socket=..., timeout=...)`
-gives a trainer class with others.
+gives a trainer class with others. StokerDetectionValidator does the same
+for a validation on its own: `YOLO("best.pt").val(data=...,
+validator=StokerDetectionValidator)`.
 
 The batches are the dict Ultralytics' own loader yields: img (uint8
 [B, 3, H, W], a zero-copy view of the daemon's ring in channels_last
@@ -31,13 +33,13 @@ import os
 import numpy as np
 import torch
 from ultralytics.data.dataset import YOLODataset
-from ultralytics.models.yolo.detect import DetectionTrainer
+from ultralytics.models.yolo.detect import DetectionTrainer, DetectionValidator
 from ultralytics.utils import LOGGER, colorstr
 from ultralytics.utils.torch_utils import torch_distributed_zero_first, unwrap_model
 
 import stoker.torch
 
-__all__ = ["StokerDetectionTrainer", "YOLOLoader", "loader_options"]
+__all__ = ["StokerDetectionTrainer", "StokerDetectionValidator", "YOLOLoader", "loader_options"]
 
 # Ultralytics hyper-parameters that are stoker detect options of the same
 # name and meaning (docs/detection.md).
@@ -145,10 +147,11 @@ class YOLOLoader:
 
     mode "train": stoker's mosaic pipeline with the trainer's augmentation
     hyper-parameters, shuffled; "val": letterboxed, in order, rectangular
-    batches as Ultralytics' validator builds them (rect=True)."""
+    batches as Ultralytics' validator builds them (rect=True; rect=False:
+    square imgsz, as it does for models exported with a fixed shape)."""
 
     def __init__(self, path, args, data, batch_size=16, mode="train", rank=-1, epochs=None, stride=32,
-                 socket=None, timeout=None, resample=None):
+                 socket=None, timeout=None, resample=None, rect=True):
         if mode not in ("train", "val"):
             raise ValueError(f"mode {mode!r}: 'train' or 'val'")
         if not isinstance(path, (str, os.PathLike)):
@@ -163,7 +166,8 @@ class YOLOLoader:
         whole = {"rank": 0, "world_size": 1} if rank == -1 else {}
         self._opts = dict(loader_options(args, mode, epochs), socket=socket, timeout=timeout,
                           batch_size=int(batch_size), **whole)
-        if mode == "val":
+        self._rect = mode == "val" and rect
+        if self._rect:
             self._opts.update(rect=True, stride=int(stride), pad=0.5)
         if resample is not None:
             self._opts["resample"] = resample
@@ -188,7 +192,7 @@ class YOLOLoader:
         self.sampler = _Sampler(self)
         LOGGER.info(f"{colorstr(mode + ':')} stoker: {self._stoker.dataset_samples} images of {self._path}, "
                     f"{len(self)} batches of {self.batch_size} per epoch for this rank "
-                    f"({self._opts['transform']}{', rect' if mode == 'val' else ''})")
+                    f"({self._opts['transform']}{', rect' if self._rect else ''})")
 
     def __len__(self):
         return len(self._stoker)
@@ -251,7 +255,8 @@ class YOLOLoader:
             resized = ((h, w),) * len(files)
             ratio_pad = tuple((rh, rw) for rh, rw, _, _ in rp)
         else:
-            resized = tuple(np.array([h, w]) for _ in files)  # LetterBox's new_shape (rect_shape)
+            # LetterBox's new_shape: the batch's rect_shape, or the square imgsz.
+            resized = tuple(np.array([h, w]) for _ in files) if self._rect else ((h, w),) * len(files)
             ratio_pad = tuple(((rh, rw), (int(left), int(top))) for rh, rw, left, top in rp)
         return {"batch_idx": boxes[:, 0].contiguous(), "bboxes": boxes[:, 2:6].contiguous(),
                 "cls": boxes[:, 1:2].contiguous(), "im_file": tuple(files), "img": img, "ori_shape": ori,
@@ -269,9 +274,8 @@ def _set_loader_epoch(trainer):
         loader.set_epoch(trainer.epoch)
 
 
-class StokerDetectionTrainer(DetectionTrainer):
-    """Ultralytics' DetectionTrainer whose train and validation loaders are
-    stoker's (YOLOLoader). Pass it as `trainer=` to YOLO(...).train()."""
+class _Configurable:
+    """Where a trainer or validator class finds the daemon."""
 
     socket = None    # None: $STOKER_SOCKET, else stoker's default
     timeout = None   # seconds to wait for a batch (None: forever)
@@ -281,9 +285,14 @@ class StokerDetectionTrainer(DetectionTrainer):
     def using(cls, socket=None, timeout=None, resample=None):
         """A subclass with another daemon socket, batch timeout or resampling
         ("cv2": Ultralytics' own pixels in training too, at some decode speed),
-        for `YOLO(...).train(trainer=StokerDetectionTrainer.using(socket=...))`."""
+        e.g. `YOLO(...).train(trainer=StokerDetectionTrainer.using(socket=...))`."""
         return type(cls.__name__, (cls,), {"socket": socket, "timeout": timeout, "resample": resample,
                                            "__module__": cls.__module__})
+
+
+class StokerDetectionTrainer(_Configurable, DetectionTrainer):
+    """Ultralytics' DetectionTrainer whose train and validation loaders are
+    stoker's (YOLOLoader). Pass it as `trainer=` to YOLO(...).train()."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -305,4 +314,22 @@ class StokerDetectionTrainer(DetectionTrainer):
             except BaseException:
                 loader.close()
                 raise
+        return loader
+
+
+class StokerDetectionValidator(_Configurable, DetectionValidator):
+    """Ultralytics' DetectionValidator whose loader is stoker's, for a
+    validation on its own: `YOLO("best.pt").val(data="data.yaml",
+    validator=StokerDetectionValidator)`. (In training, the trainer's own
+    validator already reads stoker's validation loader.)"""
+
+    def get_dataloader(self, dataset_path, batch_size):
+        stride = max(int(self.stride.max() if isinstance(self.stride, torch.Tensor) else self.stride), 32)
+        loader = YOLOLoader(dataset_path, self.args, self.data, batch_size=batch_size, mode="val", rank=-1,
+                            stride=stride, socket=self.socket, timeout=self.timeout, resample=self.resample,
+                            rect=bool(self.args.rect))
+        if self.names and len(self.names) < self.data["nc"]:  # as Ultralytics' get_dataloader does
+            LOGGER.warning(f"Skipping labels of classes the model (nc={len(self.names)}) cannot predict.")
+            keep = torch.arange(len(self.names), dtype=torch.float32)
+            loader._classes = keep if loader._classes is None else loader._classes[torch.isin(loader._classes, keep)]
         return loader
