@@ -400,6 +400,7 @@ $(FB)/seeds/.done: $(B)/tests/fuzz_mkseeds $(B)/tests/mkjpeg tests/tools/mkimage
 	$(Q)printf '\0000 0.5 0.5 0.2 0.4\n3 0.1 0.2 0.5 0.2 0.5 0.6 0.1 0.6\n' > $(FB)/seeds/detect/labels
 	$(Q)printf '\001path: /d\ntrain: images/train\nnames:\n  0: a\n  1: b\n' > $(FB)/seeds/detect/yaml
 	$(Q)printf '\002\000\000\000\100\000\000\000\003\000\000\000\011' > $(FB)/seeds/detect/mosaic
+	$(Q)cp tests/fuzz/regressions/dispatch-* $(FB)/seeds/dispatch/
 	@mkdir -p $(FB)/seeds/tar
 	$(Q)cp tests/fuzz/regressions/tar-* $(FB)/seeds/tar/
 	@mkdir -p $(FB)/seeds/s3

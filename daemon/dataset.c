@@ -1163,6 +1163,12 @@ int dataset_open_remote(const char *url, uint64_t max_samples, struct fetch *f, 
 	const char *key, *slash, *p;
 	int r;
 
+	if (!f) {
+		/* An in-process daemon built without the I/O thread (the fuzzer's). */
+		free(rm);
+		set_err(errbuf, errlen, "%s: this daemon reads no remote data sets", url);
+		return -EPROTONOSUPPORT;
+	}
 	if (!rm)
 		return -ENOMEM;
 	rm->fetch = f;
