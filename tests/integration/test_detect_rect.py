@@ -302,6 +302,40 @@ def test_rect_sizes_of_every_format(daemon, varied, tmp_path):
     assert "0 without a readable image header" in d.stderr()
 
 
+def test_rect_resume_option_sets_rect_stride_pad(daemon, varied):
+    """The C `resume` option (stoker_opts_set) brings back rect, stride and pad from the
+    token: the rest of the epoch, in the same batches and shapes, with no rect option given."""
+    import ctypes
+
+    root, files, sizes = varied
+    d = daemon()
+    with open_loader(d, root / "images" / "train", rect=True, batch_size=3, stride=16, pad=0.25) as ld:
+        it = iter(ld)
+        next(it)
+        token = ld.state_dict()["token"]
+        rest = [(np.array(b.indices).tolist(), b.images.shape[1:3]) for b in it]
+    lib = stoker.load_library()
+    h = stoker._connect(d.socket)
+    o = ctypes.c_void_p()
+    assert lib.stoker_opts_new(ctypes.byref(o)) == 0
+    try:
+        for k, v in (("task", "detect"), ("transform", "letterbox"), ("image_size", "256"), ("resume", token)):
+            assert lib.stoker_opts_set(o, k.encode(), v.encode()) == 0, k
+        assert lib.stoker_attach(h, str(root / "images" / "train").encode(), o) == 0
+        got = []
+        b = ctypes.c_void_p()
+        while lib.stoker_next(h, 60000, ctypes.byref(b)) == 0:
+            n = lib.stoker_batch_count(b)
+            idx = ctypes.cast(lib.stoker_batch_indices(b), ctypes.POINTER(ctypes.c_uint64))
+            got.append(([idx[i] for i in range(n)],
+                        (lib.stoker_batch_height(b), lib.stoker_batch_width(b))))
+            lib.stoker_release(b)
+    finally:
+        lib.stoker_opts_free(o)
+        lib.stoker_close(h)
+    assert got == rest
+
+
 def test_resample_modes_differ_only_in_pixels(daemon, make_yolo):
     root, _, _ = make_yolo(kind="photos", images=6, classes=5, seed=4, min_side=500, max_side=900)
     d = daemon()
