@@ -490,6 +490,7 @@ install: all
 	install -Dm644 deploy/stoker.socket $(DESTDIR)$(UNITDIR)/stoker.socket
 	install -Dm644 deploy/stoker.sysusers $(DESTDIR)$(SYSUSERSDIR)/stoker.conf
 	install -Dm644 deploy/stoker-gpu.conf $(DESTDIR)$(VENDORCONFDIR)/systemd/gpu.conf
+	install -Dm644 deploy/stoker-network.conf $(DESTDIR)$(VENDORCONFDIR)/systemd/network.conf
 	set -e; for m in $(MANPAGES); do install -Dm644 $$m $(DESTDIR)$(MANDIR)/man$${m##*.}/$${m#man/}; done
 	install -Dm644 README.md $(DESTDIR)$(DOCDIR)/README.md
 	install -Dm644 docs/deploy.md $(DESTDIR)$(DOCDIR)/deploy.md
@@ -504,7 +505,7 @@ uninstall:
 	      $(DESTDIR)$(LIBDIR)/libstoker.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libstoker.so \
 	      $(DESTDIR)$(LIBDIR)/libstoker.a $(DESTDIR)$(INCLUDEDIR)/stoker.h \
 	      $(DESTDIR)$(LIBDIR)/pkgconfig/stoker.pc $(DESTDIR)$(VENDORCONFDIR)/stoker.conf \
-	      $(DESTDIR)$(VENDORCONFDIR)/systemd/gpu.conf \
+	      $(DESTDIR)$(VENDORCONFDIR)/systemd/gpu.conf $(DESTDIR)$(VENDORCONFDIR)/systemd/network.conf \
 	      $(DESTDIR)$(UNITDIR)/stoker.service $(DESTDIR)$(UNITDIR)/stoker.socket \
 	      $(DESTDIR)$(SYSUSERSDIR)/stoker.conf $(addprefix $(DESTDIR)$(MANDIR)/,$(foreach m,$(MANPAGES),man$(subst .,,$(suffix $(m)))/$(notdir $(m))))
 	rm -rf $(DESTDIR)$(PYTHONDIR)/stoker $(DESTDIR)$(DOCDIR)

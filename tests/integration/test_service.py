@@ -631,6 +631,27 @@ def test_gpu_dropin_security(build_dir, tmp_path):
     assert "char-nvidia-uvm:rw" in acl and "/dev/nvidiactl:rw" in acl
 
 
+def test_network_dropin_security(build_dir, tmp_path):
+    """The network drop-in (deploy/stoker-network.conf) opens IPv4/IPv6 and
+    hands over the S3 credentials file, nothing else: the unit with it
+    verifies, stays at exposure <= 2.5, and keeps a file for stokerd to
+    read whether /etc/stoker/aws-credentials exists or not."""
+    unit = (DEPLOY / "stoker.service").read_text().replace("/usr/local/sbin/stokerd", str(STOKERD))
+    dropin = (DEPLOY / "stoker-network.conf").read_text()
+    report, open_items = rate_unit(unit + "\n" + dropin, tmp_path)
+    assert open_items <= EXPLAINED | {"PrivateNetwork=", "RestrictAddressFamilies=~AF_(INET|INET6)",
+                                      "IPAddressDeny="}, open_items
+    for opened in ("PrivateNetwork=", "RestrictAddressFamilies=~AF_(INET|INET6)"):
+        assert opened in open_items, report
+    # Only IP: no packet, netlink or other families.
+    assert "✓ RestrictAddressFamilies=~AF_PACKET" in report and "✓ RestrictAddressFamilies=~AF_NETLINK" in report
+    # The credential the service sees: the file when present, else the
+    # SetCredential= fallback, which stokerd reads as "no keys" (unsigned);
+    # rate_unit's verify fails on a line systemd cannot parse.
+    assert "LoadCredential=aws:/etc/stoker/aws-credentials" in dropin and "SetCredential=aws:" in dropin
+    assert "Environment=AWS_SHARED_CREDENTIALS_FILE=%d/aws" in dropin
+
+
 def test_sysusers_syntax(build_dir, tmp_path):
     r = subprocess.run(["systemd-sysusers", "--dry-run", "--root", str(tmp_path), str(DEPLOY / "stoker.sysusers")],
                        capture_output=True, text=True, timeout=60, env=HOST_ENV)
@@ -654,6 +675,7 @@ def test_install_and_uninstall(build_dir, tmp_path):
     files = ["sbin/stokerd", "bin/stokerctl", "lib/libstoker.so.0", "lib/libstoker.so", "lib/libstoker.a",
              "include/stoker.h", "lib/pkgconfig/stoker.pc", "lib/stoker/stoker.conf",
              "lib/systemd/system/stoker.service", "lib/systemd/system/stoker.socket", "lib/sysusers.d/stoker.conf",
+             "lib/stoker/systemd/gpu.conf", "lib/stoker/systemd/network.conf",
              "share/man/man8/stokerd.8", "share/man/man1/stokerctl.1", "share/man/man5/stoker.conf.5",
              "share/man/man3/libstoker.3"]
     for f in files:

@@ -185,6 +185,27 @@ def test_s3_credentials(daemon, make_dataset, moto_auth, tmp_path):
     assert "[absent]" in str(e.value)
 
 
+def test_network_dropin_without_credentials_file(daemon, make_dataset, moto, tmp_path):
+    """The systemd drop-in (deploy/stoker-network.conf) points stokerd at its
+    credential "aws"; without /etc/stoker/aws-credentials that credential is
+    the drop-in's SetCredential= fallback, which stokerd must read as "no
+    keys" (unsigned requests), not as an error."""
+    dropin = (Path(__file__).resolve().parents[2] / "deploy/stoker-network.conf").read_text()
+    fallback = next(line.split(":", 1)[1] for line in dropin.splitlines() if line.startswith("SetCredential=aws:"))
+    assert "%" not in fallback and "\\" not in fallback  # systemd would expand those
+    creds = tmp_path / "aws"
+    creds.write_text(fallback)
+    root, _ = make_dataset(classes=2, per_class=6)
+    s3 = moto.client()
+    for key in moto.upload_tree("public", "train/", root):  # anonymous reads: a public bucket
+        s3.put_object_acl(Bucket="public", Key=key, ACL="public-read")
+    s3.put_bucket_acl(Bucket="public", ACL="public-read")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    d = daemon(workers=1, env=dict(base, AWS_SHARED_CREDENTIALS_FILE=str(creds)),
+               extra=["--set", f"s3_endpoint={moto.url}"])
+    same_epoch(epoch(d.socket, root)[0], epoch(d.socket, "s3://public/train/")[0])
+
+
 def test_server_killed_and_restarted_mid_epoch(daemon, make_dataset, nginx):
     """nginx is SIGKILLed after the first batch and comes back a second
     later: the retries cover it, and the epoch is the local one, each
