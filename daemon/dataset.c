@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -541,21 +542,15 @@ out:
 	return r;
 }
 
-/* A .txt of image paths, one a line, relative to its directory. */
-static int scan_image_list(const char *path, struct builder *b, char *errbuf, size_t errlen)
+/* A .txt of image paths, one a line, relative to its directory, read from
+ * f (named `path` in messages). */
+static int scan_image_list_stream(FILE *f, const char *path, struct builder *b, char *errbuf, size_t errlen)
 {
 	char *line = NULL;
 	size_t cap = 0;
 	ssize_t len;
-	FILE *f;
 	int r = 0;
 
-	f = fopen(path, "re");
-	if (!f) {
-		r = -errno;
-		set_err(errbuf, errlen, "%s: %s", path, strerror(-r));
-		return r;
-	}
 	while ((len = getline(&line, &cap, f)) >= 0) {
 		char *p = line, *end = line + len;
 
@@ -577,6 +572,20 @@ static int scan_image_list(const char *path, struct builder *b, char *errbuf, si
 	}
 out:
 	free(line);
+	return r;
+}
+
+static int scan_image_list(const char *path, struct builder *b, char *errbuf, size_t errlen)
+{
+	FILE *f = fopen(path, "re");
+	int r;
+
+	if (!f) {
+		r = -errno;
+		set_err(errbuf, errlen, "%s: %s", path, strerror(-r));
+		return r;
+	}
+	r = scan_image_list_stream(f, path, b, errbuf, errlen);
 	fclose(f);
 	return r;
 }
@@ -630,8 +639,39 @@ out:
 	return r < 0 ? r : (int64_t)len;
 }
 
+/*
+ * Where read_labels gets sample i's label file: its text into *text (grown,
+ * bounded by LABELS_MAX_FILE_BYTES), its length; -ENOENT when it has none
+ * (no objects); another -errno, with the file's name in `label` and, but
+ * for -ENOMEM, -ENAMETOOLONG and -EFBIG, why in `why`. Called for 0, 1, ...
+ */
+typedef int64_t (*label_read_fn)(void *ctx, const struct dataset *ds, uint64_t i, char *label, size_t label_size,
+				 uint8_t **text, size_t *cap, char *why, size_t whylen);
+
+/* Local files: the label path Ultralytics derives from the image's. */
+static int64_t label_read_file(void *ctx, const struct dataset *ds, uint64_t i, char *label, size_t label_size,
+			       uint8_t **text, size_t *cap, char *why, size_t whylen)
+{
+	const char *name = dataset_name(ds, i);
+	char image[PATH_MAX * 2];
+	int64_t len;
+
+	(void)ctx;
+	if ((size_t)snprintf(image, sizeof(image), "%s%s%s", name[0] == '/' ? "" : ds->root,
+			     name[0] == '/' ? "" : "/", name) >= sizeof(image) ||
+	    labels_path(image, label, label_size) < 0) {
+		snprintf(label, label_size, "%s", image);
+		return -ENAMETOOLONG;
+	}
+	len = read_bounded(AT_FDCWD, label, text, cap, LABELS_MAX_FILE_BYTES);
+	if (len < 0)
+		snprintf(why, whylen, "%s", strerror((int)-len));
+	return len;
+}
+
 /* Every sample's objects, in sample order. */
-static int read_labels(struct dataset *ds, label_report_fn report, void *ctx, char *errbuf, size_t errlen)
+static int read_labels(struct dataset *ds, label_read_fn read_fn, void *read_ctx, label_report_fn report,
+		       void *ctx, char *errbuf, size_t errlen)
 {
 	struct box_vec boxes = {0};
 	uint8_t *text = NULL;
@@ -644,20 +684,11 @@ static int read_labels(struct dataset *ds, label_report_fn report, void *ctx, ch
 	if (!ds->box_off)
 		goto nomem;
 	for (uint64_t i = 0; i < ds->count; i++) {
-		const char *name = dataset_name(ds, i);
-		char image[PATH_MAX * 2], label[PATH_MAX * 2];
+		char label[PATH_MAX * 2] = "", why[512] = "";
 		size_t before = boxes.n;
 
 		ds->box_off[i] = boxes.n;
-		if ((size_t)snprintf(image, sizeof(image), "%s%s%s", name[0] == '/' ? "" : ds->root,
-				     name[0] == '/' ? "" : "/", name) >= sizeof(image) ||
-		    labels_path(image, label, sizeof(label)) < 0) {
-			if (report)
-				report(ctx, image, 0, "the label file's path is too long");
-			ds->label_errors++;
-			continue;
-		}
-		len = read_bounded(AT_FDCWD, label, &text, &cap, LABELS_MAX_FILE_BYTES);
+		len = read_fn(read_ctx, ds, i, label, sizeof(label), &text, &cap, why, sizeof(why));
 		if (len == -ENOENT) {
 			ds->label_files_missing++; /* no objects */
 			continue;
@@ -667,7 +698,9 @@ static int read_labels(struct dataset *ds, label_report_fn report, void *ctx, ch
 				goto nomem;
 			if (report)
 				report(ctx, label, 0,
-				       len == -EFBIG ? "larger than 4 MiB: not a label file" : strerror((int)-len));
+				       len == -ENAMETOOLONG ? "the label file's path is too long"
+				       : len == -EFBIG	    ? "larger than 4 MiB: not a label file"
+							    : why);
 			ds->label_errors++;
 			continue;
 		}
@@ -696,19 +729,16 @@ out:
 	return r;
 }
 
-/* A detection data set of shards: its key says "detect" and the split, and
- * the yaml's names (taken over) name its classes. */
-static int detect_shards(const char *path, const char *split, struct data_yaml *yaml, uint64_t max_samples,
-			 label_report_fn report, void *report_ctx, struct dataset **out, char *errbuf, size_t errlen)
+/* A detection data set of shards just opened (ds, dropped on failure): its
+ * key says "detect", the split and `name` (what was opened: a remote yaml
+ * and its shards' pattern are two data sets, with their own class names),
+ * and the yaml's names (taken over) name its classes. */
+static int detect_shards_keyed(struct dataset *ds, const char *path, const char *split, const char *name,
+			       struct data_yaml *yaml, struct dataset **out, char *errbuf, size_t errlen)
 {
-	struct dataset *ds;
 	char *key;
-	int r;
 
-	r = shards_open(path, true, yaml->nnames, max_samples, report, report_ctx, &ds, errbuf, errlen);
-	if (r < 0)
-		return r;
-	if (asprintf(&key, "detect:%s:%s", split, ds->key) < 0) {
+	if (asprintf(&key, "detect:%s:%s", split, name) < 0) {
 		dataset_unref(ds);
 		set_err(errbuf, errlen, "dataset %s: out of memory", path);
 		return -ENOMEM;
@@ -723,6 +753,18 @@ static int detect_shards(const char *path, const char *split, struct data_yaml *
 	}
 	*out = ds;
 	return 0;
+}
+
+static int detect_shards(const char *path, const char *split, struct data_yaml *yaml, uint64_t max_samples,
+			 label_report_fn report, void *report_ctx, struct dataset **out, char *errbuf, size_t errlen)
+{
+	struct dataset *ds;
+	int r;
+
+	r = shards_open(path, true, yaml->nnames, max_samples, report, report_ctx, &ds, errbuf, errlen);
+	if (r < 0)
+		return r;
+	return detect_shards_keyed(ds, path, split, ds->key, yaml, out, errbuf, errlen);
 }
 
 int dataset_open_detect(const char *path, const char *split, uint64_t max_samples, label_report_fn report,
@@ -800,7 +842,7 @@ int dataset_open_detect(const char *path, const char *split, uint64_t max_sample
 	ds->class_names = yaml.names;
 	yaml.names = NULL;
 	yaml.nnames = 0;
-	r = read_labels(ds, report, report_ctx, errbuf, errlen);
+	r = read_labels(ds, label_read_file, NULL, report, report_ctx, errbuf, errlen);
 	if (r < 0)
 		goto fail;
 	data_yaml_clear(&yaml);
@@ -948,6 +990,31 @@ struct listing {
 	struct strvec tars; /* s3:// URLs of the .tar objects at the prefix's top level */
 };
 
+static int listing_push(struct listing *l, const char *rel, size_t class_len, size_t dir_len, uint64_t size)
+{
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? 2 * l->cap : 1024;
+		struct listed *v = realloc(l->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		l->v = v;
+		l->cap = cap;
+	}
+	if (l->n >= l->max * 2 + 1024) {
+		set_err(l->errbuf, l->errlen, "%s: more than %llu objects", l->url, (unsigned long long)l->max);
+		return -EFBIG;
+	}
+	l->v[l->n].rel = strdup(rel);
+	if (!l->v[l->n].rel)
+		return -ENOMEM;
+	l->v[l->n].class_len = class_len;
+	l->v[l->n].dir_len = dir_len;
+	l->v[l->n].size = size;
+	l->n++;
+	return 0;
+}
+
 static int listing_add(void *ctx, const char *key, uint64_t size)
 {
 	struct listing *l = ctx;
@@ -970,27 +1037,7 @@ static int listing_add(void *ctx, const char *key, uint64_t size)
 	/* Other objects beside the class folders, and folder markers, are not samples. */
 	if (!slash || !last[1])
 		return 0;
-	if (l->n == l->cap) {
-		size_t cap = l->cap ? 2 * l->cap : 1024;
-		struct listed *v = realloc(l->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		l->v = v;
-		l->cap = cap;
-	}
-	if (l->n >= l->max * 2 + 1024) {
-		set_err(l->errbuf, l->errlen, "%s: more than %llu objects", l->url, (unsigned long long)l->max);
-		return -EFBIG;
-	}
-	l->v[l->n].rel = strdup(rel);
-	if (!l->v[l->n].rel)
-		return -ENOMEM;
-	l->v[l->n].class_len = (size_t)(slash - rel);
-	l->v[l->n].dir_len = (size_t)(last - rel) + 1;
-	l->v[l->n].size = size;
-	l->n++;
-	return 0;
+	return listing_push(l, rel, (size_t)(slash - rel), (size_t)(last - rel) + 1, size);
 }
 
 static int cmp_part(const char *a, size_t alen, const char *b, size_t blen)
@@ -1085,24 +1132,48 @@ out:
 	return r;
 }
 
+/* The object at `loc` (an absolute location: http(s)://, s3://) whole, in
+ * req (the caller frees req->data); on failure, why in errbuf. */
+static int remote_get(const struct dataset_remote *rm, const char *loc, struct fetch_req *req, char *errbuf,
+		      size_t errlen)
+{
+	char url[8192];
+	int r;
+
+	memset(req, 0, sizeof(*req));
+	r = remote_object_url(rm, loc, url, sizeof(url));
+	if (r < 0) {
+		set_err(errbuf, errlen, "%s: %s", loc, strerror(-r));
+		return r;
+	}
+	req->url = url;
+	req->auth = rm->is_signed ? &rm->auth : NULL;
+	r = fetch_sync(rm->fetch, req);
+	req->url = NULL;
+	if (r < 0) {
+		char why[768];
+
+		s3_error_text(req, why, sizeof(why));
+		set_err(errbuf, errlen, "%s: %s", loc, why);
+		free(req->data);
+		req->data = NULL;
+	}
+	return r;
+}
+
 /* Fetch a list file and parse it as the local ones are; or, for a list of
  * shards, 1 with their locations in *shards. */
-static int scan_remote_list(struct dataset_remote *rm, const char *url, const char *http_url, struct builder *b,
-			    uint32_t *num_classes, struct strvec *shards, char *errbuf, size_t errlen)
+static int scan_remote_list(struct dataset_remote *rm, const char *url, struct builder *b, uint32_t *num_classes,
+			    struct strvec *shards, char *errbuf, size_t errlen)
 {
-	struct fetch_req req = {.url = http_url, .auth = rm->is_signed ? &rm->auth : NULL};
+	struct fetch_req req;
 	char first[PATH_MAX];
 	FILE *f;
 	int r;
 
-	r = fetch_sync(rm->fetch, &req);
-	if (r < 0) {
-		char why[768];
-
-		s3_error_text(&req, why, sizeof(why));
-		set_err(errbuf, errlen, "%s: %s", url, why);
+	r = remote_get(rm, url, &req, errbuf, errlen);
+	if (r < 0)
 		goto out;
-	}
 	f = req.len ? fmemopen(req.data, req.len, "r") : NULL;
 	if (!f) {
 		set_err(errbuf, errlen, "%s: no samples listed", url);
@@ -1129,17 +1200,79 @@ out:
 	return r;
 }
 
+/* A remote data set's state for `url`: its fetch, its S3 settings and,
+ * for s3://, the credentials. */
+static int remote_new(const char *url, struct fetch *f, const struct s3_config *s3, struct dataset_remote **out,
+		      char *errbuf, size_t errlen)
+{
+	struct dataset_remote *rm;
+	int r;
+
+	if (!f) {
+		/* An in-process daemon built without the I/O thread (the fuzzer's). */
+		set_err(errbuf, errlen, "%s: this daemon reads no remote data sets", url);
+		return -EPROTONOSUPPORT;
+	}
+	rm = calloc(1, sizeof(*rm));
+	if (!rm)
+		return -ENOMEM;
+	rm->fetch = f;
+	rm->s3 = *s3;
+	if (strncmp(url, "s3://", 5) == 0) {
+		r = s3_auth_load(&rm->s3, &rm->auth, errbuf, errlen);
+		if (r < 0) {
+			free(rm);
+			return r;
+		}
+		rm->is_signed = r > 0;
+	}
+	*out = rm;
+	return 0;
+}
+
+/* The data set of b's names, relative to rm->base (set), with the listed
+ * *sizes (taken over; NULL: none); it takes rm over. */
+static int remote_finish(struct dataset_remote *rm, struct builder *b, uint64_t **sizes, const char *root,
+			 const char *key, uint32_t num_classes, struct dataset **out, char *errbuf, size_t errlen)
+{
+	const char *p = strstr(rm->base, "://"), *slash = p ? strchr(p + 3, '/') : NULL;
+	struct dataset *ds;
+
+	/* scheme://host[:port] */
+	snprintf(rm->origin, sizeof(rm->origin), "%.*s", slash ? (int)(slash - rm->base) : (int)strlen(rm->base),
+		 rm->base);
+	rm->listed_ns = monotonic_ns();
+	if (dataset_make(b, root, key, -1, num_classes, &ds) < 0) {
+		set_err(errbuf, errlen, "dataset %s: out of memory", root);
+		return -ENOMEM;
+	}
+	rm->sizes = *sizes;
+	*sizes = NULL;
+	ds->remote = rm;
+	*out = ds;
+	return 0;
+}
+
+/* Detection shards: the classes, and where label errors go. */
+struct shard_detect {
+	uint32_t num_classes;
+	label_report_fn report;
+	void *report_ctx;
+};
+
 /* The shards at `locs` (NULL: the pattern `url`), read through rm, which
- * the data set takes over (freed here on failure). */
-static int open_remote_shards(struct dataset_remote *rm, const char *url, struct strvec *locs, uint64_t max_samples,
-			      struct dataset **out, char *errbuf, size_t errlen)
+ * the data set takes over (freed here on failure); det: detection shards. */
+static int open_remote_shards(struct dataset_remote *rm, const char *url, struct strvec *locs,
+			      const struct shard_detect *det, uint64_t max_samples, struct dataset **out, char *errbuf,
+			      size_t errlen)
 {
 	struct dataset *ds;
 	int r;
 
 	/* Shard locations are absolute URLs: no base needed. */
 	rm->shard_src = (struct shard_source){.ctx = rm, .stat = remote_shard_stat, .read = remote_shard_read};
-	r = shards_open_source(url, locs, &rm->shard_src, max_samples, &ds, errbuf, errlen);
+	r = shards_open_source(url, locs, &rm->shard_src, det != NULL, det ? det->num_classes : 0, max_samples,
+			       det ? det->report : NULL, det ? det->report_ctx : NULL, &ds, errbuf, errlen);
 	if (r < 0) {
 		free(rm);
 		return r;
@@ -1154,33 +1287,19 @@ int dataset_open_remote(const char *url, uint64_t max_samples, struct fetch *f, 
 			struct dataset **out, char *errbuf, size_t errlen)
 {
 	struct builder b = {.max = max_samples};
-	struct dataset_remote *rm = calloc(1, sizeof(*rm));
-	struct dataset *ds = NULL;
+	struct dataset_remote *rm;
 	uint64_t *sizes = NULL;
 	uint32_t num_classes = 0;
-	char bucket[256], http_url[4096];
+	char bucket[256];
 	struct strvec shard_locs = {0};
-	const char *key, *slash, *p;
+	const char *key, *slash;
 	int r;
 
-	if (!f) {
-		/* An in-process daemon built without the I/O thread (the fuzzer's). */
-		free(rm);
-		set_err(errbuf, errlen, "%s: this daemon reads no remote data sets", url);
-		return -EPROTONOSUPPORT;
-	}
-	if (!rm)
-		return -ENOMEM;
-	rm->fetch = f;
-	rm->s3 = *s3;
-	if (strncmp(url, "s3://", 5) == 0) {
-		r = s3_auth_load(&rm->s3, &rm->auth, errbuf, errlen);
-		if (r < 0)
-			goto fail;
-		rm->is_signed = r > 0;
-	}
+	r = remote_new(url, f, s3, &rm, errbuf, errlen);
+	if (r < 0)
+		return r;
 	if (shards_url_spec(url))
-		return open_remote_shards(rm, url, NULL, max_samples, out, errbuf, errlen);
+		return open_remote_shards(rm, url, NULL, NULL, max_samples, out, errbuf, errlen);
 	if (strncmp(url, "s3://", 5) == 0) {
 		const char *last;
 
@@ -1203,16 +1322,14 @@ int dataset_open_remote(const char *url, uint64_t max_samples, struct fetch *f, 
 				r = scan_s3_folder(rm, url, bucket, prefix, &b, &sizes, &num_classes, &tars, errbuf,
 						   errlen);
 			if (r == 1)
-				return open_remote_shards(rm, url, &tars, max_samples, out, errbuf, errlen);
+				return open_remote_shards(rm, url, &tars, NULL, max_samples, out, errbuf, errlen);
 		} else {
 			char dir[2048];
 
 			snprintf(dir, sizeof(dir), "%.*s", (int)(last - key), key);
 			r = s3_object_url(&rm->s3, bucket, dir, rm->base, sizeof(rm->base));
 			if (r == 0)
-				r = s3_object_url(&rm->s3, bucket, key, http_url, sizeof(http_url));
-			if (r == 0)
-				r = scan_remote_list(rm, url, http_url, &b, &num_classes, &shard_locs, errbuf, errlen);
+				r = scan_remote_list(rm, url, &b, &num_classes, &shard_locs, errbuf, errlen);
 		}
 	} else {
 		if (url[strlen(url) - 1] == '/' || strlen(url) >= sizeof(rm->base)) {
@@ -1221,32 +1338,18 @@ int dataset_open_remote(const char *url, uint64_t max_samples, struct fetch *f, 
 			r = -EINVAL;
 			goto fail;
 		}
-		snprintf(http_url, sizeof(http_url), "%s", url);
 		slash = strrchr(url, '/');
 		snprintf(rm->base, sizeof(rm->base), "%.*s", (int)(slash - url + 1), url);
-		r = scan_remote_list(rm, url, http_url, &b, &num_classes, &shard_locs, errbuf, errlen);
+		r = scan_remote_list(rm, url, &b, &num_classes, &shard_locs, errbuf, errlen);
 	}
 	if (r == 1)
-		return open_remote_shards(rm, url, &shard_locs, max_samples, out, errbuf, errlen);
+		return open_remote_shards(rm, url, &shard_locs, NULL, max_samples, out, errbuf, errlen);
 	strvec_free(&shard_locs);
 	if (r < 0)
 		goto fail;
-	/* scheme://host[:port] */
-	p = strstr(rm->base, "://");
-	slash = p ? strchr(p + 3, '/') : NULL;
-	snprintf(rm->origin, sizeof(rm->origin), "%.*s", slash ? (int)(slash - rm->base) : (int)strlen(rm->base),
-		 rm->base);
-	rm->sizes = sizes;
-	sizes = NULL;
-	rm->listed_ns = monotonic_ns();
-	r = dataset_make(&b, url, url, -1, num_classes, &ds);
-	if (r < 0) {
-		set_err(errbuf, errlen, "dataset %s: out of memory", url);
-		free(rm->sizes);
+	r = remote_finish(rm, &b, &sizes, url, url, num_classes, out, errbuf, errlen);
+	if (r < 0)
 		goto fail;
-	}
-	ds->remote = rm;
-	*out = ds;
 	return 0;
 fail:
 	if (!errbuf[0])
@@ -1254,6 +1357,359 @@ fail:
 	free(sizes);
 	free(rm);
 	builder_free(&b);
+	return r;
+}
+
+/* ---- remote detection data sets ---- */
+
+/* Collapse "." and ".." in a URL's path (after scheme://host, s3://bucket),
+ * as a local yaml's paths are resolved: S3 takes keys literally, so
+ * "a/../b" would name another object. */
+static void url_normalize(char *url)
+{
+	char *p = strstr(url, "://"), *path = p ? strchr(p + 3, '/') : NULL, *out, *seg;
+
+	if (!path)
+		return;
+	out = seg = path + 1;
+	for (;;) {
+		char *end = strchr(seg, '/');
+		size_t n = end ? (size_t)(end - seg) : strlen(seg);
+
+		if (n == 2 && seg[0] == '.' && seg[1] == '.') {
+			/* Drop the segment written last (out is past its '/'). */
+			if (out > path + 1)
+				out--;
+			while (out > path + 1 && out[-1] != '/')
+				out--;
+		} else if (n > 0 && !(n == 1 && seg[0] == '.')) {
+			memmove(out, seg, n);
+			out += n;
+			if (end)
+				*out++ = '/';
+		}
+		if (!end)
+			break;
+		seg = end + 1;
+	}
+	*out = '\0';
+}
+
+/* The data.yaml at `url`: its split's URL into images (a root or split
+ * given as "/path" is on the yaml's host, or in its bucket). */
+static int remote_yaml(const struct dataset_remote *rm, const char *url, const char *split, struct data_yaml *yaml,
+		       char *images, size_t size, char *errbuf, size_t errlen)
+{
+	struct fetch_req req;
+	int n, r;
+
+	r = remote_get(rm, url, &req, errbuf, errlen);
+	if (r < 0)
+		return r;
+	r = data_yaml_parse(req.data ? (const char *)req.data : "", req.len, url, split, yaml, errbuf, errlen);
+	free(req.data);
+	if (r < 0)
+		return r;
+	if (strstr(yaml->split_path, "://")) {
+		n = snprintf(images, size, "%s", yaml->split_path);
+	} else {
+		const char *host = strstr(url, "://") + 3, *slash = strchr(host, '/');
+
+		n = snprintf(images, size, "%.*s%s", slash ? (int)(slash - url) : (int)strlen(url), url,
+			     yaml->split_path);
+	}
+	if (n < 0 || (size_t)n >= size) {
+		set_err(errbuf, errlen, "%s: split '%s' is too long a URL", url, split);
+		return -ENAMETOOLONG;
+	}
+	url_normalize(images);
+	return 0;
+}
+
+/* Every image under an S3 prefix, at any depth (Ultralytics' recursive
+ * glob of a directory). */
+static int yolo_listing_add(void *ctx, const char *key, uint64_t size)
+{
+	struct listing *l = ctx;
+
+	if (strlen(key) <= l->prefix_len || !is_yolo_image(key + l->prefix_len))
+		return 0;
+	return listing_push(l, key + l->prefix_len, 0, 0, size);
+}
+
+static int cmp_listed_rel(const void *pa, const void *pb)
+{
+	return strcmp(((const struct listed *)pa)->rel, ((const struct listed *)pb)->rel);
+}
+
+/* The images under an S3 prefix, sorted as a local tree's are, with their
+ * listed sizes. */
+static int scan_s3_images(struct dataset_remote *rm, const char *url, const char *bucket, const char *prefix,
+			  struct builder *b, uint64_t **sizes, char *errbuf, size_t errlen)
+{
+	struct listing l = {.prefix_len = strlen(prefix), .max = b->max, .errbuf = errbuf, .errlen = errlen, .url = url,
+			    .bucket = bucket};
+	int r;
+
+	r = s3_list(rm->fetch, &rm->s3, rm->is_signed ? &rm->auth : NULL, bucket, prefix, yolo_listing_add, &l, errbuf,
+		    errlen);
+	if (r < 0)
+		goto out;
+	if (l.n > 1)
+		qsort(l.v, l.n, sizeof(*l.v), cmp_listed_rel);
+	*sizes = malloc((l.n ? l.n : 1) * sizeof(**sizes));
+	if (!*sizes) {
+		r = -ENOMEM;
+		goto out;
+	}
+	for (size_t i = 0; i < l.n; i++) {
+		r = builder_add(b, l.v[i].rel, 0, url, errbuf, errlen);
+		if (r < 0)
+			goto out;
+		(*sizes)[i] = l.v[i].size;
+	}
+	if (b->n == 0) {
+		set_err(errbuf, errlen, "%s: no image files (.bmp .jpeg .jpg .mpo .png .tif .tiff .webp) under it", url);
+		r = -ENOENT;
+	}
+out:
+	for (size_t i = 0; i < l.n; i++)
+		free(l.v[i].rel);
+	free(l.v);
+	strvec_free(&l.tars);
+	return r;
+}
+
+/* A detection split at a URL: an S3 prefix (a last part without '.', or
+ * a trailing '/'), or a .txt list of images relative to itself. Sets
+ * rm->base, what the names are relative to. */
+static int scan_remote_images(struct dataset_remote *rm, const char *url, struct builder *b, uint64_t **sizes,
+			      char *errbuf, size_t errlen)
+{
+	const char *slash = strrchr(url, '/'), *last = slash ? slash + 1 : url;
+	bool folder = !*last || !strchr(last, '.');
+	struct fetch_req req;
+	FILE *f;
+	int r;
+
+	if (folder && strncmp(url, "s3://", 5) == 0) {
+		char bucket[256], prefix[2048];
+		const char *key;
+
+		if (s3_split(url, bucket, sizeof(bucket), &key) < 0) {
+			set_err(errbuf, errlen, "%s: expected s3://bucket/prefix", url);
+			return -EINVAL;
+		}
+		snprintf(prefix, sizeof(prefix), "%s%s", key, *key && *last ? "/" : "");
+		r = s3_object_url(&rm->s3, bucket, prefix, rm->base, sizeof(rm->base));
+		return r < 0 ? r : scan_s3_images(rm, url, bucket, prefix, b, sizes, errbuf, errlen);
+	}
+	if (folder || !has_extension(last, (const char *const[]){"txt", NULL}, true)) {
+		set_err(errbuf, errlen, "%s: %s", url,
+			folder ? "HTTP servers have no listing to scan: give a .txt list of the images"
+			       : "expected a directory (an S3 prefix) or a .txt list of images");
+		return -EINVAL;
+	}
+	r = remote_object_url(rm, url, rm->base, sizeof(rm->base));
+	if (r < 0)
+		return r;
+	strrchr(rm->base, '/')[1] = '\0'; /* the list's directory */
+	r = remote_get(rm, url, &req, errbuf, errlen);
+	if (r < 0)
+		return r;
+	f = req.len ? fmemopen(req.data, req.len, "r") : NULL;
+	if (f) {
+		r = scan_image_list_stream(f, url, b, errbuf, errlen);
+		fclose(f);
+	} else {
+		set_err(errbuf, errlen, "%s: no images listed", url);
+		r = -ENOENT;
+	}
+	free(req.data);
+	return r;
+}
+
+/*
+ * Label files over the network: a window of requests in flight, consumed in
+ * sample order, each slot refilled with the request LABEL_FETCH_WINDOW
+ * samples ahead, so the scan holds a bounded number of transfers and
+ * bodies whatever the data set's size (the fetch module bounds how many
+ * run at once).
+ */
+#define LABEL_FETCH_WINDOW 64u
+
+struct label_slot {
+	struct fetch_req req;
+	char url[8192];
+	bool submitted, done; /* done: under label_fetches.lock */
+};
+
+struct label_fetches {
+	const struct dataset_remote *rm;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct label_slot *slot; /* [LABEL_FETCH_WINDOW] */
+};
+
+static void label_fetched(struct fetch_req *r)
+{
+	struct label_fetches *lf = r->ctx;
+
+	pthread_mutex_lock(&lf->lock);
+	((struct label_slot *)r)->done = true;
+	pthread_cond_broadcast(&lf->cond);
+	pthread_mutex_unlock(&lf->lock);
+}
+
+/* Ask for sample i's label file: Ultralytics' rule on the image's URL. */
+static void label_submit(struct label_fetches *lf, const struct dataset *ds, uint64_t i)
+{
+	struct label_slot *s = &lf->slot[i % LABEL_FETCH_WINDOW];
+	char image[8192];
+
+	memset(&s->req, 0, sizeof(s->req));
+	s->submitted = true;
+	s->done = false;
+	if (dataset_url(ds, i, image, sizeof(image)) < 0 || labels_path(image, s->url, sizeof(s->url)) < 0) {
+		snprintf(s->url, sizeof(s->url), "%s", dataset_name(ds, i));
+		s->req.err = -ENAMETOOLONG;
+		s->done = true;
+		return;
+	}
+	s->req.url = s->url;
+	s->req.auth = lf->rm->is_signed ? &lf->rm->auth : NULL;
+	s->req.done = label_fetched;
+	s->req.ctx = lf;
+	fetch_submit(lf->rm->fetch, &s->req);
+}
+
+static int64_t label_read_remote(void *ctx, const struct dataset *ds, uint64_t i, char *label, size_t label_size,
+				 uint8_t **text, size_t *cap, char *why, size_t whylen)
+{
+	struct label_fetches *lf = ctx;
+	struct label_slot *s = &lf->slot[i % LABEL_FETCH_WINDOW];
+	int64_t r;
+
+	pthread_mutex_lock(&lf->lock);
+	while (!s->done)
+		pthread_cond_wait(&lf->cond, &lf->lock);
+	pthread_mutex_unlock(&lf->lock);
+	s->submitted = false;
+	snprintf(label, label_size, "%s", s->url);
+	r = s->req.err;
+	if (r == 0 && s->req.len > LABELS_MAX_FILE_BYTES)
+		r = -EFBIG;
+	if (r == 0) {
+		free(*text);
+		*text = s->req.data;
+		*cap = s->req.cap;
+		s->req.data = NULL;
+		r = (int64_t)s->req.len;
+	} else if (r != -ENOENT && r != -ENAMETOOLONG && r != -EFBIG) {
+		s3_error_text(&s->req, why, whylen);
+	}
+	free(s->req.data);
+	s->req.data = NULL;
+	if (i + LABEL_FETCH_WINDOW < ds->count)
+		label_submit(lf, ds, i + LABEL_FETCH_WINDOW);
+	return r;
+}
+
+/* read_labels over the network: a 404 is a missing label file. */
+static int remote_read_labels(struct dataset *ds, label_report_fn report, void *ctx, char *errbuf, size_t errlen)
+{
+	struct label_fetches lf = {.rm = ds->remote};
+	int r;
+
+	lf.slot = calloc(LABEL_FETCH_WINDOW, sizeof(*lf.slot));
+	if (!lf.slot) {
+		set_err(errbuf, errlen, "dataset %s: out of memory reading its labels", ds->root);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&lf.lock, NULL);
+	pthread_cond_init(&lf.cond, NULL);
+	for (uint64_t k = 0; k < LABEL_FETCH_WINDOW && k < ds->count; k++)
+		label_submit(&lf, ds, k);
+	r = read_labels(ds, label_read_remote, &lf, report, ctx, errbuf, errlen);
+	/* Requests still out when read_labels stopped early point into lf. */
+	pthread_mutex_lock(&lf.lock);
+	for (uint32_t k = 0; k < LABEL_FETCH_WINDOW; k++)
+		while (lf.slot[k].submitted && !lf.slot[k].done)
+			pthread_cond_wait(&lf.cond, &lf.lock);
+	pthread_mutex_unlock(&lf.lock);
+	for (uint32_t k = 0; k < LABEL_FETCH_WINDOW; k++)
+		free(lf.slot[k].req.data);
+	pthread_cond_destroy(&lf.cond);
+	pthread_mutex_destroy(&lf.lock);
+	free(lf.slot);
+	return r;
+}
+
+int dataset_open_remote_detect(const char *url, const char *split, uint64_t max_samples, struct fetch *f,
+			       const struct s3_config *s3, label_report_fn report, void *report_ctx,
+			       struct dataset **out, char *errbuf, size_t errlen)
+{
+	struct builder b = {.max = max_samples};
+	struct data_yaml yaml = {0};
+	struct dataset_remote *rm;
+	struct dataset *ds = NULL;
+	uint64_t *sizes = NULL;
+	char images[4096], key[4096 + 64];
+	int r;
+
+	r = remote_new(url, f, s3, &rm, errbuf, errlen);
+	if (r < 0)
+		return r;
+	if ((size_t)snprintf(images, sizeof(images), "%s", url) >= sizeof(images)) {
+		r = -ENAMETOOLONG;
+		goto fail;
+	}
+	if (has_extension(url, (const char *const[]){"yaml", "yml", NULL}, true)) {
+		r = remote_yaml(rm, url, split, &yaml, images, sizeof(images), errbuf, errlen);
+		if (r < 0)
+			goto fail;
+		/* The split may be in a bucket when the yaml is not. */
+		if (strncmp(images, "s3://", 5) == 0 && strncmp(url, "s3://", 5) != 0) {
+			r = s3_auth_load(&rm->s3, &rm->auth, errbuf, errlen);
+			if (r < 0)
+				goto fail;
+			rm->is_signed = r > 0;
+		}
+	}
+	if (shards_url_spec(images)) {
+		struct shard_detect det = {.num_classes = yaml.nnames, .report = report, .report_ctx = report_ctx};
+
+		r = open_remote_shards(rm, images, NULL, &det, max_samples, &ds, errbuf, errlen);
+		if (r == 0)
+			r = detect_shards_keyed(ds, url, split, url, &yaml, out, errbuf, errlen);
+		data_yaml_clear(&yaml);
+		return r;
+	}
+	r = scan_remote_images(rm, images, &b, &sizes, errbuf, errlen);
+	if (r < 0)
+		goto fail;
+	snprintf(key, sizeof(key), "detect:%s:%s", split, url);
+	r = remote_finish(rm, &b, &sizes, images, key, yaml.nnames, &ds, errbuf, errlen);
+	if (r < 0)
+		goto fail;
+	rm = NULL; /* the data set's now */
+	ds->detect = true;
+	ds->class_names = yaml.names;
+	yaml.names = NULL;
+	yaml.nnames = 0;
+	r = remote_read_labels(ds, report, report_ctx, errbuf, errlen);
+	if (r < 0)
+		goto fail;
+	*out = ds;
+	return 0;
+fail:
+	if (!errbuf[0])
+		set_err(errbuf, errlen, "dataset %s: %s", url, strerror(-r));
+	dataset_unref(ds);
+	free(rm);
+	free(sizes);
+	builder_free(&b);
+	data_yaml_clear(&yaml);
 	return r;
 }
 
@@ -1306,7 +1762,8 @@ static void oriented_size(int r, const struct image_header *h, uint32_t *wh)
 		image_header_oriented(h, &wh[0], &wh[1]);
 }
 
-/* A tar member is read whole (bounded) to find its header. */
+/* A tar member or a remote object is read whole (bounded) to find its
+ * header. */
 #define SIZES_MAX_MEMBER_BYTES (64u << 20)
 
 int dataset_read_sizes(const struct dataset *ds, uint32_t **out)
@@ -1319,7 +1776,7 @@ int dataset_read_sizes(const struct dataset *ds, uint32_t **out)
 		return -ENOMEM;
 	for (uint64_t i = 0; i < ds->count; i++) {
 		/* else 0 x 0 */
-		if (ds->shards) {
+		if (ds->shards || ds->remote) {
 			int64_t len = dataset_read(ds, i, &buf, &cap, SIZES_MAX_MEMBER_BYTES);
 			struct image_header h;
 

@@ -110,6 +110,18 @@ int dataset_open_detect(const char *path, const char *split, uint64_t max_sample
  */
 int dataset_open_remote(const char *url, uint64_t max_samples, struct fetch *f, const struct s3_config *s3,
 			struct dataset **out, char *errbuf, size_t errlen);
+/*
+ * A detection data set at `url` (dataset_open_detect's, over the network):
+ * a data.yaml (its path and split resolved against its URL, "." and ".."
+ * collapsed; a "/path" is on its host or in its bucket), a .txt list of
+ * images relative to itself, an S3 prefix (every image under it, sorted by
+ * key), or tar shards. Each image's label file is Ultralytics' path rule
+ * applied to its URL, fetched a bounded window at a time: a 404
+ * is no objects, other failures are label errors (reported, counted).
+ */
+int dataset_open_remote_detect(const char *url, const char *split, uint64_t max_samples, struct fetch *f,
+			       const struct s3_config *s3, label_report_fn report, void *report_ctx,
+			       struct dataset **out, char *errbuf, size_t errlen);
 /* Sample `index`'s HTTP URL (for a tar shard's member, the shard's), and
  * the byte range to ask for (length 0: the whole object). -ENAMETOOLONG. */
 int dataset_url(const struct dataset *ds, uint64_t index, char *out, size_t size);

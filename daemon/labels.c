@@ -303,7 +303,14 @@ static int names_inline(struct data_yaml *y, char *v)
 	return 0;
 }
 
-int data_yaml_load(const char *path, const char *split, struct data_yaml *out, char *errbuf, size_t errlen)
+/* A root or split that names its own place: a path from '/', or a URL. */
+static bool yaml_absolute(const char *s)
+{
+	return s[0] == '/' || strstr(s, "://");
+}
+
+int data_yaml_parse(const char *data, size_t len, const char *path, const char *split, struct data_yaml *out,
+		    char *errbuf, size_t errlen)
 {
 	struct data_yaml y = {0};
 	char *text = NULL, *line, *next, *root = NULL, *split_value = NULL, dir[PATH_MAX], full[PATH_MAX * 2];
@@ -311,27 +318,18 @@ int data_yaml_load(const char *path, const char *split, struct data_yaml *out, c
 	bool in_names = false;
 	unsigned long lineno = 0;
 	long next_index = 0;
-	size_t len = 0;
-	FILE *f;
 	int r;
 
-	f = fopen(path, "re");
-	if (!f) {
-		r = -errno;
-		set_err(errbuf, errlen, "%s: %s", path, strerror(errno));
-		return r;
+	if (len > YAML_MAX_BYTES || memchr(data, '\0', len)) {
+		set_err(errbuf, errlen, "%s: not a data yaml (over %u bytes, or binary)", path, YAML_MAX_BYTES);
+		return -EINVAL;
 	}
-	text = malloc(YAML_MAX_BYTES + 1);
+	text = malloc(len + 1);
 	if (!text) {
 		r = -ENOMEM;
 		goto out;
 	}
-	len = fread(text, 1, YAML_MAX_BYTES + 1, f);
-	if (len > YAML_MAX_BYTES || memchr(text, '\0', len)) {
-		set_err(errbuf, errlen, "%s: not a data yaml (over %u bytes, or binary)", path, YAML_MAX_BYTES);
-		r = -EINVAL;
-		goto out;
-	}
+	memcpy(text, data, len);
 	text[len] = '\0';
 	for (line = text; line && *line; line = next) {
 		bool indented = line[0] == ' ' || line[0] == '\t' || line[0] == '-';
@@ -414,9 +412,9 @@ int data_yaml_load(const char *path, const char *split, struct data_yaml *out, c
 		*strrchr(dir, '/') = '\0';
 	else
 		snprintf(dir, sizeof(dir), ".");
-	if (split_value[0] == '/')
+	if (yaml_absolute(split_value))
 		snprintf(full, sizeof(full), "%s", split_value);
-	else if (root && root[0] == '/')
+	else if (root && yaml_absolute(root))
 		snprintf(full, sizeof(full), "%s/%s", root, split_value);
 	else if (root && root[0])
 		snprintf(full, sizeof(full), "%s/%s/%s", dir, root, split_value);
@@ -435,7 +433,31 @@ out:
 		set_err(errbuf, errlen, "%s: out of memory", path);
 	data_yaml_clear(&y);
 	free(text);
+	return r;
+}
+
+int data_yaml_load(const char *path, const char *split, struct data_yaml *out, char *errbuf, size_t errlen)
+{
+	char *text = malloc(YAML_MAX_BYTES + 1);
+	size_t len;
+	FILE *f;
+	int r;
+
+	if (!text) {
+		set_err(errbuf, errlen, "%s: out of memory", path);
+		return -ENOMEM;
+	}
+	f = fopen(path, "re");
+	if (!f) {
+		r = -errno;
+		set_err(errbuf, errlen, "%s: %s", path, strerror(-r));
+		goto out;
+	}
+	len = fread(text, 1, YAML_MAX_BYTES + 1, f);
 	fclose(f);
+	r = data_yaml_parse(text, len, path, split, out, errbuf, errlen);
+out:
+	free(text);
 	return r;
 }
 

@@ -53,7 +53,7 @@ int labels_path(const char *image_path, char *out, size_t outlen);
  * root), and `names` (a mapping `0: person` or a list, block or inline).
  */
 struct data_yaml {
-	char *split_path; /* the absolute path the split names */
+	char *split_path; /* the absolute path (or URL) the split names */
 	char **names;     /* [nnames], by class index */
 	uint32_t nnames;
 };
@@ -61,6 +61,11 @@ struct data_yaml {
 /* -ENOENT: no such split in the yaml (errbuf says which exist); -EINVAL:
  * not a yaml this understands (errbuf says where). */
 int data_yaml_load(const char *path, const char *split, struct data_yaml *out, char *errbuf, size_t errlen);
+/* The same for yaml text already read (len bytes) from `path`, a file or a
+ * URL: relative places resolve against its directory, and a root or split
+ * that is a URL stands as it is. */
+int data_yaml_parse(const char *text, size_t len, const char *path, const char *split, struct data_yaml *out,
+		    char *errbuf, size_t errlen);
 /* Accepts a zeroed struct. */
 void data_yaml_clear(struct data_yaml *y);
 

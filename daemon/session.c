@@ -1043,8 +1043,7 @@ static void attach_scan(uv_work_t *w)
 	struct label_log l = {.dataset = req->path};
 	const struct dataset *ds = req->existing;
 
-	if (!ds && url_is_remote(req->path)) {
-		/* Remote data sets are classification only (session_handle_attach). */
+	if (!ds && url_is_remote(req->path) && req->params.task != STOKER__TASK__DETECT) {
 		req->err = dataset_open_remote(req->path, SESSION_MAX_SAMPLES, req->d->fetch, &req->s3, &req->result,
 					       req->errbuf, sizeof(req->errbuf));
 		if (req->err == 0)
@@ -1057,8 +1056,13 @@ static void attach_scan(uv_work_t *w)
 		return;
 	}
 	if (!ds) {
-		req->err = dataset_open_detect(req->path, req->split, SESSION_MAX_SAMPLES, log_label_error, &l,
-					       &req->result, req->errbuf, sizeof(req->errbuf));
+		if (url_is_remote(req->path))
+			req->err = dataset_open_remote_detect(req->path, req->split, SESSION_MAX_SAMPLES,
+							      req->d->fetch, &req->s3, log_label_error, &l,
+							      &req->result, req->errbuf, sizeof(req->errbuf));
+		else
+			req->err = dataset_open_detect(req->path, req->split, SESSION_MAX_SAMPLES, log_label_error, &l,
+						       &req->result, req->errbuf, sizeof(req->errbuf));
 		log_shards(req);
 		if (req->err < 0)
 			return;
@@ -1348,11 +1352,6 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 	}
 	if (url_is_remote(a->dataset)) {
 		/* Objects: the URL is the data set's name (dataset.h). */
-		if (a->task == STOKER__TASK__DETECT) {
-			conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT,
-					"data set %s: detection data sets are read from local paths only", a->dataset);
-			return;
-		}
 		snprintf(real, sizeof(real), "%s", a->dataset);
 	} else if ((r = -dataset_realpath(a->dataset, real)) != 0) {
 		conn_send_error(c, r == ENOENT ? STOKER__ERROR_CODE__NOT_FOUND : STOKER__ERROR_CODE__INVALID_ARGUMENT,

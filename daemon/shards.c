@@ -1327,7 +1327,8 @@ bool shards_url_spec(const char *url)
 	return (open && strchr(open, '}')) || has_suffix_ci(url, ".tar");
 }
 
-int shards_open_source(const char *url, struct strvec *given, const struct shard_source *src, uint64_t max_samples,
+int shards_open_source(const char *url, struct strvec *given, const struct shard_source *src, bool detect,
+		       uint32_t num_classes, uint64_t max_samples, label_report_fn report, void *report_ctx,
 		       struct dataset **out, char *errbuf, size_t errlen)
 {
 	struct strvec locs = {0};
@@ -1353,7 +1354,8 @@ int shards_open_source(const char *url, struct strvec *given, const struct shard
 		set_err(errbuf, errlen, "dataset %s: %s", url, r == -E2BIG ? "too many shards" : strerror(-r));
 		return r;
 	}
-	return open_locs(url, &locs, root, key, src, false, 0, max_samples, NULL, NULL, out, errbuf, errlen);
+	return open_locs(url, &locs, root, key, src, detect, num_classes, max_samples, report, report_ctx, out, errbuf,
+			 errlen);
 }
 
 void shardset_free(struct shardset *s)

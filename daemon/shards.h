@@ -103,9 +103,11 @@ int shards_open(const char *path, bool detect, uint32_t num_classes, uint64_t ma
  * The same for shards at URLs, read through `src`: the shards `locs` names
  * (taken over; NULL: `url` is a brace pattern or one .tar). Their indexes
  * are kept as local ones are, keyed by the URL, the size and the stamp;
- * indexing reads the shard once, in large ranges.
+ * indexing reads the shard once, in large ranges. detect, num_classes,
+ * report: as for shards_open.
  */
-int shards_open_source(const char *url, struct strvec *locs, const struct shard_source *src, uint64_t max_samples,
+int shards_open_source(const char *url, struct strvec *locs, const struct shard_source *src, bool detect,
+		       uint32_t num_classes, uint64_t max_samples, label_report_fn report, void *report_ctx,
 		       struct dataset **out, char *errbuf, size_t errlen);
 /* A list of shards read from f (named `list` in messages): each entry a
  * location or pattern, relative to `dir` unless absolute (a path, a URL),

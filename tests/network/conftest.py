@@ -32,6 +32,7 @@ _spec.loader.exec_module(_base)
 build_dir = _base.build_dir
 make_dataset = _base.make_dataset
 daemon = _base.daemon
+make_yolo = _base.make_yolo
 pytest_runtest_makereport = _base.pytest_runtest_makereport
 
 
