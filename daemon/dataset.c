@@ -1700,6 +1700,7 @@ int dataset_open_remote_detect(const char *url, const char *split, uint64_t max_
 	r = remote_read_labels(ds, report, report_ctx, errbuf, errlen);
 	if (r < 0)
 		goto fail;
+	data_yaml_clear(&yaml);
 	*out = ds;
 	return 0;
 fail:

@@ -71,7 +71,8 @@ def test_http_yaml_lists_and_labels_same_as_local(daemon, served, nginx):
     web = nginx(srv)
     d = daemon(workers=2)
     for split in ("train", "val"):
-        for kw in (dict(transform="mosaic", shuffle=True), dict(transform="letterbox", shuffle=False)):
+        for kw in (dict(transform="mosaic", shuffle=True), dict(transform="letterbox", shuffle=False),
+                   dict(transform="letterbox", rect=True)):     # rect: the images' sizes, fetched at attach
             local = detect_epoch(d.socket, srv / "cfg/http.yaml", split, **kw)
             remote = detect_epoch(d.socket, web.url + "/cfg/http.yaml", split, **kw)
             same(local, remote)
