@@ -329,6 +329,38 @@ int s3_parse_list_page(const char *xml, size_t len, s3_list_fn report, void *ctx
 	return 1;
 }
 
+/* Append s to the string in out; -ENAMETOOLONG when it does not fit. */
+static int append(char *out, size_t size, const char *s)
+{
+	size_t n = strlen(out), len = strlen(s);
+
+	if (n + len >= size)
+		return -ENAMETOOLONG;
+	memcpy(out + n, s, len + 1);
+	return 0;
+}
+
+int s3_list_url(const struct s3_config *c, const char *bucket, const char *prefix, const char *token, char *out,
+		size_t size)
+{
+	int n;
+
+	/* Parameters in sorted order, values encoded: the canonical query
+	 * SigV4 signs. Each piece is bounded: the token is the server's. */
+	if (c->endpoint[0])
+		n = snprintf(out, size, "%s/%s?", c->endpoint, bucket);
+	else
+		n = snprintf(out, size, "https://%s.s3.%s.amazonaws.com/?", bucket, c->region);
+	if (n < 0 || (size_t)n >= size)
+		return -ENAMETOOLONG;
+	if (token[0] && (append(out, size, "continuation-token=") < 0 || url_encode_append(out, size, token, false) < 0 ||
+			 append(out, size, "&") < 0))
+		return -ENAMETOOLONG;
+	if (append(out, size, "list-type=2&prefix=") < 0)
+		return -ENAMETOOLONG;
+	return url_encode_append(out, size, prefix, false);
+}
+
 int s3_list(struct fetch *f, const struct s3_config *c, const struct fetch_auth *auth, const char *bucket,
 	    const char *prefix, s3_list_fn report, void *ctx, char *err, size_t errlen)
 {
@@ -337,26 +369,11 @@ int s3_list(struct fetch *f, const struct s3_config *c, const struct fetch_auth 
 	int r = 0;
 
 	for (unsigned page = 0; page < S3_MAX_PAGES; page++) {
-		int n;
-
-		/* Parameters in sorted order, values encoded: the canonical
-		 * query SigV4 signs. */
-		if (c->endpoint[0])
-			n = snprintf(url, sizeof(url), "%s/%s?", c->endpoint, bucket);
-		else
-			n = snprintf(url, sizeof(url), "https://%s.s3.%s.amazonaws.com/?", bucket, c->region);
-		if (n < 0 || (size_t)n >= sizeof(url))
-			return -ENAMETOOLONG;
-		if (token[0]) {
-			strcat(url, "continuation-token=");
-			if (url_encode_append(url, sizeof(url), token, false) < 0)
-				return -ENAMETOOLONG;
-			strcat(url, "&");
+		r = s3_list_url(c, bucket, prefix, token, url, sizeof(url));
+		if (r < 0) {
+			snprintf(err, errlen, "s3://%s/%s: the listing's URL is too long", bucket, prefix);
+			return r;
 		}
-		strcat(url, "list-type=2&prefix=");
-		if (url_encode_append(url, sizeof(url), prefix, false) < 0)
-			return -ENAMETOOLONG;
-
 		memset(&req, 0, sizeof(req));
 		req.url = url;
 		req.auth = auth;

@@ -54,6 +54,12 @@ int s3_object_url(const struct s3_config *c, const char *bucket, const char *key
  * when keep_slash). -ENAMETOOLONG when it does not fit. */
 int url_encode_append(char *out, size_t size, const char *s, bool keep_slash);
 
+/* The ListObjectsV2 URL of one page: after the first, `token` is the
+ * server's continuation token ("" for the first). -ENAMETOOLONG when it
+ * does not fit. */
+int s3_list_url(const struct s3_config *c, const char *bucket, const char *prefix, const char *token, char *out,
+		size_t size);
+
 /*
  * Every object under `prefix` of `bucket` (ListObjectsV2, page by page),
  * reported as (key, size) in the store's order. `report` returning < 0

@@ -240,6 +240,35 @@ static void test_encode(void **state)
 	assert_int_equal(url_encode_append(buf, 8, "\xff\xff\xff", false), -ENAMETOOLONG);
 }
 
+static void test_list_url(void **state)
+{
+	struct s3_config c = {0};
+	struct {
+		char url[128];
+		char guard[64];
+	} b;
+	char token[128];
+	size_t head;
+
+	(void)state;
+	snprintf(c.endpoint, sizeof(c.endpoint), "http://h");
+	snprintf(c.region, sizeof(c.region), "us-east-1");
+	assert_int_equal(s3_list_url(&c, "b", "p/q", "", b.url, sizeof(b.url)), 0);
+	assert_string_equal(b.url, "http://h/b?list-type=2&prefix=p%2Fq");
+	assert_int_equal(s3_list_url(&c, "b", "", "1/x", b.url, sizeof(b.url)), 0);
+	assert_string_equal(b.url, "http://h/b?continuation-token=1%2Fx&list-type=2&prefix=");
+	/* A (server's) token whose encoding fills the buffer exactly: the
+	 * pieces after it must not be written past its end. */
+	head = strlen("http://h/b?continuation-token=");
+	memset(token, 'a', sizeof(b.url) - 1 - head);
+	token[sizeof(b.url) - 1 - head] = '\0';
+	memset(b.guard, 'G', sizeof(b.guard));
+	assert_int_equal(s3_list_url(&c, "b", "", token, b.url, sizeof(b.url)), -ENAMETOOLONG);
+	for (size_t i = 0; i < sizeof(b.guard); i++)
+		assert_int_equal(b.guard[i], 'G');
+	assert_int_equal(s3_list_url(&c, "b", "", "", b.url, 20), -ENAMETOOLONG);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -248,6 +277,7 @@ int main(void)
 		cmocka_unit_test(test_error_text),
 		cmocka_unit_test(test_list_page),
 		cmocka_unit_test(test_encode),
+		cmocka_unit_test(test_list_url),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
