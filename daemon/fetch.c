@@ -30,7 +30,8 @@ struct fetch {
 	struct fetch_req *ready_head, *ready_tail;
 	struct fetch_req *delayed; /* unsorted; few */
 	struct fetch_req *active;  /* transfers running, linked by next */
-	CURL **idle;               /* easy handles to reuse */
+	CURL **idle;               /* easy handles to reuse; max_inflight slots:
+				    * a handle is either running or idle */
 	uint32_t nidle, running;
 	uint64_t rng;
 	_Atomic uint64_t requests, bytes, retries, errors, inflight;
@@ -271,7 +272,6 @@ static void request_finish(struct fetch *f, CURL *e, CURLcode code)
 {
 	char *priv = NULL;
 	struct fetch_req *r;
-	CURL **idle;
 	int err;
 
 	curl_easy_getinfo(e, CURLINFO_PRIVATE, &priv);
@@ -299,15 +299,9 @@ static void request_finish(struct fetch *f, CURL *e, CURLcode code)
 	r->headers = NULL;
 	err = transfer_error(r, code);
 	r->easy = NULL;
-	/* Keep the handle for the next transfer (max_inflight of them at most). */
+	/* Keep the handle for the next transfer. */
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, NULL);
-	idle = realloc(f->idle, (f->nidle + 1) * sizeof(*idle));
-	if (idle) {
-		f->idle = idle;
-		f->idle[f->nidle++] = e;
-	} else {
-		curl_easy_cleanup(e);
-	}
+	f->idle[f->nidle++] = e;
 	if (err < 0 && retryable(r, err) && r->attempt < f->s.retries) {
 		uint64_t bound = (uint64_t)f->s.backoff_ms << (r->attempt < 20 ? r->attempt : 20);
 
@@ -406,7 +400,7 @@ static void *io_main(void *arg)
 		curl_multi_poll(f->multi, NULL, 0, (int)(wait_ms < 1000 ? wait_ms : 1000), NULL);
 	}
 	/* Stopping: everything not finished is cancelled. */
-	for (CURL **e = f->idle; e && e < f->idle + f->nidle; e++)
+	for (CURL **e = f->idle; e < f->idle + f->nidle; e++)
 		curl_easy_cleanup(*e);
 	f->nidle = 0;
 	for (struct fetch_req *r = f->active; r; r = r->next) {
@@ -435,8 +429,13 @@ int fetch_new(const struct fetch_settings *s, struct fetch **out)
 	if (!f)
 		return -ENOMEM;
 	f->s = *s;
-	f->rng = mono_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9E3779B97F4A7C15ull;
 	pthread_mutex_init(&f->lock, NULL);
+	f->idle = calloc(s->max_inflight, sizeof(*f->idle));
+	if (!f->idle) {
+		r = -ENOMEM;
+		goto fail;
+	}
+	f->rng = mono_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9E3779B97F4A7C15ull;
 	/* Process-wide, and not thread-safe: the daemon makes one fetch at
 	 * start-up, before any other thread calls curl. */
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {
