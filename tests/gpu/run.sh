@@ -4,6 +4,9 @@
 #
 #   tests/gpu/run.sh                 results under $OUT (else build/gpu-out)
 #
+# On a GPU machine without the Debian packages, carry a build made
+# elsewhere with its libraries (tests/gpu/bundle-libs.sh).
+#
 # Environment: OUT (results), B (build directory, default build), CORES
 # (default nproc), DEADLINE (seconds for the whole run, default 540: no
 # section starts without 20 s left, each is cut to what is left),
@@ -50,6 +53,20 @@ START=$(date +%s)
 export ROOT B OUT CORES WORK KILL_CLIENTS
 export STOKER_BUILD="$ROOT/$B" PYTHONPATH="$ROOT/client/python${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
+
+# Binaries carried from a build machine (tests/gpu/bundle-libs.sh) to one
+# without the Debian packages: the libraries this machine lacks come from
+# the bundle; those it has stay its own (its Python's among them).
+if [ -d "$ROOT/$B/runtime-libs" ]; then
+	mkdir -p "$WORK/libs"
+	have=$(ldconfig -p 2>/dev/null)
+	for f in "$ROOT/$B/runtime-libs"/*; do
+		n=${f##*/}
+		grep -q "^[[:space:]]$n " <<<"$have" || ln -s "$f" "$WORK/libs/$n"
+	done
+	echo "from $B/runtime-libs: $(ls "$WORK/libs" | tr '\n' ' ')"
+	export LD_LIBRARY_PATH="$WORK/libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 
 NAMES=()
 RESULTS=()
