@@ -29,9 +29,8 @@ struct client_pin {
 	void *addr;
 };
 
-/* The driver, and this process's device `ordinal` with its primary context
- * retained and pushed. */
-static int enter(int ordinal, const struct cudadrv **drv, CUdevice *dev, CUcontext *ctx, char *why, size_t whysize)
+/* The driver, and this process's device `ordinal`. */
+static int device_get(int ordinal, const struct cudadrv **drv, CUdevice *dev, char *why, size_t whysize)
 {
 	const char *reason;
 	CUresult res;
@@ -49,8 +48,23 @@ static int enter(int ordinal, const struct cudadrv **drv, CUdevice *dev, CUconte
 		return -ENODEV;
 	}
 	res = (*drv)->cuDeviceGet(dev, ordinal);
-	if (res == CUDA_SUCCESS)
-		res = (*drv)->cuDevicePrimaryCtxRetain(ctx, *dev);
+	if (res != CUDA_SUCCESS) {
+		snprintf(why, whysize, "cuda:%d: %s", ordinal, cudadrv_error(*drv, res));
+		return -ENODEV;
+	}
+	return 0;
+}
+
+/* The driver, and this process's device `ordinal` with its primary context
+ * retained and pushed. */
+static int enter(int ordinal, const struct cudadrv **drv, CUdevice *dev, CUcontext *ctx, char *why, size_t whysize)
+{
+	CUresult res;
+	int r = device_get(ordinal, drv, dev, why, whysize);
+
+	if (r < 0)
+		return r;
+	res = (*drv)->cuDevicePrimaryCtxRetain(ctx, *dev);
 	if (res == CUDA_SUCCESS) {
 		res = (*drv)->cuCtxPushCurrent(*ctx);
 		if (res != CUDA_SUCCESS)
@@ -73,26 +87,14 @@ static void leave(const struct cudadrv *drv)
 int client_gpu_resolve(int ordinal, uint8_t uuid[CLIENT_GPU_UUID_BYTES], char *why, size_t whysize)
 {
 	const struct cudadrv *drv;
-	const char *reason;
 	CUdevice dev;
 	CUuuid u;
 	CUresult res;
-	int n = 0, r;
+	int r = device_get(ordinal, &drv, &dev, why, whysize);
 
-	r = cudadrv_get(&drv, &reason);
-	if (r < 0) {
-		snprintf(why, whysize, "%s", reason);
+	if (r < 0)
 		return r;
-	}
-	res = drv->cuDeviceGetCount(&n);
-	if (res != CUDA_SUCCESS || ordinal < 0 || ordinal >= n) {
-		snprintf(why, whysize, "cuda:%d does not exist: this process sees %d GPU%s", ordinal, n,
-			 n == 1 ? "" : "s");
-		return -ENODEV;
-	}
-	res = drv->cuDeviceGet(&dev, ordinal);
-	if (res == CUDA_SUCCESS)
-		res = drv->cuDeviceGetUuid(&u, dev);
+	res = drv->cuDeviceGetUuid(&u, dev);
 	if (res != CUDA_SUCCESS) {
 		snprintf(why, whysize, "cuda:%d: %s", ordinal, cudadrv_error(drv, res));
 		return -ENODEV;
