@@ -783,14 +783,13 @@ int gpu_ring_open(struct gpu *g, const struct gpu_ring_params *p, const struct g
 	r->image_bytes = r->u8_image_bytes * elem;
 	r->copy_req = calloc(p->slot_count, sizeof(*r->copy_req));
 	r->copy_done = calloc(p->slot_count, sizeof(*r->copy_done));
-	err = devring_init(&r->dr, p->slot_count, &gpu_devring_ops, r);
-	if (err < 0 || !r->copy_req || !r->copy_done) {
-		free(r->copy_req);
-		free(r->copy_done);
-		devring_release_state(&r->dr);
-		free(r);
-		return err < 0 ? err : -ENOMEM;
+	if (!r->copy_req || !r->copy_done) {
+		err = -ENOMEM;
+		goto fail;
 	}
+	err = devring_init(&r->dr, p->slot_count, &gpu_devring_ops, r);
+	if (err < 0)
+		goto fail;
 	for (uint32_t i = 0; i < p->slot_count; i++) {
 		r->copy_req[i].ring = r->copy_done[i].ring = r;
 		r->copy_done[i].slot = i;
@@ -798,19 +797,20 @@ int gpu_ring_open(struct gpu *g, const struct gpu_ring_params *p, const struct g
 	r->open_msg.ring = r->close_msg.ring = r->free_msg.ring = r;
 	if (!g->started) {
 		err = -pthread_create(&g->thread, NULL, gpu_thread, g);
-		if (err < 0) {
-			devring_release_state(&r->dr);
-			free(r->copy_req);
-			free(r->copy_done);
-			free(r);
-			return err;
-		}
+		if (err < 0)
+			goto fail;
 		g->started = true;
 	}
 	g->rings++;
 	r->open_msg.op = OP_OPEN;
 	push_request(g, &r->open_msg);
 	return 0;
+fail:
+	devring_release_state(&r->dr);
+	free(r->copy_req);
+	free(r->copy_done);
+	free(r);
+	return err;
 }
 
 struct devring *gpu_ring_devring(struct gpu_ring *r)
