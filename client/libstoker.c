@@ -943,6 +943,12 @@ STOKER_API int stoker_opts_set(struct stoker_opts *o, const char *key, const cha
 
 /* ---- attach ---- */
 
+/* Bytes one image element of `dtype` takes. */
+static unsigned dtype_bytes(Stoker__DType dtype)
+{
+	return dtype == STOKER__DTYPE__FLOAT32 ? 4 : dtype == STOKER__DTYPE__FLOAT16 ? 2 : 1;
+}
+
 static int map_ring(struct stoker *s, const Stoker__Attached *at, int fd)
 {
 	uint64_t image_bytes, geometry;
@@ -951,10 +957,7 @@ static int map_ring(struct stoker *s, const Stoker__Attached *at, int fd)
 	void *p;
 
 	/* On a device, the host ring carries uint8 images: the GPU converts. */
-	unsigned elem = s->ordinal >= 0                         ? 1
-			: at->dtype == STOKER__DTYPE__FLOAT32 ? 4
-			: at->dtype == STOKER__DTYPE__FLOAT16 ? 2
-							      : 1;
+	unsigned elem = s->ordinal >= 0 ? 1 : dtype_bytes(at->dtype);
 
 	if (at->dtype != STOKER__DTYPE__UINT8 && at->dtype != STOKER__DTYPE__FLOAT32 &&
 	    at->dtype != STOKER__DTYPE__FLOAT16)
@@ -1008,8 +1011,7 @@ static int attach_device(struct stoker *s, const Stoker__Attached *at)
 		goto out;
 	}
 	if (dr->slot_count != at->slot_count || dr->slot_bytes == 0 || dr->slot_bytes > dr->ring_bytes / dr->slot_count ||
-	    (uint64_t)at->batch_size * at->image_height * at->image_width * at->channels *
-			    (at->dtype == STOKER__DTYPE__FLOAT32 ? 4 : at->dtype == STOKER__DTYPE__FLOAT16 ? 2 : 1) >
+	    (uint64_t)at->batch_size * at->image_height * at->image_width * at->channels * dtype_bytes(at->dtype) >
 		    dr->slot_bytes) {
 		r = fail_connection(s, -EPROTO, "the daemon described an impossible device ring");
 		goto out;

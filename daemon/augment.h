@@ -48,12 +48,16 @@ struct transform_spec {
 	bool dct_scaling;
 };
 
+/* Bytes one element of `dtype` takes. */
+static inline size_t sample_dtype_bytes(enum sample_dtype dtype)
+{
+	return dtype == DTYPE_FLOAT32 ? 4 : dtype == DTYPE_FLOAT16 ? 2 : 1;
+}
+
 /* Bytes one output image takes. */
 static inline size_t transform_output_bytes(const struct transform_spec *s)
 {
-	size_t elem = s->dtype == DTYPE_FLOAT32 ? 4 : s->dtype == DTYPE_FLOAT16 ? 2 : 1;
-
-	return (size_t)s->image_size * s->image_size * 3 * elem;
+	return (size_t)s->image_size * s->image_size * 3 * sample_dtype_bytes(s->dtype);
 }
 
 /* The normalised value of each 8-bit level, per channel, for a float

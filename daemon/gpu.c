@@ -766,7 +766,6 @@ const char *gpu_status(const struct gpu *g)
 int gpu_ring_open(struct gpu *g, const struct gpu_ring_params *p, const struct gpu_callbacks *cb, void *owner)
 {
 	struct gpu_ring *r;
-	size_t elem = p->dtype == DTYPE_FLOAT32 ? 4 : p->dtype == DTYPE_FLOAT16 ? 2 : 1;
 	int err;
 
 	if (g->freeing)
@@ -780,7 +779,7 @@ int gpu_ring_open(struct gpu *g, const struct gpu_ring_params *p, const struct g
 	r->p = *p;
 	r->ex.fd = -1;
 	r->u8_image_bytes = (uint64_t)p->image_size * p->image_size * 3;
-	r->image_bytes = r->u8_image_bytes * elem;
+	r->image_bytes = r->u8_image_bytes * sample_dtype_bytes(p->dtype);
 	r->copy_req = calloc(p->slot_count, sizeof(*r->copy_req));
 	r->copy_done = calloc(p->slot_count, sizeof(*r->copy_done));
 	if (!r->copy_req || !r->copy_done) {
