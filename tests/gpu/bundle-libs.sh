@@ -4,14 +4,19 @@
 # a build made here can be carried to a GPU machine that lacks the Debian
 # packages (tests/gpu/run.sh puts the ones that machine lacks on the path).
 #
-#   make && tests/gpu/bundle-libs.sh     then carry build/ (B: build dir)
+#   tests/gpu/bundle-libs.sh     builds what run.sh runs, then carry build/
+#                                (B: the build directory, default build)
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 B=${B:-build}
 DEST=$B/runtime-libs
-BINS=("$B/stokerd" "$B/stokerctl" "$B/libstoker.so" "$B/tests/gpu_check" "$B/tests/gpu_copybench" "$B/tests/mkjpeg")
+BENCH=("$B/bench/jpeg_limit" "$B/bench/stoker_rtt" "$B/bench/profile_pipeline")
+BINS=("$B/stokerd" "$B/stokerctl" "$B/libstoker.so" "$B/tests/gpu_check" "$B/tests/gpu_copybench" "$B/tests/mkjpeg"
+	"${BENCH[@]}")
+
+make -j"$(nproc)" B="$B" all "${BENCH[@]}"
 
 deps=$(ldd "${BINS[@]}")
 if grep -q "not found" <<<"$deps"; then
