@@ -7,10 +7,10 @@
  * exact 2x shrink in both directions is INTER_AREA's 2x2 mean. This is
  * what Ultralytics' load_image does to every image, so letterboxed batches
  * can match its own pixel for pixel (bit-exact against opencv-python 5.0,
- * tests/integration/test_detect_meta.py; within 1 of OpenCV 4.x, which
- * rounds each row's last partial vector exactly). Unlike
- * resize.c's filter, no antialiasing: a large shrink samples 2 x 2 source
- * pixels per output pixel, as OpenCV does.
+ * tests/detect_parity/test_ultralytics_parity.py and tests/unit/test_rect.c;
+ * within 1 of OpenCV 4.x, which rounds each row's last partial vector
+ * exactly). Unlike resize.c's filter, no antialiasing: a large shrink
+ * samples 2 x 2 source pixels per output pixel, as OpenCV does.
  *
  * One `struct cv_resizer` per thread (coefficient tables and two rows of
  * scratch, reused); not thread safe.
