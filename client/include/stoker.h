@@ -93,8 +93,9 @@ const char *stoker_last_error(const struct stoker *s);
  *               says 0 and stoker_last_error() why                (false)
  *   resume      a token from stoker_checkpoint(): sets epoch, seed, rank,
  *               world_size, batch_size, shuffle, drop_last, order and
- *               rect (with its stride and pad) as they were, and starts at the batch after the last one taken. Set it
- *               last: later keys override what it set.
+ *               rect (with its stride and pad) as they were, and starts
+ *               at the batch after the last one taken. Set it last: later
+ *               keys override what it set.
  * -EINVAL for an unknown key or a value that does not parse. */
 int stoker_opts_new(struct stoker_opts **out);
 void stoker_opts_free(struct stoker_opts *o);
