@@ -23,7 +23,7 @@ static const float imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
 static const float imagenet_std[3] = {0.229f, 0.224f, 0.225f};
 
 /* Class names sent with Attached, at most (a frame is 64 KiB by default). */
-#define SESSION_MAX_NAMES_BYTES (32u << 10)
+#define SESSION_MAX_CLASS_NAMES_BYTES (32u << 10)
 /* Boxes per image a slot has room for: the default and the bound. */
 #define SESSION_DEFAULT_MAX_BOXES 1000u
 #define SESSION_MAX_BOXES 10000u
@@ -592,7 +592,7 @@ static void session_announce(struct session *s, int fd)
 		/* Names while they fit a frame; the classes themselves are numbers. */
 		for (uint32_t i = 0; ds->class_names && i < ds->num_classes; i++) {
 			names_bytes += strlen(ds->class_names[i]) + 4;
-			if (names_bytes > SESSION_MAX_NAMES_BYTES)
+			if (names_bytes > SESSION_MAX_CLASS_NAMES_BYTES)
 				break;
 			at.n_class_names = i + 1;
 		}
