@@ -267,8 +267,7 @@ static int handle_batch_ready(struct stoker *s, const Stoker__BatchReady *br)
 		s->decode_error_files = br->decode_error_files;
 	b->height = br->has_height ? br->height : s->height;
 	b->width = br->has_width ? br->width : s->width;
-	if (b->height == 0 || b->width == 0 || b->height > s->height || b->width > s->width ||
-	    (uint64_t)b->height * b->width > (uint64_t)s->height * s->width)
+	if (b->height == 0 || b->width == 0 || b->height > s->height || b->width > s->width)
 		return fail_connection(s, -EPROTO, "the daemon announced images larger than the slot holds");
 	b->queued = true;
 	s->queue[(s->queue_head + s->queue_len) % s->slot_count] = br->slot;
