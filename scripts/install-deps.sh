@@ -42,8 +42,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
 		exit 1
 	fi
 	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -q
-	apt-get install -y -q --no-install-recommends "${missing[@]}"
+	# Other helpers may hold apt's locks: wait for them rather than fail.
+	apt-get -o DPkg::Lock::Timeout=900 update -q
+	apt-get -o DPkg::Lock::Timeout=900 install -y -q --no-install-recommends "${missing[@]}"
 fi
 
 # Python tools for the python3 on PATH: Debian's packages serve the system
