@@ -282,14 +282,18 @@ check-faults: all
 	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) -m pytest -q -s \
 	    tests/integration/test_faults.py tests/integration/test_hostile.py $(PYTEST_ARGS)
 
+# $(call pip_need,MODULES,PACKAGES): PACKAGES from PyPI unless the
+# interpreter imports MODULES already.
+pip_need = @$(PYTHON) -c 'import $(1)' 2>/dev/null || $(PYTHON) -m pip install -q $(2) 2>/dev/null || \
+    $(PYTHON) -m pip install -q --break-system-packages $(2)
+
 # Data sets over HTTP and S3 against real servers on loopback (nginx, moto,
 # tests/network/faultserver.py): once, not in the sanitizer pass of
 # check-integration; `make check-network B=build-sanitize SANITIZE=...` runs
 # them under a sanitizer build.
 NETWORK_PY := moto[server] boto3
 check-network: all
-	@$(PYTHON) -c 'import moto, boto3' 2>/dev/null || $(PYTHON) -m pip install -q $(NETWORK_PY) 2>/dev/null || \
-	    $(PYTHON) -m pip install -q --break-system-packages $(NETWORK_PY)
+	$(call pip_need,moto$(comma) boto3,$(NETWORK_PY))
 	$(SANITIZE_ENV) STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) -m pytest -q tests/network
 
 check-unit: $(UNIT_BINS)
@@ -297,11 +301,6 @@ check-unit: $(UNIT_BINS)
 
 check-integration: all
 	$(SANITIZE_ENV) STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) -m pytest -q tests/integration
-
-# $(call pip_need,MODULES,PACKAGES): PACKAGES from PyPI unless the
-# interpreter imports MODULES already.
-pip_need = @$(PYTHON) -c 'import $(1)' 2>/dev/null || $(PYTHON) -m pip install -q $(2) 2>/dev/null || \
-    $(PYTHON) -m pip install -q --break-system-packages $(2)
 
 # stoker's evaluation batches against Ultralytics' own YOLODataset (rect
 # shapes and order, ranks, metadata, boxes, cv2-exact pixels); once, not
@@ -446,8 +445,7 @@ bench: all $(BENCH_BINS)
 # namespaces the bench makes; root): stoker cold/warm against DataLoader with
 # fsspec and boto3, bench/out/network.json. Options: BENCH_NETWORK_ARGS="--help".
 bench-network: all
-	@$(PYTHON) -c 'import moto, boto3, fsspec, aiohttp' 2>/dev/null || $(PYTHON) -m pip install -q $(NETWORK_PY) fsspec aiohttp 2>/dev/null || \
-	    $(PYTHON) -m pip install -q --break-system-packages $(NETWORK_PY) fsspec aiohttp
+	$(call pip_need,moto$(comma) boto3$(comma) fsspec$(comma) aiohttp,$(NETWORK_PY) fsspec aiohttp)
 	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) bench/network.py $(BENCH_NETWORK_ARGS)
 
 # YOLO detection: stoker mosaic/letterbox 640 against Ultralytics' own
