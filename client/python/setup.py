@@ -130,11 +130,10 @@ class BuildPy(build_py):
         super().run()
         tree = os.path.join(os.path.abspath(self.build_lib), "..", "libstoker-src")
         tree = os.path.normpath(tree)
+        shutil.rmtree(tree, ignore_errors=True)
         if in_checkout():
-            shutil.rmtree(tree, ignore_errors=True)
             copy_tree_for_build(tree)
         else:
-            shutil.rmtree(tree, ignore_errors=True)
             shutil.copytree(CSRC, tree)
         build_library(tree, os.path.join(self.build_lib, "stoker", LIBNAME), read_version())
 
