@@ -27,14 +27,6 @@ MT_CONFIG = "application/vnd.oci.image.config.v1+json"
 MT_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
 
 
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def json_blob(blobs, obj):
     """Store obj as a canonical JSON blob; returns (sha256 hex, size)."""
     data = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
@@ -73,11 +65,15 @@ def main():
     tag = a.ref.rsplit(":", 1)[1] if ":" in a.ref.rsplit("/", 1)[-1] else "latest"
 
     blobs = {}  # sha256 hex -> bytes
-    diff_id = sha256_file(a.rootfs)
+    # One pass over the rootfs: the layer's diff_id (the uncompressed
+    # digest) is hashed as it is compressed.
+    unpacked = hashlib.sha256()
     layer = io.BytesIO()
     with open(a.rootfs, "rb") as src, gzip.GzipFile(fileobj=layer, mode="wb", mtime=0, compresslevel=6) as gz:
         for chunk in iter(lambda: src.read(1 << 20), b""):
+            unpacked.update(chunk)
             gz.write(chunk)
+    diff_id = unpacked.hexdigest()
     layer = layer.getvalue()
     layer_digest = hashlib.sha256(layer).hexdigest()
     blobs[layer_digest] = layer
