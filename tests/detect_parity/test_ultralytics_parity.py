@@ -19,7 +19,9 @@ import cv2  # noqa: E402  (comes with ultralytics)
 from ultralytics.cfg import get_cfg  # noqa: E402
 from ultralytics.data.build import ContiguousDistributedSampler  # noqa: E402
 from ultralytics.data.dataset import YOLODataset  # noqa: E402
-from ultralytics.utils import DEFAULT_CFG  # noqa: E402
+from ultralytics.utils import DEFAULT_CFG, SETTINGS  # noqa: E402
+
+from stoker_testutil import BUILD  # noqa: E402
 
 # OpenCV 5 rounds every vertical-pass pixel as its SIMD kernel does; 4.x rounds a row's
 # last partial vector exactly, which can differ by one.
@@ -55,6 +57,11 @@ def compare_batches(ld, ds):
             assert ub.shape[0] == sb.shape[0] and np.allclose(ub, sb[:, 2:], atol=1e-5), where
             assert np.array_equal(u["cls"].numpy().ravel(), sb[:, 1]), where
     return shapes, order
+
+
+def test_ultralytics_settings_stay_in_the_build_tree():
+    # conftest.py keeps Ultralytics offline and its settings out of the user's home.
+    assert SETTINGS.file.resolve().is_relative_to(BUILD), SETTINGS.file
 
 
 @pytest.fixture

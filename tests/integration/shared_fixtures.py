@@ -3,6 +3,7 @@ sets) for test directories that run in make targets of their own
 (tests/torch, tests/detect_parity): their conftest.py calls export(globals())."""
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -19,3 +20,11 @@ def export(namespace):
     conftest = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(conftest)
     namespace.update({k: v for k, v in vars(conftest).items() if not k.startswith("__")})
+
+
+def ultralytics_offline(build):
+    """Before ultralytics is imported: its settings file goes in the build
+    tree `build`, not the user's home, and nothing is downloaded, checked
+    for updates or reported (the test machines have no internet)."""
+    os.environ.setdefault("YOLO_CONFIG_DIR", str(Path(build) / "ultralytics-config"))
+    os.environ["YOLO_OFFLINE"] = "1"
