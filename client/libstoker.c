@@ -824,16 +824,8 @@ STOKER_API int stoker_opts_set(struct stoker_opts *o, const char *key, const cha
 		return r;
 	}
 	if (!strcmp(key, "device")) {
-		size_t digits = strncmp(value, "cuda:", 5) ? 0 : strspn(value + 5, "0123456789");
-
-		if (!strcmp(value, "cpu")) {
-			o->ordinal = -1;
-		} else if (digits >= 1 && digits <= 4 && value[5 + digits] == '\0' && atoi(value + 5) <= 1023 &&
-			   (digits == 1 || value[5] != '0')) {
-			o->ordinal = atoi(value + 5);
-		} else {
+		if (cudadrv_parse_device(value, &o->ordinal) < 0)
 			return -EINVAL;
-		}
 		snprintf(o->device, sizeof(o->device), "%s", value);
 		a->device = o->device;
 		return 0;

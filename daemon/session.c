@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cudadrv.h"
 #include "daemon.h"
 #include "dataset.h"
 #include "detect.h"
@@ -1260,20 +1261,18 @@ static bool attach_task_ok(struct conn *c, const Stoker__Attach *a)
 static bool device_ok(struct conn *c, const Stoker__Attach *a)
 {
 	const char *dev = a->device;
-	size_t digits;
+	int ordinal = -1;
 
-	if (!dev || !strcmp(dev, "cpu")) {
+	if (dev && cudadrv_parse_device(dev, &ordinal) < 0) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "device '%.40s' is not cpu or cuda:N", dev);
+		return false;
+	}
+	if (ordinal < 0) {
 		if (a->has_device_uuid) {
 			conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "device_uuid given for device cpu");
 			return false;
 		}
 		return true;
-	}
-	digits = strncmp(dev, "cuda:", 5) ? 0 : strspn(dev + 5, "0123456789");
-	if (digits == 0 || digits > 4 || dev[5 + digits] != '\0' || atoi(dev + 5) > 1023 ||
-	    (digits > 1 && dev[5] == '0')) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "device '%.40s' is not cpu or cuda:N", dev);
-		return false;
 	}
 	if (a->has_device_uuid && a->device_uuid.len != GPU_UUID_BYTES) {
 		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "device_uuid has %zu bytes, not %u",

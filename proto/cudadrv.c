@@ -2,8 +2,25 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cudadrv.h"
+
+int cudadrv_parse_device(const char *s, int *ordinal)
+{
+	size_t digits;
+
+	if (!strcmp(s, "cpu")) {
+		*ordinal = -1;
+		return 0;
+	}
+	digits = strncmp(s, "cuda:", 5) ? 0 : strspn(s + 5, "0123456789");
+	if (digits == 0 || digits > 4 || s[5 + digits] != '\0' || (digits > 1 && s[5] == '0') || atoi(s + 5) > 1023)
+		return -EINVAL;
+	*ordinal = atoi(s + 5);
+	return 0;
+}
 
 #ifdef STOKER_HAVE_CUDA
 #include <dlfcn.h>

@@ -59,6 +59,12 @@ struct cudadrv {
 #endif
 
 /*
+ * An attach's device: "cpu" (*ordinal -1) or "cuda:N" (N: 0..1023, no
+ * leading zero), the one grammar of client and daemon. 0, or -EINVAL.
+ */
+int cudadrv_parse_device(const char *s, int *ordinal);
+
+/*
  * The process's driver, loaded and initialised on the first call (thread
  * safe). 0 and *out on success; otherwise -ENOSYS (built without CUDA),
  * -ENOENT (no libcuda.so.1: no driver on this node), -ENODEV (cuInit failed:
