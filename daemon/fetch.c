@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -121,6 +122,14 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *arg)
 	return size * nmemb;
 }
 
+/* curl (7.88) opens its sockets without SOCK_CLOEXEC. */
+static curl_socket_t open_socket(void *arg, curlsocktype purpose, struct curl_sockaddr *a)
+{
+	(void)arg;
+	(void)purpose;
+	return socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+}
+
 static int request_start(struct fetch *f, struct fetch_req *r)
 {
 	struct curl_slist *headers = NULL;
@@ -137,6 +146,7 @@ static int request_start(struct fetch *f, struct fetch_req *r)
 	curl_easy_setopt(e, CURLOPT_URL, r->url);
 	curl_easy_setopt(e, CURLOPT_PRIVATE, r);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_socket);
 	curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
 	r->owner = f;

@@ -47,6 +47,24 @@ def same_epoch(a, b):
     assert a["hashes"] == b["hashes"]
 
 
+def tcp_socket_flags(pid):
+    """The open-file flags of each TCP socket process pid holds."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            inodes.update(line.split()[9] for line in list(f)[1:])
+    flags = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if link.startswith("socket:[") and link[8:-1] in inodes:
+                with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                    flags += [int(line.split()[1], 8) for line in f if line.startswith("flags:")]
+        except FileNotFoundError:  # closed meanwhile
+            continue
+    return flags
+
+
 def test_http_list_file_same_bytes_cold_then_warm(daemon, make_dataset, nginx):
     """A list file over HTTP gives the local data set's bytes; the second epoch
     comes from the node cache: no request, every sample a cache hit."""
@@ -67,6 +85,9 @@ def test_http_list_file_same_bytes_cold_then_warm(daemon, make_dataset, nginx):
     assert st["remote_cache_hits"] >= 30
     assert st["net_requests"] == 31 and st["net_errors"] == 0 and st["net_retries"] == 0
     assert web.requests() - served_before == 31
+    # The connections kept for reuse are closed on exec.
+    flags = tcp_socket_flags(d.proc.pid)
+    assert flags and all(f & os.O_CLOEXEC for f in flags)
     sizes = sum(Path(p).stat().st_size for p, _ in expected_samples(root))
     assert st["net_bytes"] == sizes + (root / "train.txt").stat().st_size
 
