@@ -942,8 +942,6 @@ static void meta_fill(struct detect_meta *m, const struct detect_sample *s, uint
 	uint32_t ow = s->orig_width ? s->orig_width : s->width, oh = s->orig_height ? s->orig_height : s->height;
 	uint32_t rw, rh;
 
-	if (!m)
-		return;
 	detect_fit_size(ow, oh, size, &rw, &rh);
 	*m = (struct detect_meta){
 		.shape = { (int32_t)oh, (int32_t)ow, (int32_t)rh, (int32_t)rw },
@@ -1331,7 +1329,7 @@ struct job {
 	detect_load_fn load;
 	void *ctx;
 	bool flipud, fliplr;
-	struct detect_meta *meta; /* the primary sample's, or NULL */
+	struct detect_meta *meta; /* the primary sample's, published on success */
 };
 
 /* Fill [a, b) of a canvas row with PAD except [c0, c1), the patch's part. */
@@ -1638,7 +1636,9 @@ static void write_boxes(const struct dbox *b, size_t n, uint32_t width, uint32_t
 int detect_make(struct detect *d, enum detect_transform t, const struct detect_params *p, uint32_t size, uint64_t index,
 		uint64_t count, struct rng *rng, detect_load_fn load, void *ctx, const struct detect_output *o)
 {
-	struct job j = { d, p, size, count, load, ctx, false, false, o ? o->meta : NULL };
+	/* The metadata is staged here: *o->meta is written only on success. */
+	struct detect_meta meta = { { 0 }, { 0 } };
+	struct job j = { d, p, size, count, load, ctx, false, false, &meta };
 	size_t n[2] = { 0, 0 };
 	uint64_t dropped = 0;
 	uint32_t written = 0, max_boxes;
@@ -1678,7 +1678,7 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 		}
 		if (s.width != g.w || s.height != g.h)
 			detect_letterbox_geometry(s.width, s.height, o->out_w, o->out_h, &g); /* a loader's own size */
-		meta_fill(o->meta, &s, size, g.r, g.left, g.top);
+		meta_fill(&meta, &s, size, g.r, g.left, g.top);
 		r = boxes_reserve(d, 0, 0, s.box_count);
 		if (r < 0)
 			goto out;
@@ -1721,6 +1721,8 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 done:
 	*o->box_count = written;
 	*o->boxes_dropped += dropped;
+	if (o->meta)
+		*o->meta = meta;
 	r = 0;
 out:
 	return r;

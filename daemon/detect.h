@@ -132,9 +132,10 @@ int detect_run(struct detect *d, enum detect_transform t, const struct detect_pa
  * out_h (a rectangular batch's shape, each side 1..DETECT_MAX_SIZE; the
  * loader must return the sample at long side `size` shrunk to fit it, as
  * LetterBox would), DETECT_TRAIN needs out_w = out_h = size. The sample's
- * metadata goes to *meta (may be NULL): for the letterbox as Ultralytics'
- * validator reads it; for the training transform the sample's own
- * original and loaded sizes, ratio loaded / original, pad 0.
+ * metadata goes to *meta (may be NULL; written on success only): for the
+ * letterbox as Ultralytics' validator reads it; for the training transform
+ * the sample's own original and loaded sizes, ratio loaded / original,
+ * pad 0.
  */
 struct detect_output {
 	uint8_t *image; /* out_h x out_w x 3 */

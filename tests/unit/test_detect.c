@@ -597,6 +597,22 @@ static void test_load_failures(void **state)
 	assert_int_equal(run(d, DETECT_TRAIN, &p, 1, 5, f, o), -EIO);
 	assert_int_equal(o->n, 77);
 	assert_int_equal(o->dropped, 3);
+	/* and the metadata, though the sample itself loaded before a partner failed */
+	f->fail[5] = false;
+	f->fail_all_after_first = true;
+	for (int mode = 0; mode < 2; mode++) {
+		struct detect_meta meta = { { -7, -7, -7, -7 }, { -7, -7, -7, -7 } }, before = meta;
+		struct detect_output out = { o->image, SIZE, SIZE, o->boxes, MAX_BOXES, &o->n, &o->dropped, &meta };
+		struct rng rng;
+
+		p.mosaic = mode == 0;
+		p.mixup = mode == 1;
+		f->calls = 0;
+		rng_init(&rng, 1, 0, 5, RNG_AUGMENT);
+		assert_int_equal(detect_make(d, DETECT_TRAIN, &p, SIZE, 5, f->count, &rng, fake_load, f, &out), -EIO);
+		assert_memory_equal(&meta, &before, sizeof(meta));
+	}
+	f->fail_all_after_first = false;
 	free(o);
 	fake_free(f);
 	detect_free(d);
