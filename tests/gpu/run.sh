@@ -5,7 +5,8 @@
 #   tests/gpu/run.sh                 results under $OUT (else build/gpu-out)
 #
 # On a GPU machine without the Debian packages, carry a build made
-# elsewhere with its libraries (tests/gpu/bundle-libs.sh).
+# elsewhere with its libraries (tests/gpu/bundle-libs.sh). The run writes
+# some 30 files under $OUT: where few can come back, see docs/gpu.md.
 #
 # Environment: OUT (results), B (build directory, default build), CORES
 # (default nproc), DEADLINE (seconds for the whole run, default 540: no
