@@ -326,14 +326,17 @@ else
 fi
 
 # ---- summary ----
+# Outside the pipeline below: its braces run in a subshell.
 failed=0
+for i in "${!NAMES[@]}"; do
+	[ "${KINDS[$i]}" = test ] && [[ "${RESULTS[$i]}" == FAIL* ]] && failed=1
+done
 {
 	echo
 	echo "==== summary (stoker GPU run, $(date -u), $(($(date +%s) - START))s) ===="
 	printf '%-18s %-5s %6s  %s\n' SECTION KIND SECONDS RESULT
 	for i in "${!NAMES[@]}"; do
 		printf '%-18s %-5s %6s  %s\n' "${NAMES[$i]}" "${KINDS[$i]}" "${TIMES[$i]}" "${RESULTS[$i]}"
-		[ "${KINDS[$i]}" = test ] && [[ "${RESULTS[$i]}" == FAIL* ]] && failed=1
 	done
 	[ -f "$OUT/copy.jsonl" ] && { echo; echo "copy throughput:"; cat "$OUT/copy.jsonl"; }
 	[ -f "$OUT/train.json" ] && { echo; echo "training loop:"; python3 -c '

@@ -5,7 +5,10 @@ fields, pin_memory degrades as documented, gpu_memory_budget is a live key.
 The CUDA path itself is tested on a GPU by tests/gpu/run.sh."""
 
 import errno
+import json
+import os
 import socket as pysocket
+import subprocess
 import warnings
 
 import pytest
@@ -143,3 +146,18 @@ def test_gpu_memory_budget_is_a_live_key(daemon, dataset):
     assert "stoker_gpu_memory_budget_bytes 536870912" in text
     assert "stoker_device_bytes 0" in text
     assert "stoker_client_device_bytes{" in text
+
+
+def test_gpu_run_script_exit_status_follows_its_summary(tmp_path):
+    """tests/gpu/run.sh ends non-zero when a test section fails: here the
+    GPU sections cannot run (no data set), so its summary says FAIL."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    env = dict(os.environ, OUT=str(tmp_path), SKIP="env build dataset")
+    r = subprocess.run([os.path.join(root, "tests", "gpu", "run.sh")], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert "GPU TESTS: FAIL" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 1, r.stdout + r.stderr
+    with open(tmp_path / "summary.json") as f:
+        rows = json.load(f)
+    assert [(x["section"], x["result"]) for x in rows if x["kind"] == "test"] == [
+        ("build", "SKIP (asked)"), ("gpu-sections", "FAIL (not built)")]
