@@ -33,6 +33,8 @@ awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' <<<"$deps" | sort -u |
 		# The C and C++ runtimes: the GPU machine's own (its Python needs them).
 		libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | libresolv.so.* | \
 			libstdc++.so.* | libgcc_s.so.* | ld-linux*) continue ;;
+		# Ours: found in $B by its runpath, rebuilt there when make can run.
+		libstoker.so.*) continue ;;
 		esac
 		cp -L "$path" "$DEST/$name"
 	done
