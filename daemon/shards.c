@@ -268,7 +268,8 @@ int shard_stat(const char *loc, uint64_t *size, int64_t *stamp)
 	return 0;
 }
 
-static int pread_exact(int fd, uint64_t off, void *buf, size_t len)
+/* len bytes at off, short only at the end of the file, or -errno. */
+static int64_t pread_full(int fd, uint64_t off, void *buf, size_t len)
 {
 	size_t done = 0;
 
@@ -280,10 +281,22 @@ static int pread_exact(int fd, uint64_t off, void *buf, size_t len)
 		if (n < 0)
 			return -errno;
 		if (n == 0)
-			return -EIO; /* shorter than indexed */
+			break;
 		done += (size_t)n;
 	}
-	return 0;
+	return (int64_t)done;
+}
+
+/* A read of len bytes that returned n: 0 when whole, -EIO when short
+ * (the shard is shorter than indexed), else n's -errno. */
+static int read_whole(int64_t n, size_t len)
+{
+	return n < 0 ? (int)n : (size_t)n == len ? 0 : -EIO;
+}
+
+static int pread_exact(int fd, uint64_t off, void *buf, size_t len)
+{
+	return read_whole(pread_full(fd, off, buf, len), len);
 }
 
 /* A remote shard read while it is opened (indexed, its labels read):
@@ -352,7 +365,7 @@ int shard_read(const struct shard *sh, uint64_t off, void *buf, size_t len)
 		int64_t n = sh->readahead ? source_read(sh->readahead, off, buf, len)
 					  : sh->src->read(sh->src->ctx, sh->loc, off, buf, len);
 
-		return n < 0 ? (int)n : (size_t)n == len ? 0 : -EIO;
+		return read_whole(n, len);
 	}
 
 	fd = open(sh->loc, O_RDONLY | O_CLOEXEC | O_NOCTTY);
@@ -381,21 +394,7 @@ struct file_reader {
 
 static int64_t file_read(void *ctx, uint64_t off, void *buf, size_t len)
 {
-	struct file_reader *f = ctx;
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t n = pread(f->fd, (uint8_t *)buf + done, len - done, (off_t)(off + done));
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -errno;
-		if (n == 0)
-			break;
-		done += (size_t)n;
-	}
-	return (int64_t)done;
+	return pread_full(((struct file_reader *)ctx)->fd, off, buf, len);
 }
 
 #define INDEX_MAGIC "STKTAR1\n"
