@@ -532,16 +532,36 @@ static void index_save(const char *loc, const struct stat *st, const struct tar_
 		unlink(tmp);
 }
 
-/* Shard `sh`'s member index: the saved one if it still fits, else built
- * (and saved). Fills sh's size and stamp from the file indexed. */
-/* The same for a shard read through its source: its size and stamp stand
- * for the file's stat in the saved index's checks. */
+/* Shard `sh`'s member index, read through `read`: the saved one if it
+ * still fits `st` (the file's stat, or what stands for it), else built
+ * (and saved). */
+static int index_load_or_build(struct shard *sh, const struct stat *st, tar_read_fn read, void *ctx,
+			       struct tar_index *out, bool *built, char *errbuf, size_t errlen)
+{
+	uint64_t err_off = 0;
+	char why[128];
+	int r;
+
+	*built = false;
+	r = index_load(sh->loc, st, out);
+	if (r != -ENOENT)
+		return r;
+	r = tar_index_build(read, ctx, sh->size, SHARDS_MAX_MEMBERS, out, &err_off, why, sizeof(why));
+	if (r < 0) {
+		set_err(errbuf, errlen, "shard %s: offset %llu: %s", sh->loc, (unsigned long long)err_off, why);
+		return r;
+	}
+	*built = true;
+	index_save(sh->loc, st, out);
+	return 0;
+}
+
+/* A shard read through its source: its size and stamp stand for the
+ * file's stat in the saved index's checks. */
 static int source_index(struct shard *sh, struct tar_index *out, bool *built, char *errbuf, size_t errlen)
 {
 	struct source_reader *sr;
 	struct stat st = {0};
-	uint64_t err_off = 0;
-	char why[128];
 	int r;
 
 	r = sh->src->stat(sh->src->ctx, sh->loc, &sh->size, &sh->stamp);
@@ -552,31 +572,19 @@ static int source_index(struct shard *sh, struct tar_index *out, bool *built, ch
 	st.st_size = (off_t)sh->size;
 	st.st_mtim.tv_sec = sh->stamp / 1000000000;
 	st.st_mtim.tv_nsec = sh->stamp % 1000000000;
-	*built = false;
 	sr = calloc(1, sizeof(*sr));
 	if (!sr)
 		return -ENOMEM;
 	sr->sh = sh;
 	sh->readahead = sr; /* until the shard's labels are read (open_locs) */
-	r = index_load(sh->loc, &st, out);
-	if (r != -ENOENT)
-		return r;
-	r = tar_index_build(source_read, sr, sh->size, SHARDS_MAX_MEMBERS, out, &err_off, why, sizeof(why));
-	if (r < 0) {
-		set_err(errbuf, errlen, "shard %s: offset %llu: %s", sh->loc, (unsigned long long)err_off, why);
-		return r;
-	}
-	*built = true;
-	index_save(sh->loc, &st, out);
-	return 0;
+	return index_load_or_build(sh, &st, source_read, sr, out, built, errbuf, errlen);
 }
 
+/* Fills sh's size and stamp from the file indexed. */
 static int shard_index(struct shard *sh, struct tar_index *out, bool *built, char *errbuf, size_t errlen)
 {
 	struct file_reader fr;
 	struct stat st;
-	uint64_t err_off = 0;
-	char why[128];
 	int r;
 
 	if (sh->src)
@@ -599,17 +607,7 @@ static int shard_index(struct shard *sh, struct tar_index *out, bool *built, cha
 	}
 	sh->size = (uint64_t)st.st_size;
 	sh->stamp = stat_stamp(&st);
-	*built = false;
-	r = index_load(sh->loc, &st, out);
-	if (r != -ENOENT)
-		goto out;
-	r = tar_index_build(file_read, &fr, sh->size, SHARDS_MAX_MEMBERS, out, &err_off, why, sizeof(why));
-	if (r < 0) {
-		set_err(errbuf, errlen, "shard %s: offset %llu: %s", sh->loc, (unsigned long long)err_off, why);
-		goto out;
-	}
-	*built = true;
-	index_save(sh->loc, &st, out);
+	r = index_load_or_build(sh, &st, file_read, &fr, out, built, errbuf, errlen);
 out:
 	close(fr.fd);
 	return r;
