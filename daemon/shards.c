@@ -645,23 +645,31 @@ static bool dir_has_tars(const char *path)
 	return found;
 }
 
+/* A list's line of n bytes, trimmed in place: its entry, or NULL for a
+ * blank line or a '#' comment. */
+static char *list_entry(char *line, ssize_t n)
+{
+	char *p = line, *end = line + n;
+
+	while (end > p && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t'))
+		*--end = '\0';
+	while (*p == ' ' || *p == '\t')
+		p++;
+	return *p && *p != '#' ? p : NULL;
+}
+
 bool shards_list_first_entry(FILE *f, char *buf, size_t len)
 {
-	char *line = NULL;
+	char *line = NULL, *entry;
 	size_t cap = 0;
 	ssize_t n;
 	bool found = false;
 
 	/* Only the first lines: a huge list is not read twice for this. */
 	for (int i = 0; i < 1000 && !found && (n = getline(&line, &cap, f)) >= 0; i++) {
-		char *p = line, *end = line + n;
-
-		while (end > p && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t'))
-			*--end = '\0';
-		while (*p == ' ' || *p == '\t')
-			p++;
-		if (*p && *p != '#') {
-			snprintf(buf, len, "%s", p);
+		entry = list_entry(line, n);
+		if (entry) {
+			snprintf(buf, len, "%s", entry);
 			found = true;
 		}
 	}
@@ -791,16 +799,12 @@ int shards_list_read(FILE *f, const char *list, const char *dir, struct strvec *
 	int r = 0;
 
 	while (r == 0 && (n = getline(&line, &cap, f)) >= 0) {
-		char *p = line, *end = line + n;
+		char *entry = list_entry(line, n);
 
 		lineno++;
-		while (end > p && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t'))
-			*--end = '\0';
-		while (*p == ' ' || *p == '\t')
-			p++;
-		if (*p == '\0' || *p == '#')
+		if (!entry)
 			continue;
-		r = add_entry(dir, p, out, errbuf, errlen);
+		r = add_entry(dir, entry, out, errbuf, errlen);
 		if (r < 0) {
 			char msg[512];
 
