@@ -63,32 +63,42 @@ uint32_t plan_batch_count(const struct plan_spec *s, uint64_t b)
 	return n - start < s->batch_size ? (uint32_t)(n - start) : s->batch_size;
 }
 
+/* v = 0 .. n-1, Fisher-Yates shuffled (when s->shuffle) from the stream
+ * keyed by (seed, epoch, index) alone, so every rank computes the same
+ * permutation. */
+static void permutation(const struct plan_spec *s, uint64_t epoch, uint64_t index, uint64_t *v, uint64_t n)
+{
+	struct rng r;
+
+	for (uint64_t i = 0; i < n; i++)
+		v[i] = i;
+	if (!s->shuffle || n < 2)
+		return;
+	rng_init(&r, s->seed, epoch, index, RNG_PERMUTATION);
+	for (uint64_t i = n - 1; i > 0; i--) {
+		uint64_t j = rng_below(&r, i + 1), t = v[i];
+		v[i] = v[j];
+		v[j] = t;
+	}
+}
+
 /* Shard order: this rank's contiguous run of the shard sequence, then
  * the shuffle buffer over it. */
 static int shard_order(const struct plan_spec *s, uint64_t epoch, uint64_t mine, uint64_t *result)
 {
 	uint64_t first = (uint64_t)s->rank * mine, k = 0, pos = 0, held = 0, cap;
-	uint32_t *perm = malloc((s->shards ? s->shards : 1) * sizeof(*perm));
+	uint64_t *perm = malloc((s->shards ? s->shards : 1) * sizeof(*perm));
 	uint64_t *buf = NULL;
 	struct rng r;
 
 	if (!perm)
 		return -ENOMEM;
-	for (uint32_t i = 0; i < s->shards; i++)
-		perm[i] = i;
-	if (s->shuffle) {
-		/* Index 1: a stream apart from sample order's (index 0). */
-		rng_init(&r, s->seed, epoch, 1, RNG_PERMUTATION);
-		for (uint32_t i = s->shards - 1; i > 0; i--) {
-			uint32_t j = (uint32_t)rng_below(&r, (uint64_t)i + 1), t = perm[i];
-			perm[i] = perm[j];
-			perm[j] = t;
-		}
-	}
+	/* Index 1: a stream apart from sample order's (index 0). */
+	permutation(s, epoch, 1, perm, s->shards);
 	/* Position p of the sequence is sequence[p mod n] (the padding repeats
 	 * its start); walk the shards to the rank's first position. */
 	for (uint64_t done = 0; k < mine;) {
-		for (uint32_t i = 0; i < s->shards && k < mine; i++) {
+		for (uint64_t i = 0; i < s->shards && k < mine; i++) {
 			uint64_t a = s->shard_starts[perm[i]], b = s->shard_starts[perm[i] + 1];
 
 			for (uint64_t x = a; x < b && k < mine; x++, done++)
@@ -170,20 +180,7 @@ int plan_epoch_order(const struct plan_spec *s, uint64_t epoch, uint64_t **out)
 		free(result);
 		return -ENOMEM;
 	}
-	for (uint64_t i = 0; i < n; i++)
-		order[i] = i;
-	if (s->shuffle) {
-		struct rng r;
-
-		/* Fisher-Yates from a stream keyed by (seed, epoch) alone, so every
-		 * rank computes the same permutation. */
-		rng_init(&r, s->seed, epoch, 0, RNG_PERMUTATION);
-		for (uint64_t i = n - 1; i > 0; i--) {
-			uint64_t j = rng_below(&r, i + 1), t = order[i];
-			order[i] = order[j];
-			order[j] = t;
-		}
-	}
+	permutation(s, epoch, 0, order, n);
 	for (uint64_t k = 0; k < mine; k++)
 		result[k] = order[(s->rank + k * s->world_size) % n];
 	free(order);
