@@ -20,16 +20,6 @@
 
 enum { BMP_RAW = 0, BMP_RLE8 = 1, BMP_RLE4 = 2, BMP_BITFIELDS = 3 };
 
-static uint32_t le16(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8;
-}
-
-static uint32_t le32(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 struct bmp {
 	uint32_t width, height, header, bits, compression, colors;
 	bool top_down;
@@ -61,34 +51,34 @@ static int bmp_header(struct image_buf *b, const uint8_t *d, size_t len, struct 
 
 	if (len < 18)
 		return image_fail(b, -EBADMSG, "BMP: truncated header");
-	m->header = le32(h);
+	m->header = image_le32(h);
 	if (m->header == 12) {
 		if (len < 14 + 12)
 			return image_fail(b, -EBADMSG, "BMP: truncated header");
-		m->width = le16(h + 4);
-		m->height = le16(h + 6);
-		m->bits = le16(h + 10);
+		m->width = image_le16(h + 4);
+		m->height = image_le16(h + 6);
+		m->bits = image_le16(h + 10);
 		m->compression = BMP_RAW;
 		m->colors = 0;
 	} else if (m->header == 40 || m->header == 52 || m->header == 56 || m->header == 64 || m->header == 108 ||
 		   m->header == 124) {
 		if (len < 14 + (size_t)m->header)
 			return image_fail(b, -EBADMSG, "BMP: truncated header");
-		m->width = le32(h + 4);
+		m->width = image_le32(h + 4);
 		/* a negative height (top byte 0xFF, as Pillow tests it) means rows top-down */
 		m->top_down = h[11] == 0xFF;
-		m->height = m->top_down ? (uint32_t)(0u - le32(h + 8)) : le32(h + 8);
-		m->bits = le16(h + 14);
-		m->compression = le32(h + 16);
-		m->colors = le32(h + 32);
+		m->height = m->top_down ? (uint32_t)(0u - image_le32(h + 8)) : image_le32(h + 8);
+		m->bits = image_le16(h + 14);
+		m->compression = image_le32(h + 16);
+		m->colors = image_le32(h + 32);
 		if (m->compression == BMP_BITFIELDS) {
 			const uint8_t *mp = h + 40; /* in the header from 52 bytes on, else just after it */
 
 			if (m->header == 40 && len < 14 + 40 + 12)
 				return image_fail(b, -EBADMSG, "BMP: truncated bit fields");
 			for (int i = 0; i < 3; i++)
-				m->masks[i] = le32(mp + 4 * i);
-			m->masks[3] = m->header >= 56 ? le32(mp + 12) : 0;
+				m->masks[i] = image_le32(mp + 4 * i);
+			m->masks[3] = m->header >= 56 ? image_le32(mp + 12) : 0;
 		}
 	} else {
 		return image_fail(b, -EBADMSG, "BMP: unsupported header type (%u bytes)", m->header);
@@ -216,7 +206,7 @@ static void bmp_row(const struct bmp *m, const uint8_t *src, uint32_t w, uint8_t
 	case PIX_555:
 	case PIX_565:
 		for (uint32_t x = 0; x < w; x++, src += 2, dst += 4) {
-			unsigned p = le16(src);
+			unsigned p = image_le16(src);
 
 			if (m->kind == PIX_555) {
 				dst[0] = (uint8_t)(((p >> 10) & 31) * 255 / 31);
@@ -361,7 +351,7 @@ int bmp_decode(struct image_buf *b, const uint8_t *d, size_t len)
 	r = bmp_layout(b, &m);
 	if (r < 0)
 		return r;
-	off = le32(d + 10);
+	off = image_le32(d + 10);
 	if (m.bits <= 8) {
 		r = bmp_palette(b, d, len, palette_at, &m);
 		if (r < 0)

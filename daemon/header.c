@@ -49,29 +49,19 @@ static uint32_t be32(const uint8_t *p)
 	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-static uint32_t le16(const uint8_t *p)
-{
-	return (uint32_t)p[1] << 8 | p[0];
-}
-
 static uint32_t le24(const uint8_t *p)
 {
 	return (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0];
 }
 
-static uint32_t le32(const uint8_t *p)
-{
-	return (uint32_t)p[3] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[1] << 8 | p[0];
-}
-
 static uint64_t u16_of(const uint8_t *p, bool big)
 {
-	return big ? be16(p) : le16(p);
+	return big ? be16(p) : image_le16(p);
 }
 
 static uint64_t u32_of(const uint8_t *p, bool big)
 {
-	return big ? be32(p) : le32(p);
+	return big ? be32(p) : image_le32(p);
 }
 
 static uint64_t u64_of(const uint8_t *p, bool big)
@@ -267,17 +257,17 @@ static int webp_header(struct header_window *w, struct image_header *h)
 
 	if (!p)
 		return -EBADMSG;
-	end = 8 + (uint64_t)le32(p); /* the RIFF chunk's end */
+	end = 8 + (uint64_t)image_le32(p); /* the RIFF chunk's end */
 	p = window_at(w, 12, 18);    /* the first chunk's header and 10 bytes of it */
 	if (!p)
 		return -EBADMSG;
 	if (!memcmp(p, "VP8 ", 4)) {
 		if (p[11] != 0x9d || p[12] != 0x01 || p[13] != 0x2a)
 			return -EBADMSG;
-		return set_size(h, le16(p + 14) & 0x3fff, le16(p + 16) & 0x3fff);
+		return set_size(h, image_le16(p + 14) & 0x3fff, image_le16(p + 16) & 0x3fff);
 	}
 	if (!memcmp(p, "VP8L", 4)) {
-		uint32_t bits = le32(p + 9);
+		uint32_t bits = image_le32(p + 9);
 
 		if (p[8] != 0x2f)
 			return -EBADMSG;
@@ -294,7 +284,7 @@ static int webp_header(struct header_window *w, struct image_header *h)
 		p = window_at(w, off, 8);
 		if (!p)
 			break;
-		len = le32(p + 4);
+		len = image_le32(p + 4);
 		if (!memcmp(p, "EXIF", 4)) {
 			h->orientation = (uint8_t)exif_orientation(w, off + 8, len);
 			break;
@@ -312,19 +302,14 @@ static int bmp_header(struct header_window *w, struct image_header *h)
 
 	if (!p)
 		return -EBADMSG;
-	if (le32(p) == 12)
-		return set_size(h, le16(p + 4), le16(p + 6));
-	if (le32(p) < 16)
+	if (image_le32(p) == 12)
+		return set_size(h, image_le16(p + 4), image_le16(p + 6));
+	if (image_le32(p) < 16)
 		return -EBADMSG;
-	height = (int32_t)le32(p + 8);
-	if ((int32_t)le32(p + 4) <= 0 || height == INT32_MIN)
+	height = (int32_t)image_le32(p + 8);
+	if ((int32_t)image_le32(p + 4) <= 0 || height == INT32_MIN)
 		return -EBADMSG;
-	return set_size(h, le32(p + 4), height < 0 ? (uint64_t)-(int64_t)height : (uint64_t)height);
-}
-
-static bool pnm_space(uint8_t c)
-{
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+	return set_size(h, image_le32(p + 4), height < 0 ? (uint64_t)-(int64_t)height : (uint64_t)height);
 }
 
 /* "Pn", then width and height as decimal numbers between blanks and
@@ -341,7 +326,7 @@ static int pnm_header(struct header_window *w, struct image_header *h)
 			if (*p == '#') {
 				while ((p = window_at(w, off, 1)) && *p != '\n' && *p != '\r' && off < HEADER_MAX_PNM_BYTES)
 					off++;
-			} else if (pnm_space(*p)) {
+			} else if (image_pnm_space(*p)) {
 				off++;
 			} else {
 				break;

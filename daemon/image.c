@@ -22,8 +22,7 @@ enum image_format image_sniff(const uint8_t *p, size_t n)
 		return IMAGE_TIFF;
 	if (n >= 2 && p[0] == 'B' && p[1] == 'M')
 		return IMAGE_BMP;
-	if (n >= 3 && p[0] == 'P' && p[1] >= '1' && p[1] <= '6' &&
-	    (p[2] == ' ' || p[2] == '\t' || p[2] == '\n' || p[2] == '\r' || p[2] == '\v' || p[2] == '\f'))
+	if (n >= 3 && p[0] == 'P' && p[1] >= '1' && p[1] <= '6' && image_pnm_space(p[2]))
 		return IMAGE_PNM;
 	return IMAGE_UNKNOWN;
 }

@@ -24,6 +24,7 @@
 #ifndef STOKER_IMAGE_H
 #define STOKER_IMAGE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -74,6 +75,22 @@ int image_fail(struct image_buf *b, int code, const char *fmt, ...) __attribute_
 int image_alloc(struct image_buf *b, uint32_t width, uint32_t height);
 /* Make b->scratch hold `bytes`. */
 int image_scratch(struct image_buf *b, size_t bytes);
+
+static inline uint32_t image_le16(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+}
+
+static inline uint32_t image_le32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Netpbm's whitespace (Python's bytes.isspace()). */
+static inline bool image_pnm_space(uint8_t c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
+}
 
 /* Pillow's CMYK to RGB: R = (255 - K) - C * (255 - K) / 255, rounded. */
 static inline uint8_t image_cmyk_channel(unsigned ink, unsigned k)

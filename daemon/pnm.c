@@ -16,11 +16,6 @@
 
 #define PNM_MAX_TOKEN 10
 
-static bool is_space(uint8_t c)
-{
-	return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
-}
-
 struct cursor {
 	const uint8_t *d;
 	size_t len, pos;
@@ -43,7 +38,7 @@ static int header_number(struct image_buf *b, struct cursor *c, uint32_t *out)
 		if (c->pos >= c->len)
 			break;
 		ch = c->d[c->pos++];
-		if (is_space(ch)) {
+		if (image_pnm_space(ch)) {
 			if (n == 0)
 				continue;
 			break;
@@ -99,7 +94,7 @@ static int plain_bits(struct image_buf *b, struct cursor *c)
 	while (n < total && c->pos < c->len) {
 		uint8_t ch = c->d[c->pos++];
 
-		if (is_space(ch))
+		if (image_pnm_space(ch))
 			continue;
 		if (ch == '#') {
 			while (c->pos < c->len && c->d[c->pos] != '\r' && c->d[c->pos] != '\n')
@@ -136,7 +131,7 @@ static int plain_samples(struct image_buf *b, struct cursor *c, unsigned bands, 
 				continue;
 			ch = ' ';
 		}
-		if (!is_space(ch)) {
+		if (!image_pnm_space(ch)) {
 			if (ch < '0' || ch > '9')
 				return image_fail(b, -EBADMSG, "PNM: '%c' in its samples", ch);
 			if (++digits > PNM_MAX_TOKEN)
@@ -174,7 +169,7 @@ int pnm_decode(struct image_buf *b, const uint8_t *data, size_t len)
 	size_t need, n;
 	int r;
 
-	if (len < 3 || data[0] != 'P' || data[1] < '1' || data[1] > '6' || !is_space(data[2]))
+	if (len < 3 || data[0] != 'P' || data[1] < '1' || data[1] > '6' || !image_pnm_space(data[2]))
 		return image_fail(b, -EBADMSG, "Not a PNM file");
 	kind = (unsigned)(data[1] - '0');
 	bands = kind == 3 || kind == 6 ? 3 : 1;
