@@ -887,6 +887,7 @@ struct group {
 	size_t key_len;
 	long image, cls, json, txt; /* member indexes, -1: none */
 	int image_rank;
+	unsigned image_seen; /* bit k: image_exts[k] met */
 };
 
 struct samples {
@@ -1146,6 +1147,7 @@ static int group_shard(struct open_ctx *o, struct samples *s, const struct shard
 		const char *name = tar_member_name(t, i), *ext;
 		size_t key_len;
 		long *slot = NULL;
+		bool dup = false;
 		char lext[16];
 		size_t el;
 
@@ -1166,33 +1168,33 @@ static int group_shard(struct open_ctx *o, struct samples *s, const struct shard
 			continue; /* no extension this reads is that long */
 		for (size_t k = 0; k <= el; k++)
 			lext[k] = (char)(ext[k] >= 'A' && ext[k] <= 'Z' ? ext[k] + 32 : ext[k]);
-		for (int k = 0; k < (int)NIMAGE_EXTS; k++)
-			if (strcmp(lext, image_exts[k]) == 0) {
-				/* WebDataset refuses a key with one extension twice. */
-				if (k == g.image_rank) {
-					set_err(errbuf, errlen, "shard %s: offset %llu: %s: a second .%s in sample '%.*s'",
-						sh->loc, (unsigned long long)t->v[i].offset - TAR_BLOCK, name, lext,
-						(int)key_len, name);
-					return -EINVAL;
-				}
-				if (k < g.image_rank) {
-					g.image = (long)i;
-					g.image_rank = k;
-				}
-			}
 		if (strcmp(lext, "cls") == 0)
 			slot = &g.cls;
 		else if (strcmp(lext, "json") == 0)
 			slot = &g.json;
 		else if (strcmp(lext, "txt") == 0)
 			slot = &g.txt;
-		if (slot && *slot >= 0) {
+		for (int k = 0; !slot && k < (int)NIMAGE_EXTS; k++) {
+			if (strcmp(lext, image_exts[k]) != 0)
+				continue;
+			dup = g.image_seen & 1u << k;
+			g.image_seen |= 1u << k;
+			if (k < g.image_rank) {
+				g.image = (long)i;
+				g.image_rank = k;
+			}
+			break;
+		}
+		if (slot) {
+			dup = *slot >= 0;
+			*slot = (long)i;
+		}
+		/* WebDataset refuses a key with one extension twice. */
+		if (dup) {
 			set_err(errbuf, errlen, "shard %s: offset %llu: %s: a second .%s in sample '%.*s'", sh->loc,
 				(unsigned long long)t->v[i].offset - TAR_BLOCK, name, lext, (int)key_len, name);
 			return -EINVAL;
 		}
-		if (slot)
-			*slot = (long)i;
 	}
 	return open_group ? group_done(o, s, &g, sh, shard_name, shard, t, max_samples, set, errbuf, errlen) : 0;
 }

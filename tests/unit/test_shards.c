@@ -505,6 +505,18 @@ static void test_shard_errors(void **state)
 	snprintf(path, sizeof(path), "%s/dup.tar", root);
 	assert_int_equal(dataset_open(path, 1000, &ds, err, sizeof(err)), -EINVAL);
 	assert_non_null(strstr(err, "second .jpg"));
+	/* ... also when a preferred image came between the two. */
+	memset(&b, 0, sizeof(b));
+	member(&b, "a.png", "IMG");
+	member(&b, "a.jpg", "IMG");
+	member(&b, "a.png", "IMG");
+	member(&b, "a.cls", "1");
+	end(&b);
+	write_file("dup2.tar", b.p, b.n);
+	free(b.p);
+	snprintf(path, sizeof(path), "%s/dup2.tar", root);
+	assert_int_equal(dataset_open(path, 1000, &ds, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "second .png"));
 	/* A missing shard of a pattern. */
 	snprintf(path, sizeof(path), "%s/nolabel-{0..1}.tar", root);
 	assert_int_equal(dataset_open(path, 1000, &ds, err, sizeof(err)), -ENOENT);
