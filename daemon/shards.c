@@ -878,7 +878,9 @@ static int resolve(const char *path, struct strvec *shards, char *root, char *ke
 
 /* ---- samples ---- */
 
-static const char *const image_exts[] = {"jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff"};
+/* Every extension the loose-file loaders list (torchvision's ppm and pgm,
+ * Ultralytics' mpo too), so that a tree's shards hold all of its images. */
+static const char *const image_exts[] = {"jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "ppm", "pgm", "mpo"};
 #define NIMAGE_EXTS (sizeof(image_exts) / sizeof(image_exts[0]))
 
 /* One key's members, as grouped: the image, and the label members. */

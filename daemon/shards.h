@@ -13,7 +13,8 @@
  * Samples are the shards' members grouped by key as WebDataset groups them:
  * the key of `a/b.c.jpg` is `a/b`, its extension `c.jpg` (lower-cased);
  * consecutive members with one key make a sample. The image is the first
- * of the extensions jpg, jpeg, png, webp, bmp, tif, tiff the sample has;
+ * of the extensions jpg, jpeg, png, webp, bmp, tif, tiff, ppm, pgm, mpo
+ * the sample has;
  * a sample without one is skipped (counted). Classification labels come
  * from `.cls` (an integer), else `.json` (its top-level "label", an
  * integer), else `.txt` (an integer); detection objects from `.txt` in YOLO

@@ -27,7 +27,10 @@ import os
 import sys
 import tarfile
 
-IMAGE_EXTS = (".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff")
+# The files each loose-file loader lists (daemon/dataset.c): torchvision's
+# IMG_EXTENSIONS, and the Ultralytics IMG_FORMATS stoker decodes.
+IMAGEFOLDER_EXTS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+YOLO_EXTS = (".bmp", ".jpeg", ".jpg", ".mpo", ".png", ".tif", ".tiff", ".webp")
 
 
 def _walk_dirs(root, rel):
@@ -40,10 +43,10 @@ def _walk_dirs(root, rel):
     return out
 
 
-def _images_in(root, rel):
+def _images_in(root, rel, exts):
     full = os.path.join(root, rel)
     return sorted(n for n in os.listdir(full)
-                  if n.lower().endswith(IMAGE_EXTS) and not os.path.isdir(os.path.join(full, n)))
+                  if n.lower().endswith(exts) and not os.path.isdir(os.path.join(full, n)))
 
 
 def imagefolder_samples(src):
@@ -53,7 +56,7 @@ def imagefolder_samples(src):
         raise SystemExit(f"mkshards: {src}: no class directories")
     for c, cls in enumerate(classes):
         for d in sorted(_walk_dirs(src, cls)):
-            for f in _images_in(src, d):
+            for f in _images_in(src, d, IMAGEFOLDER_EXTS):
                 yield os.path.join(d, f), c
 
 
@@ -70,7 +73,7 @@ def yolo_samples(src):
     if os.path.isdir(src):
         rels = []
         for d in _walk_dirs(src, "."):
-            rels.extend(os.path.normpath(os.path.join(d, f)) for f in _images_in(src, d))
+            rels.extend(os.path.normpath(os.path.join(d, f)) for f in _images_in(src, d, YOLO_EXTS))
         return sorted(rels), src
     base = os.path.dirname(os.path.abspath(src))
     rels = []

@@ -278,6 +278,47 @@ def test_detection_shards_same_as_loose(daemon, tmp_path, make_yolo):
     assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(got, out_letterbox))
 
 
+def test_every_listed_format_in_shards(daemon, tmp_path, clean, make_yolo):
+    """The loose-file loaders list .ppm and .pgm (ImageFolder) and .mpo
+    (YOLO): mkshards writes them and the shards hold them, in order."""
+    from PIL import Image
+    import shutil
+
+    src = tmp_path / "ds"
+    shutil.copytree(clean[0], src)
+    files = [p for p, _ in expected_samples(src)]
+    for k, p in enumerate(files[::9]):
+        im = Image.open(p)
+        im.convert("RGB" if k % 2 else "L").save(os.path.splitext(p)[0] + (".ppm" if k % 2 else ".PGM"),
+                                                 "PPM")
+        os.unlink(p)
+    assert sum(p.lower().endswith((".ppm", ".pgm")) for p, _ in expected_samples(src)) == 8
+    pattern = mkshards("imagefolder", src, tmp_path / "sh", "--maxcount", "7")
+    d = start(daemon, tmp_path)
+    loose = epoch(d, src, keep_images=True, transform="center_crop", shuffle=False)
+    shards = epoch(d, pattern, keep_images=True, transform="center_crop", shuffle=False)
+    assert len(shards["indices"]) == 64 and shards["replaced"] == loose["replaced"] == 0
+    assert shards["indices"] == loose["indices"] and shards["labels"] == loose["labels"]
+    assert all(np.array_equal(a, b) for a, b in zip(loose["images"], shards["images"]))
+    # A YOLO tree's .mpo (a JPEG by content).
+    root, _, _ = make_yolo(kind="photos", images=6, classes=3, min_side=64, max_side=96, seed=5)
+    images = tmp_path / "y" / "images"
+    shutil.copytree(root / "images" / "train", images)
+    shutil.copytree(root / "labels" / "train", tmp_path / "y" / "labels")
+    first = sorted(images.iterdir())[0]
+    first.rename(first.with_suffix(".mpo"))
+    ypattern = mkshards("yolo", images, tmp_path / "ysh")
+    with tarfile.open(ypattern.replace("{000000..000000}", "000000")) as t:
+        assert sum(n.endswith(".mpo") for n in t.getnames()) == 1
+    opts = dict(socket=d.socket, batch_size=2, image_size=64, task="detect", transform="letterbox", shuffle=False)
+    out = []
+    for ds in (images, ypattern):
+        with stoker.Loader(ds, **opts) as ld:
+            out.append([(np.asarray(b.images).copy(), np.asarray(b.boxes).copy()) for b in ld])
+    assert len(out[0]) == len(out[1]) == 3
+    assert all(np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1]) for a, b in zip(*out))
+
+
 def test_mkshards_deterministic_and_bounded(tmp_path, tree):
     src, pattern, _ = tree
     a = mkshards("imagefolder", src, tmp_path / "a", "--maxsize", 300000)
