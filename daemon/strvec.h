@@ -12,8 +12,11 @@ struct strvec {
 	size_t n, cap;
 };
 
+/* Accepts NULL and a zeroed vector. */
 static inline void strvec_free(struct strvec *s)
 {
+	if (!s)
+		return;
 	for (size_t i = 0; i < s->n; i++)
 		free(s->v[i]);
 	free(s->v);
