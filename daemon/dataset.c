@@ -908,7 +908,7 @@ void dataset_range(const struct dataset *ds, uint64_t index, uint64_t *offset, u
 static int remote_shard_stat(void *ctx, const char *loc, uint64_t *size, int64_t *stamp)
 {
 	const struct dataset_remote *rm = ctx;
-	struct fetch_req req = {.head = true, .auth = rm->is_signed ? &rm->auth : NULL};
+	struct fetch_req req = {.head = true, .auth = dataset_remote_auth(rm)};
 	char url[8192];
 	int r = remote_object_url(rm, loc, url, sizeof(url));
 
@@ -930,7 +930,7 @@ static int remote_shard_stat(void *ctx, const char *loc, uint64_t *size, int64_t
 static int64_t remote_shard_read(void *ctx, const char *loc, uint64_t off, void *buf, size_t len)
 {
 	const struct dataset_remote *rm = ctx;
-	struct fetch_req req = {.offset = off, .length = len, .auth = rm->is_signed ? &rm->auth : NULL};
+	struct fetch_req req = {.offset = off, .length = len, .auth = dataset_remote_auth(rm)};
 	char url[8192];
 	int r;
 
@@ -958,7 +958,7 @@ static int64_t remote_read(const struct dataset *ds, uint64_t index, uint8_t **b
 	if (r < 0)
 		return r;
 	req.url = url;
-	req.auth = ds->remote->is_signed ? &ds->remote->auth : NULL;
+	req.auth = dataset_remote_auth(ds->remote);
 	r = fetch_sync(ds->remote->fetch, &req);
 	if (r == 0 && req.len > max_bytes)
 		r = -EFBIG;
@@ -1071,8 +1071,7 @@ static int scan_s3_folder(struct dataset_remote *rm, const char *url, const char
 	uint32_t classes = 0;
 	int r;
 
-	r = s3_list(rm->fetch, &rm->s3, rm->is_signed ? &rm->auth : NULL, bucket, prefix, listing_add, &l, errbuf,
-		    errlen);
+	r = s3_list(rm->fetch, &rm->s3, dataset_remote_auth(rm), bucket, prefix, listing_add, &l, errbuf, errlen);
 	if (r < 0)
 		goto out;
 	if (l.tars.n) {
@@ -1147,7 +1146,7 @@ static int remote_get(const struct dataset_remote *rm, const char *loc, struct f
 		return r;
 	}
 	req->url = url;
-	req->auth = rm->is_signed ? &rm->auth : NULL;
+	req->auth = dataset_remote_auth(rm);
 	r = fetch_sync(rm->fetch, req);
 	req->url = NULL;
 	if (r < 0) {
@@ -1451,8 +1450,7 @@ static int scan_s3_images(struct dataset_remote *rm, const char *url, const char
 			    .bucket = bucket};
 	int r;
 
-	r = s3_list(rm->fetch, &rm->s3, rm->is_signed ? &rm->auth : NULL, bucket, prefix, yolo_listing_add, &l, errbuf,
-		    errlen);
+	r = s3_list(rm->fetch, &rm->s3, dataset_remote_auth(rm), bucket, prefix, yolo_listing_add, &l, errbuf, errlen);
 	if (r < 0)
 		goto out;
 	if (l.n > 1)
@@ -1577,7 +1575,7 @@ static void label_submit(struct label_fetches *lf, const struct dataset *ds, uin
 		return;
 	}
 	s->req.url = s->url;
-	s->req.auth = lf->rm->is_signed ? &lf->rm->auth : NULL;
+	s->req.auth = dataset_remote_auth(lf->rm);
 	s->req.done = label_fetched;
 	s->req.ctx = lf;
 	fetch_submit(lf->rm->fetch, &s->req);

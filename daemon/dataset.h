@@ -52,6 +52,12 @@ struct dataset_remote {
 	struct shard_source shard_src; /* tar shards at URLs: HEAD and range requests */
 };
 
+/* What rm's requests are signed with: NULL when unsigned. */
+static inline const struct fetch_auth *dataset_remote_auth(const struct dataset_remote *rm)
+{
+	return rm->is_signed ? &rm->auth : NULL;
+}
+
 struct dataset {
 	char *root; /* real path of the directory or list file */
 	int dirfd;  /* directory sample paths are relative to (O_PATH) */

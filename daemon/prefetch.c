@@ -231,7 +231,7 @@ int prefetch_start(struct prefetch *p, struct batch_job *job)
 			break;
 		}
 		sf->req.url = sf->url;
-		sf->req.auth = ds->remote->is_signed ? &ds->remote->auth : NULL;
+		sf->req.auth = dataset_remote_auth(ds->remote);
 		sf->req.done = sample_fetched;
 		sf->req.ctx = sf;
 		sf->wanted = true;
