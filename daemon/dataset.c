@@ -990,6 +990,14 @@ struct listing {
 	struct strvec tars; /* s3:// URLs of the .tar objects at the prefix's top level */
 };
 
+static void listing_free(struct listing *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->v[i].rel);
+	free(l->v);
+	strvec_free(&l->tars);
+}
+
 static int listing_push(struct listing *l, const char *rel, size_t class_len, size_t dir_len, uint64_t size)
 {
 	if (l->n == l->cap) {
@@ -1124,10 +1132,7 @@ static int scan_s3_folder(struct dataset_remote *rm, const char *url, const char
 	*num_classes = classes;
 	r = 0;
 out:
-	for (size_t i = 0; i < l.n; i++)
-		free(l.v[i].rel);
-	free(l.v);
-	strvec_free(&l.tars);
+	listing_free(&l);
 	return r;
 }
 
@@ -1471,10 +1476,7 @@ static int scan_s3_images(struct dataset_remote *rm, const char *url, const char
 		r = -ENOENT;
 	}
 out:
-	for (size_t i = 0; i < l.n; i++)
-		free(l.v[i].rel);
-	free(l.v);
-	strvec_free(&l.tars);
+	listing_free(&l);
 	return r;
 }
 
