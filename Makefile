@@ -238,8 +238,7 @@ ifeq ($(SANITIZE),)
 	$(MAKE) --no-print-directory check-sanitize
 	$(MAKE) --no-print-directory check-tsan
 	$(MAKE) --no-print-directory fuzz-smoke
-	$(MAKE) --no-print-directory check-packaging
-	$(MAKE) --no-print-directory check-image
+	$(MAKE) --no-print-directory check-packaging check-image
 endif
 
 # Python loads the instrumented libstoker with the runtimes preloaded; leak
@@ -521,9 +520,14 @@ DEB_OUT      ?= $(B)/deb
 deb:
 	scripts/build-deb.sh $(DEB_OUT)
 
-check-packaging: all
+# The packages for the checks and the image, without their unit tests, the
+# log in $(DEB_OUT).log: built once for both when one make runs both.
+.PHONY: deb-for-checks
+deb-for-checks:
 	DEB_BUILD_OPTIONS="nocheck parallel=$$(nproc)" scripts/build-deb.sh $(DEB_OUT) > $(DEB_OUT).log 2>&1 || \
 	    { tail -40 $(DEB_OUT).log; exit 1; }
+
+check-packaging: all deb-for-checks
 	STOKER_DEB_DIR=$(abspath $(DEB_OUT)) STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) \
 	    $(PYTHON) -m pytest -q tests/packaging --deselect tests/packaging/test_image.py $(PYTEST_ARGS)
 
@@ -532,9 +536,7 @@ check-packaging: all
 # 45 MB). `make check-image` (part of make check) checks the archive and runs
 # the image's stokerd. deploy/Containerfile is the route with a registry.
 IMAGE_OUT    ?= $(B)/image
-image:
-	DEB_BUILD_OPTIONS="nocheck parallel=$$(nproc)" scripts/build-deb.sh $(DEB_OUT) > $(DEB_OUT).log 2>&1 || \
-	    { tail -40 $(DEB_OUT).log; exit 1; }
+image: deb-for-checks
 	scripts/build-image.sh $(DEB_OUT) $(IMAGE_OUT) > $(IMAGE_OUT).log 2>&1 || { tail -40 $(IMAGE_OUT).log; exit 1; }
 	@tail -1 $(IMAGE_OUT).log
 
