@@ -17,7 +17,8 @@
 #include "config.h"
 #include "paths.h"
 
-static char root[PATH_MAX];
+#define SCRATCH_NAME "config"
+#include "scratch_dir.h"
 
 static void write_file(const char *rel, const char *text)
 {
@@ -38,22 +39,6 @@ static void write_file(const char *rel, const char *text)
 	assert_non_null(f);
 	fputs(text, f);
 	fclose(f);
-}
-
-static int setup(void **state)
-{
-	(void)state;
-	snprintf(root, sizeof(root), "/tmp/stoker-test-config-XXXXXX");
-	return mkdtemp(root) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	char cmd[PATH_MAX + 16];
-
-	(void)state;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-	return system(cmd) == 0 ? 0 : -1;
 }
 
 /* Every key's text form is accepted back unchanged. */

@@ -16,7 +16,8 @@
 
 #include "dataset.h"
 
-static char root[256];
+#define SCRATCH_NAME "dataset"
+#include "scratch_dir.h"
 
 static void touch(const char *rel, const char *content)
 {
@@ -36,22 +37,6 @@ static void mkd(const char *rel)
 
 	snprintf(path, sizeof(path), "%s/%s", root, rel);
 	assert_int_equal(mkdir(path, 0755), 0);
-}
-
-static int setup(void **state)
-{
-	(void)state;
-	snprintf(root, sizeof(root), "/tmp/stoker-test-dataset-XXXXXX");
-	return mkdtemp(root) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	char cmd[300];
-
-	(void)state;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-	return system(cmd);
 }
 
 static const char *name(const struct dataset *ds, uint64_t i)

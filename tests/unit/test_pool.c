@@ -29,7 +29,8 @@
 #define SESSIONS 4
 #define JOBS_PER_SESSION 400
 
-static char root[256];
+#define SCRATCH_NAME "pool"
+#include "scratch_dir.h"
 
 static void write_jpeg(const char *path, unsigned w, unsigned h, int seed)
 {
@@ -238,22 +239,6 @@ static void test_pool_stress(void **state)
 	cache_free(cache);
 	dataset_unref(x->ds);
 	free(x);
-}
-
-static int setup(void **state)
-{
-	(void)state;
-	snprintf(root, sizeof(root), "/tmp/stoker-test-pool-XXXXXX");
-	return mkdtemp(root) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	char cmd[300];
-
-	(void)state;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-	return system(cmd);
 }
 
 int main(void)

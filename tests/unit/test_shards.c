@@ -323,7 +323,8 @@ static void test_brace_expand(void **state)
 
 /* ---- shard data sets ---- */
 
-static char root[256];
+#define SCRATCH_NAME "shards"
+#include "scratch_dir.h"
 
 static void write_file(const char *rel, const void *data, size_t len)
 {
@@ -335,22 +336,6 @@ static void write_file(const char *rel, const void *data, size_t len)
 	assert_non_null(f);
 	assert_int_equal(fwrite(data, 1, len, f), len);
 	fclose(f);
-}
-
-static int setup(void **state)
-{
-	(void)state;
-	snprintf(root, sizeof(root), "/tmp/stoker-test-shards-XXXXXX");
-	return mkdtemp(root) ? 0 : -1;
-}
-
-static int teardown(void **state)
-{
-	char cmd[300];
-
-	(void)state;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-	return system(cmd);
 }
 
 static void write_shards(void)
