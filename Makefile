@@ -32,9 +32,9 @@ PYTHONDIR    ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(P
 MANPAGES     := man/stokerd.8 man/stokerctl.1 man/stoker.conf.5 man/libstoker.3
 
 PKGS_DAEMON  := libuv libturbojpeg libjpeg libprotobuf-c libsystemd inih
-# HTTP/S3 data sets (daemon/fetch.h).
+# HTTP/S3 data sets (daemon/net/fetch.h).
 PKGS_DAEMON  += libcurl
-# The image formats beside JPEG (daemon/image.h): PNG, WebP, TIFF.
+# The image formats beside JPEG (daemon/formats/image.h): PNG, WebP, TIFF.
 PKGS_DAEMON  += spng libwebp libwebpdemux libtiff-4
 PKGS_CLIENT  := libprotobuf-c
 PKG_CFLAGS   := $(shell pkg-config --cflags $(PKGS_DAEMON) cmocka)
@@ -59,9 +59,10 @@ endif
 
 OPT          ?= -O2
 WARN         := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
+# No -I here: each part of the tree gets the include paths of what it may
+# use (LAYER_INC below), so an include across a forbidden edge fails to build.
 CFLAGS_BASE  := -std=c11 -D_GNU_SOURCE -g $(OPT) $(WARN) -fPIC -fvisibility=hidden -pthread \
-                -DSTOKER_VERSION='"$(VERSION)"' -I$(B)/proto -I$(B) -Iproto -Iclient/include $(PKG_CFLAGS) \
-                $(CUDA_CFLAGS) $(CPPFLAGS) $(CFLAGS)
+                -DSTOKER_VERSION='"$(VERSION)"' $(PKG_CFLAGS) $(CUDA_CFLAGS) $(CPPFLAGS) $(CFLAGS)
 CFLAGS_ALL   := $(CFLAGS_BASE)
 LDFLAGS_ALL  := $(LDFLAGS)
 ifneq ($(SANITIZE),)
@@ -71,8 +72,28 @@ endif
 
 PROTO_C      := $(B)/proto/stoker.pb-c.c
 PROTO_OBJS   := $(B)/proto/stoker.pb-c.o $(B)/proto/frame.o $(B)/proto/cudadrv.o
-DAEMON_SRCS  := $(filter-out daemon/main.c,$(wildcard daemon/*.c))
-DAEMON_OBJS  := $(DAEMON_SRCS:%.c=$(B)/%.o) $(if $(filter 1,$(CUDA)),$(B)/daemon/gpu_fatbin.o)
+# The daemon's parts (docs/ARCHITECTURE.md), lowest first. Each folder is
+# compiled with the include paths of the parts it may use and no others
+# (as nginx compiles src/core without the http headers): LAYER_USES_x.
+DAEMON_LAYERS := base formats pixels net data workers gpu loop
+LAYER_USES_base    := base
+LAYER_USES_formats := formats base
+LAYER_USES_pixels  := pixels formats base
+LAYER_USES_net     := net base
+LAYER_USES_data    := data net pixels formats base
+LAYER_USES_workers := workers data net pixels formats base
+LAYER_USES_gpu     := gpu pixels base proto
+LAYER_USES_loop    := loop gpu workers data net pixels formats base proto
+# main.c, the tests, fuzzers and benchmarks see the whole daemon.
+LAYER_USES_all     := $(DAEMON_LAYERS) proto
+# -I flags for a list of parts: proto/ brings its generated header; base/
+# brings the generated paths.h.
+layer_inc = $(foreach l,$(1),$(if $(filter proto,$(l)),-Iproto -I$(B)/proto,-Idaemon/$(l))) \
+            $(if $(filter base,$(1)),-I$(B)/gen)
+INC_DAEMON   := $(call layer_inc,$(LAYER_USES_all))
+INC_CLIENT   := -Iclient -Iclient/include -Iproto -I$(B)/proto
+DAEMON_SRCS  := $(foreach l,$(DAEMON_LAYERS),$(wildcard daemon/$(l)/*.c))
+DAEMON_OBJS  := $(DAEMON_SRCS:%.c=$(B)/%.o) $(if $(filter 1,$(CUDA)),$(B)/daemon/gpu/gpu_fatbin.o)
 CLIENT_OBJS  := $(B)/client/libstoker.o $(B)/client/gpu.o
 UNIT_SRCS    := $(wildcard tests/unit/test_*.c)
 UNIT_BINS    := $(UNIT_SRCS:tests/unit/%.c=$(B)/tests/%)
@@ -104,43 +125,52 @@ all: $(B)/stokerd $(B)/stokerctl $(LIB_SO) $(B)/libstoker.so $(B)/libstoker.a $(
 # The configuration layers' paths follow PREFIX and SYSCONFDIR; the header
 # is rewritten only when they change, so `make install PREFIX=/usr` rebuilds
 # what depends on it and nothing else.
-$(B)/paths.h: FORCE
-	@mkdir -p $(B)
+$(B)/gen/paths.h: FORCE
+	@mkdir -p $(B)/gen
 	@printf '#define STOKER_VENDOR_CONFIG "%s"\n#define STOKER_ADMIN_CONFIG_DIR "%s"\n' \
 	    '$(VENDORCONFDIR)/stoker.conf' '$(SYSCONFDIR)/stoker' > $@.tmp
 	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv -f $@.tmp $@
 FORCE:
 
-$(B)/daemon/config.o $(B)/daemon/main.o: $(B)/paths.h
+$(B)/daemon/base/config.o $(B)/daemon/main.o $(B)/tests/test_config: $(B)/gen/paths.h
 
-$(B)/proto/stoker.pb-c.c $(B)/proto/stoker.pb-c.h: proto/stoker.proto
+$(B)/proto/stoker.pb-c.c $(B)/proto/stoker.pb-c.h &: proto/stoker.proto
 	@mkdir -p $(B)/proto
 	protoc-c --proto_path=proto --c_out=$(B)/proto $<
 
 # Every object depends on the generated header; -MMD tracks the rest.
+# A daemon part's objects get its LAYER_INC, main.o everything, the
+# client's its own paths and proto/ (never daemon/).
+$(foreach l,$(DAEMON_LAYERS),$(eval $(B)/daemon/$(l)/%.o: LAYER_INC := $(call layer_inc,$(LAYER_USES_$(l)))))
+$(B)/daemon/main.o: LAYER_INC := $(INC_DAEMON)
+$(B)/client/%.o $(B)/proto/%.o: LAYER_INC := $(INC_CLIENT)
 $(B)/%.o: %.c $(B)/proto/stoker.pb-c.h
 	@mkdir -p $(dir $@)
 	$(call say,CC,$<)
-	$(Q)$(CC) $(CFLAGS_ALL) -MMD -MP -c $< -o $@
+	$(Q)$(CC) $(CFLAGS_ALL) $(LAYER_INC) -MMD -MP -c $< -o $@
+
+# Shows the include paths a part is compiled with (tests/layering).
+print-layer-flags:
+	@echo '$(CC) $(CFLAGS_ALL) $(if $(filter client,$(LAYER)),$(INC_CLIENT),$(call layer_inc,$(LAYER_USES_$(LAYER))))'
 
 $(B)/proto/stoker.pb-c.o: $(B)/proto/stoker.pb-c.c
-	$(CC) $(CFLAGS_ALL) -Wno-missing-prototypes -c $< -o $@
+	$(CC) $(CFLAGS_ALL) $(INC_CLIENT) -Wno-missing-prototypes -c $< -o $@
 
 # The conversion kernel: nvcc's fatbin, embedded as a byte array.
-$(B)/daemon/gpu_convert.fatbin: daemon/gpu_convert.cu
+$(B)/daemon/gpu/gpu_convert.fatbin: daemon/gpu/gpu_convert.cu
 	@mkdir -p $(dir $@)
 	$(call say,NVCC,$<)
 	$(Q)$(NVCC) -fatbin $(NVCC_ARCH) $(NVCC_FLAGS) -o $@ $<
 
-$(B)/daemon/gpu_fatbin.c: $(B)/daemon/gpu_convert.fatbin
-	$(Q){ printf '/* generated from daemon/gpu_convert.cu */\n#include "gpu_fatbin.h"\n'; \
+$(B)/daemon/gpu/gpu_fatbin.c: $(B)/daemon/gpu/gpu_convert.fatbin
+	$(Q){ printf '/* generated from daemon/gpu/gpu_convert.cu */\n#include "gpu_fatbin.h"\n'; \
 	  printf 'const unsigned char gpu_convert_fatbin[] __attribute__((aligned(8))) = {\n'; \
 	  od -An -v -tx1 $< | sed -e 's/ *\([0-9a-f][0-9a-f]\)/0x\1,/g'; \
 	  printf '};\nconst size_t gpu_convert_fatbin_size = sizeof(gpu_convert_fatbin);\n'; } > $@.tmp && mv $@.tmp $@
 
-$(B)/daemon/gpu_fatbin.o: $(B)/daemon/gpu_fatbin.c
+$(B)/daemon/gpu/gpu_fatbin.o: $(B)/daemon/gpu/gpu_fatbin.c
 	$(call say,CC,$<)
-	$(Q)$(CC) $(CFLAGS_ALL) -Idaemon -c $< -o $@
+	$(Q)$(CC) $(CFLAGS_ALL) -Idaemon/gpu -c $< -o $@
 
 $(B)/libstokerd.a: $(DAEMON_OBJS) $(PROTO_OBJS)
 	$(call say,AR,$@)
@@ -190,23 +220,23 @@ $(B)/stoker.pc: client/stoker.pc.in FORCE
 $(B)/tests/%: tests/unit/%.c $(B)/libstokerd.a
 	@mkdir -p $(dir $@)
 	$(call say,CCLD,$@)
-	$(Q)$(CC) $(CFLAGS_ALL) -Idaemon -Wno-missing-prototypes -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LIBS_CMOCKA) $(LDFLAGS_ALL)
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -Itests/unit -Wno-missing-prototypes -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LIBS_CMOCKA) $(LDFLAGS_ALL)
 
 $(B)/tests/fault_client: tests/fault/client.c client/include/stoker.h $(LIB_SO)
 	@mkdir -p $(dir $@)
 	$(call say,CCLD,$@)
-	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $< -L$(B) -l:libstoker.so.$(SOVERSION) -Wl,-rpath,'$$ORIGIN/..' $(LDFLAGS_ALL)
+	$(Q)$(CC) $(CFLAGS_ALL) -Iclient/include -o $@ $< -L$(B) -l:libstoker.so.$(SOVERSION) -Wl,-rpath,'$$ORIGIN/..' $(LDFLAGS_ALL)
 
 $(B)/tests/gpu_check: tests/gpu/gpu_check.c client/include/stoker.h $(B)/proto/cudadrv.o $(LIB_SO)
 	@mkdir -p $(dir $@)
 	$(call say,CCLD,$@)
-	$(Q)$(CC) $(CFLAGS_ALL) -o $@ $< $(B)/proto/cudadrv.o -L$(B) -l:libstoker.so.$(SOVERSION) -Wl,-rpath,'$$ORIGIN/..' \
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC_CLIENT) -o $@ $< $(B)/proto/cudadrv.o -L$(B) -l:libstoker.so.$(SOVERSION) -Wl,-rpath,'$$ORIGIN/..' \
 	    $(LDFLAGS_ALL)
 
 $(B)/tests/gpu_copybench: tests/gpu/copybench.c $(B)/libstokerd.a
 	@mkdir -p $(dir $@)
 	$(call say,CCLD,$@)
-	$(Q)$(CC) $(CFLAGS_ALL) -Idaemon -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 
 $(B)/tests/mkjpeg: tests/fault/mkjpeg.c
 	@mkdir -p $(dir $@)
@@ -216,7 +246,7 @@ $(B)/tests/mkjpeg: tests/fault/mkjpeg.c
 $(B)/tests/imgdecode: tests/tools/imgdecode.c $(B)/libstokerd.a
 	@mkdir -p $(dir $@)
 	$(call say,CCLD,$@)
-	$(Q)$(CC) $(CFLAGS_ALL) -Idaemon -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 
 # Never instrumented: it is preloaded after the sanitizer runtimes.
 $(B)/tests/libinject.so: tests/fault/inject.c
@@ -228,6 +258,7 @@ $(B)/tests/libinject.so: tests/fault/inject.c
 # all of it again under AddressSanitizer + UBSan (a separate build tree;
 # Python loads the instrumented libstoker with the runtimes preloaded).
 check: all
+	$(MAKE) --no-print-directory check-layering
 	$(MAKE) --no-print-directory check-unit
 	$(MAKE) --no-print-directory check-integration
 ifeq ($(SANITIZE),)
@@ -295,6 +326,11 @@ check-network: all
 	$(call pip_need,moto$(comma) boto3,$(NETWORK_PY))
 	$(SANITIZE_ENV) STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) -m pytest -q tests/network
 
+# The layering as a build fact: a forbidden include fails to compile.
+.PHONY: check-layering
+check-layering: $(B)/proto/stoker.pb-c.h $(B)/gen/paths.h
+	STOKER_BUILD=$(abspath $(B)) $(PYTHON) -m pytest -q tests/layering
+
 check-unit: $(UNIT_BINS)
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
 
@@ -340,7 +376,7 @@ demo: all
 #   fuzz_tar       tar shard headers (the member index), brace patterns, keys
 #   fuzz_s3        an S3 server's answers: ListObjectsV2 pages, error bodies
 #   fuzz_png, fuzz_webp, fuzz_tiff, fuzz_bmp, fuzz_pnm
-#                  one whole-image decoder each (daemon/image.h), whatever the magic bytes
+#                  one whole-image decoder each (daemon/formats/image.h), whatever the magic bytes
 # `make fuzz` runs each for FUZZ_SECONDS (default 60) and keeps what it
 # finds in $(FB)/corpus/; `make fuzz-smoke` runs each for a few seconds (CI).
 FUZZ_CC      ?= clang
@@ -352,30 +388,33 @@ FUZZ_TARGETS := dispatch decode client detect tar s3 $(FUZZ_IMAGE)
 FUZZ_BINS    := $(FUZZ_TARGETS:%=$(FB)/fuzz_%)
 FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) -pthread -fno-omit-frame-pointer \
                 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all \
-                -DSTOKER_VERSION='"$(VERSION)"' -I$(B)/proto -I$(B) -Iproto -Iclient/include -Idaemon \
-                -Itests/fuzz $(PKG_CFLAGS)
+                -DSTOKER_VERSION='"$(VERSION)"' $(PKG_CFLAGS)
+# The fuzzers' own programs see the daemon, libstoker and proto/.
+FUZZ_INC     := $(INC_DAEMON) $(INC_CLIENT) -Itests/fuzz
 FUZZ_OBJS    := $(DAEMON_SRCS:%.c=$(FB)/%.o) $(FB)/proto/stoker.pb-c.o $(FB)/proto/frame.o $(FB)/proto/cudadrv.o
 
-$(FB)/%.o: %.c $(B)/proto/stoker.pb-c.h $(B)/paths.h
+$(foreach l,$(DAEMON_LAYERS),$(eval $(FB)/daemon/$(l)/%.o: LAYER_INC := $(call layer_inc,$(LAYER_USES_$(l)))))
+$(FB)/client/%.o $(FB)/proto/%.o: LAYER_INC := $(INC_CLIENT)
+$(FB)/%.o: %.c $(B)/proto/stoker.pb-c.h $(B)/gen/paths.h
 	@mkdir -p $(dir $@)
 	$(call say,CC,$@)
-	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP -c $< -o $@
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) $(LAYER_INC) -MMD -MP -c $< -o $@
 
 $(FB)/proto/stoker.pb-c.o: $(B)/proto/stoker.pb-c.c
 	@mkdir -p $(dir $@)
-	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -Wno-missing-prototypes -c $< -o $@
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) $(INC_CLIENT) -Wno-missing-prototypes -c $< -o $@
 
 $(FB)/fuzz_dispatch $(FB)/fuzz_decode $(FB)/fuzz_detect $(FB)/fuzz_tar $(FB)/fuzz_s3: $(FB)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_common.h $(FUZZ_OBJS)
 	$(call say,CCLD,$@)
-	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJS) $(LIBS_DAEMON)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_INC) -fsanitize=fuzzer -o $@ $< $(FUZZ_OBJS) $(LIBS_DAEMON)
 
 $(FUZZ_IMAGE:%=$(FB)/fuzz_%): $(FB)/fuzz_%: tests/fuzz/fuzz_image.c $(FUZZ_OBJS)
 	$(call say,CCLD,$@)
-	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -DFUZZ_FORMAT='"$*"' -o $@ $< $(FUZZ_OBJS) $(LIBS_DAEMON)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_INC) -fsanitize=fuzzer -DFUZZ_FORMAT='"$*"' -o $@ $< $(FUZZ_OBJS) $(LIBS_DAEMON)
 
 $(FB)/fuzz_client: tests/fuzz/fuzz_client.c tests/fuzz/fuzz_common.h client/libstoker.c $(FB)/proto/stoker.pb-c.o $(FB)/proto/frame.o $(FB)/proto/cudadrv.o $(FB)/client/gpu.o
 	$(call say,CCLD,$@)
-	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FB)/proto/stoker.pb-c.o $(FB)/proto/frame.o $(FB)/proto/cudadrv.o $(FB)/client/gpu.o $(LIBS_CLIENT)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_INC) -fsanitize=fuzzer -o $@ $< $(FB)/proto/stoker.pb-c.o $(FB)/proto/frame.o $(FB)/proto/cudadrv.o $(FB)/client/gpu.o $(LIBS_CLIENT)
 
 # Seeds: protocol conversations packed by protobuf-c; small JPEGs of every
 # kind libjpeg writes (baseline, grayscale, CMYK, progressive, arithmetic,
@@ -384,7 +423,7 @@ $(FB)/fuzz_client: tests/fuzz/fuzz_client.c tests/fuzz/fuzz_common.h client/libs
 # each in its decoder's corpus and all in fuzz_decode's.
 $(B)/tests/fuzz_mkseeds: tests/fuzz/mkseeds.c tests/fuzz/fuzz_common.h $(PROTO_OBJS)
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS_ALL) -Itests/fuzz -o $@ $< $(PROTO_OBJS) $(LIBS_CLIENT) $(LDFLAGS_ALL)
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC_CLIENT) -Itests/fuzz -o $@ $< $(PROTO_OBJS) $(LIBS_CLIENT) $(LDFLAGS_ALL)
 
 $(FB)/seeds/.done: $(B)/tests/fuzz_mkseeds $(B)/tests/mkjpeg tests/tools/mkimages.py
 	@mkdir -p $(FB)/seeds/decode
@@ -465,11 +504,11 @@ $(B)/bench/jpeg_limit: bench/jpeg_limit.c bench/bench_files.h
 
 $(B)/bench/stoker_rtt: bench/stoker_rtt.c client/include/stoker.h $(LIB_SO)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $< -L$(B) -l:libstoker.so.$(SOVERSION) -Wl,-rpath,'$$ORIGIN/..' $(LDFLAGS_ALL)
+	$(CC) $(CFLAGS_ALL) -Iclient/include -o $@ $< -L$(B) -l:libstoker.so.$(SOVERSION) -Wl,-rpath,'$$ORIGIN/..' $(LDFLAGS_ALL)
 
 $(B)/bench/profile_pipeline: bench/profile_pipeline.c bench/bench_files.h $(B)/libstokerd.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Idaemon -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
+	$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 
 install: all
 	install -Dm755 $(B)/stokerd $(DESTDIR)$(SBINDIR)/stokerd

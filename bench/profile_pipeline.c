@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Per-sample cost of the daemon's pipeline without the daemon: one thread
- * runs pipeline_run() (daemon/augment.h, linked from build/libstokerd.a)
+ * runs pipeline_run() (daemon/pixels/augment.h, linked from build/libstokerd.a)
  * over the files, and a full libturbojpeg RGB decode of the same files for
  * comparison. Small enough to run under valgrind --tool=callgrind.
  *

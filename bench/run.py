@@ -340,7 +340,7 @@ def warm_cache(files):
 
 
 def ring_bytes(batch, size, elem_bytes, prefetch):
-    """As daemon/session.c lays a ring out: (prefetch + 1) page-rounded slots."""
+    """As daemon/loop/session.c lays a ring out: (prefetch + 1) page-rounded slots."""
     page = os.sysconf("SC_PAGESIZE")
     images = batch * size * size * 3 * elem_bytes
     slot = -(-((images + 63) // 64 * 64 + 16 * batch) // page) * page

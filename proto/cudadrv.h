@@ -8,7 +8,7 @@
  *
  * Built without cuda.h (no CUDA toolkit: STOKER_HAVE_CUDA undefined), the
  * struct is empty and cudadrv_get() always says why CUDA is not usable.
- * Shared by daemon/gpu.c and client/gpu.c, the only users.
+ * Shared by daemon/gpu/gpu.c and client/gpu.c, the only users.
  */
 #ifndef STOKER_CUDADRV_H
 #define STOKER_CUDADRV_H

@@ -12,7 +12,7 @@ DEB_PACKAGES=(
 	util-linux passwd groff-base strace
 	libinih-dev
 	libcmocka-dev
-	# image formats beside JPEG (daemon/image.h): PNG, WebP, TIFF
+	# image formats beside JPEG (daemon/formats/image.h): PNG, WebP, TIFF
 	libspng-dev libwebp-dev libtiff-dev
 	# tiffcp writes the TIFF layouts Pillow cannot, for the format tests
 	libtiff-tools

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libFuzzer target: one file's bytes through the workers' decode and
- * augment path (daemon/augment.c, decode.c, resize.c), as a worker runs
+ * augment path (daemon/pixels/augment.c, decode.c, resize.c), as a worker runs
  * it: a random resized crop to uint8, a centre crop to normalised float32,
  * and the decoded cache tier's whole-image decode then a float16 crop from
  * it. The pixel cap is lowered so a hostile header cannot make one input

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libFuzzer target: one file's bytes straight into one whole-image decoder
- * (daemon/image.h), the format fixed at build time (-DFUZZ_FORMAT="png",
+ * (daemon/formats/image.h), the format fixed at build time (-DFUZZ_FORMAT="png",
  * "webp", "tiff", "bmp" or "pnm": fuzz_png, fuzz_webp, ...), so inputs whose
  * magic bytes the fuzzer has mangled still reach that decoder. What a
  * decode returns is read whole, so a pixel left unwritten or written out of

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * gpu_copybench: the daemon's device path (daemon/gpu.c: its CUDA thread,
+ * gpu_copybench: the daemon's device path (daemon/gpu/gpu.c: its CUDA thread,
  * the ring's stream with its event waits, the host callbacks back to the
  * loop, devring's slot logic) moving batches from a page-locked host ring
  * into a device ring, against plain cuMemcpyHtoDAsync from pinned memory of

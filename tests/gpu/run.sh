@@ -174,7 +174,7 @@ build() {
 	# The benchmark's programs too: cpu-scaling's bench/run.py runs them.
 	if make -j"$CORES" B="$B" all "$B/bench/jpeg_limit" "$B/bench/stoker_rtt" "$B/bench/profile_pipeline"; then
 		# The kernel's fatbin is built only when nvcc and cuda.h were found.
-		[ -f "$ROOT/$B/daemon/gpu_fatbin.o" ] || { echo "built without CUDA (no nvcc or cuda.h found)"; return 1; }
+		[ -f "$ROOT/$B/daemon/gpu/gpu_fatbin.o" ] || { echo "built without CUDA (no nvcc or cuda.h found)"; return 1; }
 		return 0
 	fi
 	if [ -x "$ROOT/$B/stokerd" ] && [ -x "$ROOT/$B/tests/gpu_check" ]; then

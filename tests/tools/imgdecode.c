@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * imgdecode [-m MAX_PIXELS] FILE...: decode each FILE whole as the workers
- * do (by its content: daemon/image.h, or the JPEG decoder), all with one
+ * do (by its content: daemon/formats/image.h, or the JPEG decoder), all with one
  * pipeline as a worker reuses its own, and write for each to stdout either
  * "W H\n" and W*H*3 bytes of RGB, or "! CODE reason\n" (CODE 2 for a file
  * refused as bad, EBADMSG; 3 over the pixel limit, E2BIG; 1 otherwise).

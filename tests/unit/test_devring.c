@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The device ring's slot ownership (devring.c) over a plain-memory backend
- * that does what daemon/gpu.c asks the GPU to do: wait for the client's
+ * that does what daemon/gpu/gpu.c asks the GPU to do: wait for the client's
  * release of the slot, copy the host slot, convert HWC uint8 to CHW with
  * the normalisation table, record the ready event, call back. Also: the
  * table-and-layout conversion the kernel (gpu_convert.cu) performs gives

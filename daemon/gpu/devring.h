@@ -2,7 +2,7 @@
 /*
  * A CUDA client's device ring, as slot ownership: which device slot may be
  * written, which holds a batch on its way, which the client holds. Pure
- * logic over a backend (daemon/gpu.c's CUDA stream; plain memory in
+ * logic over a backend (daemon/gpu/gpu.c's CUDA stream; plain memory in
  * tests/unit/test_devring.c), so the rules are tested without a GPU.
  * Loop thread only.
  *

@@ -27,6 +27,7 @@
 
 #include "gpu.h"
 #include "plan.h"
+#include "stoker.pb-c.h"
 #include "workers.h"
 
 enum slot_state {

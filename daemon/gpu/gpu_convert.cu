@@ -7,7 +7,7 @@
 // as torch computes it, float16 is that rounded to nearest even.
 //
 // Built by nvcc into a fatbin (sm_80, sm_90 code and compute_90 PTX),
-// embedded in stokerd and loaded with cuModuleLoadData (daemon/gpu.c).
+// embedded in stokerd and loaded with cuModuleLoadData (daemon/gpu/gpu.c).
 
 template <typename T>
 __device__ void convert(const unsigned char *__restrict__ in, T *__restrict__ out, const T *__restrict__ lut,
