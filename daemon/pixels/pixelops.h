@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The per-sample transform ops that work on a decoded RGB image after the
+ * first geometric op (colour, blur, affine, the augmentation policies), as
+ * torchvision's PIL path and timm compute them.
+ *
+ * An op is named and parameterised as the attach request carries it (one
+ * `struct op_param` per keyword, numbers or a text), parsed and validated
+ * once at attach (pixel_op_parse: a bad name or value is refused with the
+ * op and parameter named, nothing reaches the workers), then applied by
+ * the workers with draws from the sample's Philox stream.
+ *
+ * The pipeline (pipeline.h) owns the list and the geometric ops (crops,
+ * resizes, flips, erasing, normalisation); it hands every other op here.
+ */
+#ifndef STOKER_PIXELOPS_H
+#define STOKER_PIXELOPS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rng.h"
+
+/* A packed RGB image: 3 bytes a pixel, `stride` bytes a row. */
+struct rgb_image {
+	uint8_t *px;
+	uint32_t width, height;
+	size_t stride;
+};
+
+/* One keyword parameter of an op, as the client sent it: numbers
+ * (n_numbers of them; a scalar is one) or a text (NULL when none). */
+struct op_param {
+	const char *key;
+	const double *numbers;
+	size_t n_numbers;
+	const char *text;
+};
+
+struct pixel_op;
+/* Per-worker scratch the ops reuse (no allocation per sample in steady state). */
+struct pixel_scratch;
+
+/* Is `name` an op of this module (the pipeline asks before parsing)? */
+bool pixel_op_known(const char *name);
+
+/*
+ * Parse and validate op `name` with `params`. On error, -EINVAL (or
+ * -ENOMEM) and a message naming the op and the parameter in err.
+ */
+int pixel_op_parse(const char *name, const struct op_param *params, size_t n_params, struct pixel_op **out,
+		   char *err, size_t errlen);
+void pixel_op_free(struct pixel_op *op);
+
+/* Apply op to im in place (its size may change only where the op says so:
+ * none of these do), drawing from rng. 0 or -ENOMEM. */
+int pixel_op_apply(const struct pixel_op *op, struct rgb_image *im, struct rng *rng, struct pixel_scratch *scratch);
+
+int pixel_scratch_new(struct pixel_scratch **out);
+void pixel_scratch_free(struct pixel_scratch *s);
+
+#endif
