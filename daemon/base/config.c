@@ -386,7 +386,7 @@ int config_load(struct config *c, const char *path, int *bad_line)
 
 /* One layer; a missing file is skipped unless `required`. */
 static int load_layer(struct config *c, struct config_origins *o, struct config_files *files, const char *path,
-		      bool required, char *err, size_t errsize)
+		      bool required, char *errbuf, size_t errlen)
 {
 	struct config_load_state st = {.c = c, .o = o, .path = path};
 	int line = 0, r;
@@ -396,15 +396,15 @@ static int load_layer(struct config *c, struct config_origins *o, struct config_
 		return 0;
 	if (r < 0) {
 		if (line > 0)
-			snprintf(err, errsize, "%s:%d: %s '%s'", path, line,
+			snprintf(errbuf, errlen, "%s:%d: %s '%s'", path, line,
 				 r == -ENOENT ? "unknown setting (or not in [stokerd])" : "bad value for", st.bad_key);
 		else
-			snprintf(err, errsize, "%s: %s", path, strerror(-r));
+			snprintf(errbuf, errlen, "%s: %s", path, strerror(-r));
 		return r;
 	}
 	if (files) {
 		if (files->n == CONFIG_MAX_FILES) {
-			snprintf(err, errsize, "%s: more than %d configuration files", path, CONFIG_MAX_FILES);
+			snprintf(errbuf, errlen, "%s: more than %d configuration files", path, CONFIG_MAX_FILES);
 			return -E2BIG;
 		}
 		snprintf(files->path[files->n++], CONFIG_ORIGIN_MAX, "%s", path);
@@ -425,7 +425,7 @@ static int dropin_compare(const struct dirent **a, const struct dirent **b)
 }
 
 int config_load_layers(struct config *c, struct config_origins *o, struct config_files *files, const char *root,
-		       const char *file, char *err, size_t errsize)
+		       const char *file, char *errbuf, size_t errlen)
 {
 	static const char *const layers[] = {STOKER_VENDOR_CONFIG, STOKER_ADMIN_CONFIG_DIR "/stoker.conf"};
 	char path[PATH_MAX], dir[PATH_MAX];
@@ -435,12 +435,12 @@ int config_load_layers(struct config *c, struct config_origins *o, struct config
 	if (files)
 		files->n = 0;
 	if (file)
-		return load_layer(c, o, files, file, true, err, errsize);
+		return load_layer(c, o, files, file, true, errbuf, errlen);
 	if (!root || strcmp(root, "/") == 0)
 		root = "";
 	for (size_t i = 0; i < sizeof(layers) / sizeof(layers[0]); i++) {
 		snprintf(path, sizeof(path), "%s%s", root, layers[i]);
-		r = load_layer(c, o, files, path, false, err, errsize);
+		r = load_layer(c, o, files, path, false, errbuf, errlen);
 		if (r < 0)
 			return r;
 	}
@@ -449,19 +449,19 @@ int config_load_layers(struct config *c, struct config_origins *o, struct config
 	if (n < 0) {
 		r = errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
 		if (r < 0)
-			snprintf(err, errsize, "%s: %s", dir, strerror(-r));
+			snprintf(errbuf, errlen, "%s: %s", dir, strerror(-r));
 		return r;
 	}
 	for (int i = 0; i < n; i++) {
 		struct stat st;
 
 		if (snprintf(path, sizeof(path), "%s/%s", dir, names[i]->d_name) >= (int)sizeof(path) && r == 0) {
-			snprintf(err, errsize, "%s: a drop-in's name is too long", dir);
+			snprintf(errbuf, errlen, "%s: a drop-in's name is too long", dir);
 			r = -ENAMETOOLONG;
 		}
 		/* Drop-ins may be links; directories named *.conf are not. */
 		if (r == 0 && stat(path, &st) == 0 && S_ISREG(st.st_mode))
-			r = load_layer(c, o, files, path, true, err, errsize);
+			r = load_layer(c, o, files, path, true, errbuf, errlen);
 		free(names[i]);
 	}
 	free(names);
@@ -480,7 +480,7 @@ int config_group_id(const char *name, uint32_t *gid)
 }
 
 /* "127.0.0.1:9477" or "[::1]:9477": a loopback address and a port. */
-static int check_listen_address(const char *s, char *err, size_t errsize)
+static int check_listen_address(const char *s, char *errbuf, size_t errlen)
 {
 	char host[64];
 	const char *colon;
@@ -515,39 +515,40 @@ static int check_listen_address(const char *s, char *err, size_t errsize)
 		goto not_loopback;
 	return 0;
 bad:
-	snprintf(err, errsize, "metrics_listen '%s': want ADDRESS:PORT, e.g. 127.0.0.1:9477 or [::1]:9477", s);
+	snprintf(errbuf, errlen, "metrics_listen '%s': want ADDRESS:PORT, e.g. 127.0.0.1:9477 or [::1]:9477", s);
 	return -EINVAL;
 not_loopback:
-	snprintf(err, errsize, "metrics_listen '%s': only a loopback address (127.0.0.0/8, ::1) is allowed", s);
+	snprintf(errbuf, errlen, "metrics_listen '%s': only a loopback address (127.0.0.0/8, ::1) is allowed", s);
 	return -EINVAL;
 }
 
-int config_validate(const struct config *c, char *err, size_t errsize)
+int config_validate(const struct config *c, char *errbuf, size_t errlen)
 {
 	uint32_t gid;
 
 	if (c->prefetch > c->max_prefetch) {
-		snprintf(err, errsize, "prefetch %u is over max_prefetch %u", c->prefetch, c->max_prefetch);
+		snprintf(errbuf, errlen, "prefetch %u is over max_prefetch %u", c->prefetch, c->max_prefetch);
 		return -EINVAL;
 	}
 	if (c->socket_group[0] && config_group_id(c->socket_group, &gid) < 0) {
-		snprintf(err, errsize, "socket_group '%s': no such group", c->socket_group);
+		snprintf(errbuf, errlen, "socket_group '%s': no such group", c->socket_group);
 		return -EINVAL;
 	}
 	if (c->admin_group[0] && config_group_id(c->admin_group, &gid) < 0) {
-		snprintf(err, errsize, "admin_group '%s': no such group", c->admin_group);
+		snprintf(errbuf, errlen, "admin_group '%s': no such group", c->admin_group);
 		return -EINVAL;
 	}
 	if (c->shard_index_dir[0] && c->shard_index_dir[0] != '/') {
-		snprintf(err, errsize, "shard_index_dir '%s' must be an absolute path", c->shard_index_dir);
+		snprintf(errbuf, errlen, "shard_index_dir '%s' must be an absolute path", c->shard_index_dir);
 		return -EINVAL;
 	}
 	if (c->metrics_textfile[0] && c->metrics_textfile[0] != '/') {
-		snprintf(err, errsize, "metrics_textfile '%s' must be an absolute path", c->metrics_textfile);
+		snprintf(errbuf, errlen, "metrics_textfile '%s' must be an absolute path",
+			 c->metrics_textfile);
 		return -EINVAL;
 	}
 	if (c->metrics_listen[0])
-		return check_listen_address(c->metrics_listen, err, errsize);
+		return check_listen_address(c->metrics_listen, errbuf, errlen);
 	return 0;
 }
 

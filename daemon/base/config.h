@@ -107,11 +107,11 @@ int config_load(struct config *c, const char *path, int *bad_line);
  * may be NULL.
  */
 int config_load_layers(struct config *c, struct config_origins *o, struct config_files *files, const char *root,
-		       const char *file, char *err, size_t errsize);
+		       const char *file, char *errbuf, size_t errlen);
 
 /* Checks across keys and against the system (group names, addresses):
  * -EINVAL with a message in err. */
-int config_validate(const struct config *c, char *err, size_t errsize);
+int config_validate(const struct config *c, char *errbuf, size_t errlen);
 
 /* The key table: names, whether a change applies while running, and the
  * value of key i as text that config_set accepts. */

@@ -213,14 +213,14 @@ struct service_report {
 };
 /* Defaults, file layers, flags, runtime changes; validated. */
 int service_load_config(struct daemon *d, struct config *raw, struct config_origins *o, struct config_files *files,
-			char *err, size_t errsize);
+			char *errbuf, size_t errlen);
 /* Signals, timers, watchdog, metrics; then READY=1. */
 int service_start(struct daemon *d);
 /* Re-read the files and apply what changed. */
-int service_reload(struct daemon *d, struct service_report *rep, char *err, size_t errsize);
+int service_reload(struct daemon *d, struct service_report *rep, char *errbuf, size_t errlen);
 /* stokerctl set: -ENOENT unknown key, -EINVAL bad value (err says why),
  * -EOPNOTSUPP for a key that needs a restart. */
-int service_set(struct daemon *d, const char *key, const char *value, char *err, size_t errsize);
+int service_set(struct daemon *d, const char *key, const char *value, char *errbuf, size_t errlen);
 /* No new clients; stop once the attached ones have left (or after
  * timeout_s, 0: never). Returns the clients it waits for. */
 uint32_t service_drain(struct daemon *d, uint32_t timeout_s);

@@ -42,21 +42,21 @@ const char *service_state(const struct daemon *d)
 /* ---- configuration ---- */
 
 int service_load_config(struct daemon *d, struct config *raw, struct config_origins *o, struct config_files *files,
-			char *err, size_t errsize)
+			char *errbuf, size_t errlen)
 {
 	const struct config_state *cs = &d->conf;
 	int r;
 
 	config_defaults(raw);
 	config_origins_init(o);
-	r = config_load_layers(raw, o, files, cs->root, cs->file, err, errsize);
+	r = config_load_layers(raw, o, files, cs->root, cs->file, errbuf, errlen);
 	if (r < 0)
 		return r;
 	for (size_t i = 0; i < config_key_count(); i++) {
 		if (cs->cmdline[i]) {
 			r = config_set_from(raw, o, config_key_name(i), cs->cmdline[i], CMDLINE_ORIGIN);
 			if (r < 0) {
-				snprintf(err, errsize, "bad value '%s' for %s on the command line", cs->cmdline[i],
+				snprintf(errbuf, errlen, "bad value '%s' for %s on the command line", cs->cmdline[i],
 					 config_key_name(i));
 				return r;
 			}
@@ -64,7 +64,7 @@ int service_load_config(struct daemon *d, struct config *raw, struct config_orig
 		if (cs->runtime[i] && config_set_from(raw, o, config_key_name(i), cs->runtime[i], RUNTIME_ORIGIN) < 0)
 			return -EINVAL; /* it was checked when set */
 	}
-	return config_validate(raw, err, errsize);
+	return config_validate(raw, errbuf, errlen);
 }
 
 bool service_effective(const struct daemon *d, size_t i, char *buf, size_t size)
@@ -124,7 +124,7 @@ static void set_pending(struct daemon *d, size_t i, const char *value)
  * longer pending.
  */
 static int apply_config(struct daemon *d, const struct config *next, const struct config_origins *next_o,
-			bool reload, struct service_report *rep, char *err, size_t errsize)
+			bool reload, struct service_report *rep, char *errbuf, size_t errlen)
 {
 	struct config_state *cs = &d->conf;
 	struct config raw = cs->raw, eff;
@@ -159,7 +159,7 @@ static int apply_config(struct daemon *d, const struct config *next, const struc
 	if (workers != old_workers) {
 		r = pool_resize(d->pool, workers);
 		if (r < 0) {
-			snprintf(err, errsize, "cannot run %u workers: %s", workers, strerror(-r));
+			snprintf(errbuf, errlen, "cannot run %u workers: %s", workers, strerror(-r));
 			return r;
 		}
 		log_info("workers: %u -> %u", old_workers, workers);
@@ -174,7 +174,7 @@ static int apply_config(struct daemon *d, const struct config *next, const struc
 	return 0;
 }
 
-int service_set(struct daemon *d, const char *key, const char *value, char *err, size_t errsize)
+int service_set(struct daemon *d, const char *key, const char *value, char *errbuf, size_t errlen)
 {
 	struct service_report rep = {.applied = "", .restart = ""};
 	struct config next = d->conf.raw;
@@ -183,18 +183,18 @@ int service_set(struct daemon *d, const char *key, const char *value, char *err,
 	int i = config_key_index(key), r;
 
 	if (i < 0) {
-		snprintf(err, errsize, "unknown setting '%s'", key);
+		snprintf(errbuf, errlen, "unknown setting '%s'", key);
 		return -ENOENT;
 	}
 	if (config_set(&next, key, value) < 0) {
-		snprintf(err, errsize, "bad value '%s' for %s (see stoker.conf(5))", value, key);
+		snprintf(errbuf, errlen, "bad value '%s' for %s (see stoker.conf(5))", value, key);
 		return -EINVAL;
 	}
-	r = config_validate(&next, err, errsize);
+	r = config_validate(&next, errbuf, errlen);
 	if (r < 0)
 		return r;
 	if (!live_now(d, (size_t)i, &next)) {
-		snprintf(err, errsize,
+		snprintf(errbuf, errlen,
 			 "%s cannot change while stokerd runs: set it in a file under /etc/stoker/stoker.conf.d/ and "
 			 "restart stokerd",
 			 key);
@@ -202,13 +202,13 @@ int service_set(struct daemon *d, const char *key, const char *value, char *err,
 	}
 	config_format(&next, (size_t)i, text, sizeof(text));
 	snprintf(o.key[i], CONFIG_ORIGIN_MAX, "%s", RUNTIME_ORIGIN);
-	r = apply_config(d, &next, &o, false, &rep, err, errsize);
+	r = apply_config(d, &next, &o, false, &rep, errbuf, errlen);
 	if (r < 0)
 		return r;
 	free(d->conf.runtime[i]);
 	d->conf.runtime[i] = strdup(text);
 	if (!d->conf.runtime[i]) {
-		snprintf(err, errsize, "out of memory");
+		snprintf(errbuf, errlen, "out of memory");
 		return -ENOMEM;
 	}
 	return 0;
@@ -225,7 +225,7 @@ static void notify_ready(struct daemon *d)
 		   control_attached(d), d->listen_name, ips, pool_workers(d->pool), busy * 100.0);
 }
 
-int service_reload(struct daemon *d, struct service_report *rep, char *err, size_t errsize)
+int service_reload(struct daemon *d, struct service_report *rep, char *errbuf, size_t errlen)
 {
 	struct config next;
 	struct config_origins o;
@@ -236,11 +236,11 @@ int service_reload(struct daemon *d, struct service_report *rep, char *err, size
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=Reloading the configuration",
 		   (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
-	r = service_load_config(d, &next, &o, &files, err, errsize);
+	r = service_load_config(d, &next, &o, &files, errbuf, errlen);
 	if (r == 0)
-		r = apply_config(d, &next, &o, true, rep, err, errsize);
+		r = apply_config(d, &next, &o, true, rep, errbuf, errlen);
 	if (r < 0) {
-		log_error("reload failed, the configuration is unchanged: %s", err);
+		log_error("reload failed, the configuration is unchanged: %s", errbuf);
 	} else {
 		d->conf.files = files;
 		log_notice("configuration reloaded from %zu file%s: %s%s%s%s", files.n, files.n == 1 ? "" : "s",

@@ -83,7 +83,7 @@ static int read_profile(const char *path, const char *profile, char *id, char *s
 	return id[0] && secret[0] ? 1 : 0;
 }
 
-int s3_auth_load(const struct s3_config *c, struct fetch_auth *auth, char *err, size_t errlen)
+int s3_auth_load(const struct s3_config *c, struct fetch_auth *auth, char *errbuf, size_t errlen)
 {
 	char id[256] = "", secret[256] = "", token[sizeof(auth->token)] = "", path[1024];
 	const char *profile = c->profile[0] ? c->profile : "default";
@@ -109,11 +109,11 @@ int s3_auth_load(const struct s3_config *c, struct fetch_auth *auth, char *err, 
 		if (r == -ENOENT && !c->credentials_file[0] && !c->profile[0])
 			r = 0; /* nothing configured anywhere: unsigned */
 		if (r < 0) {
-			snprintf(err, errlen, "S3 credentials: %s: %s", path, strerror(-r));
+			snprintf(errbuf, errlen, "S3 credentials: %s: %s", path, strerror(-r));
 			return r;
 		}
 		if (r == 0 && c->profile[0]) {
-			snprintf(err, errlen, "S3 credentials: no profile [%s] with aws_access_key_id and "
+			snprintf(errbuf, errlen, "S3 credentials: no profile [%s] with aws_access_key_id and "
 					      "aws_secret_access_key in %s", profile, path);
 			return -ENOENT;
 		}
@@ -121,12 +121,12 @@ int s3_auth_load(const struct s3_config *c, struct fetch_auth *auth, char *err, 
 			return 0;
 		/* The session token is long: the buffer above holds it whole. */
 		if (strlen(token) >= sizeof(auth->token)) {
-			snprintf(err, errlen, "S3 credentials: the session token is too long");
+			snprintf(errbuf, errlen, "S3 credentials: the session token is too long");
 			return -EINVAL;
 		}
 	}
 	if (strchr(id, ':')) {
-		snprintf(err, errlen, "S3 credentials: the access key id holds a ':'");
+		snprintf(errbuf, errlen, "S3 credentials: the access key id holds a ':'");
 		return -EINVAL;
 	}
 	memset(auth, 0, sizeof(*auth));
@@ -362,7 +362,7 @@ int s3_list_url(const struct s3_config *c, const char *bucket, const char *prefi
 }
 
 int s3_list(struct fetch *f, const struct s3_config *c, const struct fetch_auth *auth, const char *bucket,
-	    const char *prefix, s3_list_fn report, void *ctx, char *err, size_t errlen)
+	    const char *prefix, s3_list_fn report, void *ctx, char *errbuf, size_t errlen)
 {
 	char url[4096], token[2048] = "", why[768];
 	struct fetch_req req;
@@ -371,7 +371,7 @@ int s3_list(struct fetch *f, const struct s3_config *c, const struct fetch_auth 
 	for (unsigned page = 0; page < S3_MAX_PAGES; page++) {
 		r = s3_list_url(c, bucket, prefix, token, url, sizeof(url));
 		if (r < 0) {
-			snprintf(err, errlen, "s3://%s/%s: the listing's URL is too long", bucket, prefix);
+			snprintf(errbuf, errlen, "s3://%s/%s: the listing's URL is too long", bucket, prefix);
 			return r;
 		}
 		memset(&req, 0, sizeof(req));
@@ -380,20 +380,20 @@ int s3_list(struct fetch *f, const struct s3_config *c, const struct fetch_auth 
 		r = fetch_sync(f, &req);
 		if (r < 0) {
 			s3_error_text(&req, why, sizeof(why));
-			snprintf(err, errlen, "s3://%s/%s: listing failed: %s", bucket, prefix, why);
+			snprintf(errbuf, errlen, "s3://%s/%s: listing failed: %s", bucket, prefix, why);
 			goto out;
 		}
 		why[0] = '\0';
 		r = s3_parse_list_page((const char *)req.data, req.len, report, ctx, token, sizeof(token), why,
 				       sizeof(why));
 		if (r < 0 && why[0])
-			snprintf(err, errlen, "s3://%s/%s: %s", bucket, prefix, why);
+			snprintf(errbuf, errlen, "s3://%s/%s: %s", bucket, prefix, why);
 		if (r <= 0)
 			goto out;
 		free(req.data);
 		req.data = NULL;
 	}
-	snprintf(err, errlen, "s3://%s/%s: more than %u listing pages", bucket, prefix, S3_MAX_PAGES);
+	snprintf(errbuf, errlen, "s3://%s/%s: more than %u listing pages", bucket, prefix, S3_MAX_PAGES);
 	return -EFBIG;
 out:
 	free(req.data);

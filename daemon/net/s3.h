@@ -39,7 +39,7 @@ void s3_config_resolve(struct s3_config *c);
  * configured anywhere (unsigned), or -errno with a message (a named profile
  * that is missing, an unreadable file that was named explicitly).
  */
-int s3_auth_load(const struct s3_config *c, struct fetch_auth *auth, char *err, size_t errlen);
+int s3_auth_load(const struct s3_config *c, struct fetch_auth *auth, char *errbuf, size_t errlen);
 
 /* Is `s` an s3://, http:// or https:// location? */
 bool url_is_remote(const char *s);
@@ -68,7 +68,7 @@ int s3_list_url(const struct s3_config *c, const char *bucket, const char *prefi
  */
 typedef int (*s3_list_fn)(void *ctx, const char *key, uint64_t size);
 int s3_list(struct fetch *f, const struct s3_config *c, const struct fetch_auth *auth, const char *bucket,
-	    const char *prefix, s3_list_fn report, void *ctx, char *err, size_t errlen);
+	    const char *prefix, s3_list_fn report, void *ctx, char *errbuf, size_t errlen);
 
 /*
  * One ListObjectsV2 page (untrusted XML of `len` bytes, not NUL-terminated):
