@@ -36,6 +36,7 @@ void config_defaults(struct config *c)
 	c->replace_attempts = 16;
 	c->stop_timeout_ms = 5000;
 	c->stopped_lease_ms = 30000;
+	c->idle_exit_s = 60;
 	c->metrics_interval_ms = 15000;
 	c->log_level = LOG_LVL_INFO;
 	c->fetch_max_inflight = 64;
@@ -133,6 +134,8 @@ static const struct config_key config_keys[] = {
 	U32(cache_decoded_side, 0, 16384, RESTART),
 	U32(stop_timeout_ms, 0, 3600000, LIVE),
 	U32(stopped_lease_ms, 0, 86400000, LIVE),
+	U32(user_mode, 0, 1, RESTART),
+	U32(idle_exit_s, 0, 31u << 20, LIVE),
 	STR("metrics_textfile", metrics_textfile, LIVE),
 	U32(metrics_interval_ms, 100, 3600000, LIVE),
 	STR("metrics_listen", metrics_listen, RESTART),

@@ -50,6 +50,8 @@ struct config {
 	uint32_t cache_decoded_side; /* 0: no decoded tier */
 	uint32_t stop_timeout_ms;    /* in-flight work gets this long at stop */
 	uint32_t stopped_lease_ms;   /* a stopped client keeps its session this long; 0: for ever */
+	uint32_t user_mode;          /* 1: one user's own daemon (usermode.c) */
+	uint32_t idle_exit_s;        /* user mode: exit after this long with no client; 0: never */
 	char metrics_textfile[CONFIG_VALUE_MAX]; /* "": none */
 	uint32_t metrics_interval_ms;
 	char metrics_listen[64]; /* "": none; else a loopback host:port */

@@ -131,6 +131,7 @@ struct daemon {
 	bool stopped;   /* connections closed, pool gone */
 	char stop_reason[128];
 	uint64_t start_ns;
+	uint64_t idle_since_ns; /* user mode: no connection since then (0: busy) */
 	struct metrics *metrics; /* metrics.c: textfile and HTTP listener */
 	/* Counters, loop thread only. */
 	uint64_t images_served;
@@ -230,6 +231,17 @@ void service_stop(struct daemon *d, const char *why);
 const char *service_state(const struct daemon *d);
 /* What "auto"/0 resolved to for key i, if it differs from the raw value. */
 bool service_effective(const struct daemon *d, size_t i, char *buf, size_t size);
+
+/* usermode.c: a daemon that one user started for itself (user_mode = 1,
+ * docs/slurm.md). Before listening: the socket's directory must be the
+ * daemon's own and 0700 (-EPERM, logged with the reason); umask 077. */
+int usermode_prepare(struct daemon *d);
+/* Whether a peer of this uid may use the daemon: in user mode, only the
+ * daemon's own uid. */
+bool usermode_admits(const struct daemon *d, uid_t uid);
+/* Each second: in user mode, stop after idle_exit_s with no connection,
+ * unless a client holds the starters' lock beside the socket. */
+void usermode_tick(struct daemon *d);
 
 /* metrics.c: Prometheus text exposition. */
 /* The exposition (malloc'd, NUL-terminated). -ENOMEM. */

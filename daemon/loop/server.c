@@ -223,6 +223,15 @@ static void handle_hello(struct conn *c, const Stoker__Hello *h)
 	Stoker__Message msg = STOKER__MESSAGE__INIT;
 	Stoker__Welcome w = STOKER__WELCOME__INIT;
 
+	if (!usermode_admits(c->d, c->uid)) {
+		log_warning("client %llu (pid %d, uid %d): permission denied: this user-mode daemon serves uid %d only",
+			    (unsigned long long)c->id, (int)c->pid, (int)c->uid, (int)geteuid());
+		conn_send_error(c, STOKER__ERROR_CODE__PERMISSION_DENIED,
+				"this stokerd (pid %d) is uid %d's own user-mode daemon and serves that user only; "
+				"uid %d may not use it", (int)getpid(), (int)geteuid(), (int)c->uid);
+		conn_close(c, NULL);
+		return;
+	}
 	if (!conn_may_use(c)) {
 		struct group gr, *res = NULL;
 		char buf[4096], name[32];
@@ -728,6 +737,9 @@ int server_listen(struct daemon *d)
 	int n, fd = -1, r;
 
 	fd_limit_raise(d);
+	r = usermode_prepare(d);
+	if (r < 0)
+		return r;
 
 	n = sd_listen_fds(1);
 	if (n > 1) {

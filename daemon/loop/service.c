@@ -258,6 +258,7 @@ static void on_stats_timer(uv_timer_t *t)
 	struct daemon *d = t->data;
 
 	control_sample(d);
+	usermode_tick(d);
 	if (++d->stats_ticks % STATUS_TICKS == 0 && !d->stopping) {
 		double ips, busy;
 
