@@ -167,7 +167,7 @@ int main(int argc, char **argv)
 	}
 
 	d.loop = uv_default_loop();
-	d.start_ns = daemon_now_ns();
+	d.start_ns = monotonic_ns();
 	ps = (struct pool_settings){
 		.workers = d.cfg.workers ? d.cfg.workers : config_usable_cpus(),
 		.queue_capacity = 1u << 20,

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "dataset.h"
 #include "header.h"
 #include "grow.h"
@@ -858,14 +859,6 @@ fail:
 }
 
 /* ---- remote data sets (s3://, http://, https://) ---- */
-
-static uint64_t monotonic_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* The HTTP URL of `name`: absolute (http(s)://, s3://, /path) or relative
  * to the data set's base. */

@@ -22,7 +22,7 @@
 
 void control_sample(struct daemon *d)
 {
-	uint64_t now = daemon_now_ns();
+	uint64_t now = monotonic_ns();
 
 	if (!d->pool)
 		return;
@@ -58,7 +58,7 @@ static const struct stats_sample *window_oldest(const struct daemon *d)
 void control_rates(const struct daemon *d, double *images_per_second, double *worker_busy)
 {
 	const struct stats_sample *old = window_oldest(d);
-	uint64_t now = daemon_now_ns();
+	uint64_t now = monotonic_ns();
 	uint32_t workers = d->pool ? pool_workers(d->pool) : 0;
 
 	*images_per_second = *worker_busy = 0.0;
@@ -76,7 +76,7 @@ static void client_rates(const struct conn *c, double *ips, double *stall)
 {
 	const struct client_sample *old;
 	const struct session *s = c->session;
-	uint64_t now = daemon_now_ns();
+	uint64_t now = monotonic_ns();
 	double dt;
 
 	*ips = *stall = 0.0;
@@ -132,7 +132,7 @@ void control_handle_stats(struct conn *c)
 	Stoker__Stats st = STOKER__STATS__INIT;
 	Stoker__ClientStats *cs = NULL, **csp = NULL;
 	Stoker__CacheTierStats tiers[CACHE_TIERS], *tierp[CACHE_TIERS];
-	uint64_t now = daemon_now_ns();
+	uint64_t now = monotonic_ns();
 	size_t n = 0;
 
 	st.images_served = d->images_served;

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include "clock.h"
 #include "config.h"
 #include "frame.h"
 
@@ -141,8 +142,6 @@ struct daemon {
 	struct stats_sample window[STATS_WINDOW];
 	unsigned window_next;
 };
-
-uint64_t daemon_now_ns(void);
 
 /* server.c: sockets and frames. */
 int server_listen(struct daemon *d);

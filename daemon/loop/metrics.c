@@ -239,7 +239,7 @@ int metrics_render(struct daemon *d, char **out, size_t *len)
 	uint32_t clients = control_attached(d);
 
 	clock_gettime(CLOCK_REALTIME, &real);
-	start = (double)real.tv_sec + (double)real.tv_nsec / 1e9 - (double)(daemon_now_ns() - d->start_ns) / 1e9;
+	start = (double)real.tv_sec + (double)real.tv_nsec / 1e9 - (double)(monotonic_ns() - d->start_ns) / 1e9;
 	control_rates(d, &ips, &busy);
 
 	family(&e, "stoker_build_info", "gauge", "The stokerd version, as a label.");

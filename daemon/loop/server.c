@@ -32,14 +32,6 @@
  * take them; a peer that stopped reading does not hold its fd for ever. */
 #define CONN_CLOSE_GRACE_MS 5000
 
-uint64_t daemon_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void conn_on_closed(uv_handle_t *h)
 {
 	struct conn *c = h->data;
@@ -92,7 +84,7 @@ void conn_close(struct conn *c, const char *why)
 		return;
 	}
 	if (!c->closing_since_ns)
-		c->closing_since_ns = daemon_now_ns();
+		c->closing_since_ns = monotonic_ns();
 	conn_update_poll(c);
 }
 
@@ -347,7 +339,7 @@ static void conn_on_readable(struct conn *c)
 			conn_close(c, why);
 			return;
 		}
-		c->last_input_ns = daemon_now_ns();
+		c->last_input_ns = monotonic_ns();
 		while (!c->closing && (r = frame_in_next(&c->in, &m)) != 0) {
 			if (r == -EMSGSIZE) {
 				conn_protocol_error(c, "frame larger than %u bytes", c->in.max_body);
@@ -464,7 +456,7 @@ int server_adopt(struct daemon *d, int fd, pid_t pid, uid_t uid, gid_t gid)
 	c->d = d;
 	c->fd = fd;
 	c->id = ++d->next_conn_id;
-	c->last_input_ns = daemon_now_ns();
+	c->last_input_ns = monotonic_ns();
 	/* Remembered now, so a recycled pid is never taken for the client. */
 	if (peer_proc_stat(pid, &c->peer_start_time, &state) < 0)
 		c->peer_start_time = 0;
@@ -828,7 +820,7 @@ static void conn_evict_stopped(struct conn *c, uint64_t stopped_ms)
 
 uint64_t server_housekeeping(struct daemon *d)
 {
-	uint64_t now = daemon_now_ns(), lease_ms = d->cfg.stopped_lease_ms;
+	uint64_t now = monotonic_ns(), lease_ms = d->cfg.stopped_lease_ms;
 	/* A quarter of the lease, within 0.1..1 s: a stopped client is evicted
 	 * between lease and lease + two periods after it stopped. */
 	uint64_t period = lease_ms / 4 < 100 ? 100 : lease_ms / 4 > 1000 ? 1000 : lease_ms / 4;

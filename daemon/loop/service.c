@@ -230,12 +230,10 @@ int service_reload(struct daemon *d, struct service_report *rep, char *errbuf, s
 	struct config next;
 	struct config_origins o;
 	struct config_files files;
-	struct timespec ts;
 	int r;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
 	sd_notifyf(0, "RELOADING=1\nMONOTONIC_USEC=%llu\nSTATUS=Reloading the configuration",
-		   (unsigned long long)ts.tv_sec * 1000000ull + (unsigned long long)ts.tv_nsec / 1000);
+		   (unsigned long long)(monotonic_ns() / 1000));
 	r = service_load_config(d, &next, &o, &files, errbuf, errlen);
 	if (r == 0)
 		r = apply_config(d, &next, &o, true, rep, errbuf, errlen);

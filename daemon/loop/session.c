@@ -89,7 +89,7 @@ static size_t align_up(size_t v, size_t a)
 
 static struct dataset *datasets_find(struct daemon *d, const char *key)
 {
-	uint64_t now = daemon_now_ns(), ttl = (uint64_t)d->cfg.remote_listing_ttl_s * 1000000000ull;
+	uint64_t now = monotonic_ns(), ttl = (uint64_t)d->cfg.remote_listing_ttl_s * 1000000000ull;
 
 	/* Remote listings are kept for remote_listing_ttl_s after they were
 	 * made, used or not; then the next attach lists again. */

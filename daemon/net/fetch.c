@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "fetch.h"
 #include "grow.h"
 
@@ -44,14 +45,6 @@ struct sync_wait {
 	pthread_cond_t cond;
 	bool done;
 };
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* xorshift64*: jitter only, not security. */
 static uint64_t next_random(struct fetch *f)
@@ -318,7 +311,7 @@ static void request_finish(struct fetch *f, CURL *e, CURLcode code)
 		if (bound > f->s.backoff_max_ms)
 			bound = f->s.backoff_max_ms;
 		r->attempt++;
-		r->due_ns = mono_ns() + (bound / 2 + next_random(f) % (bound / 2 + 1)) * 1000000ull;
+		r->due_ns = monotonic_ns() + (bound / 2 + next_random(f) % (bound / 2 + 1)) * 1000000ull;
 		r->next = f->delayed;
 		f->delayed = r;
 		atomic_fetch_add_explicit(&f->retries, 1, memory_order_relaxed);
@@ -330,7 +323,7 @@ static void request_finish(struct fetch *f, CURL *e, CURLcode code)
 /* Move due retries to the ready queue; the wait until the next one (ms). */
 static long promote_due(struct fetch *f)
 {
-	uint64_t now = mono_ns(), next = UINT64_MAX;
+	uint64_t now = monotonic_ns(), next = UINT64_MAX;
 	struct fetch_req **pp = &f->delayed;
 
 	while (*pp) {
@@ -445,7 +438,7 @@ int fetch_new(const struct fetch_settings *s, struct fetch **out)
 		r = -ENOMEM;
 		goto fail;
 	}
-	f->rng = mono_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9E3779B97F4A7C15ull;
+	f->rng = monotonic_ns() ^ ((uint64_t)getpid() << 32) ^ 0x9E3779B97F4A7C15ull;
 	/* Process-wide, and not thread-safe: the daemon makes one fetch at
 	 * start-up, before any other thread calls curl. */
 	if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) {

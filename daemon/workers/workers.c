@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "cache.h"
+#include "clock.h"
 #include "dataset.h"
 #include "grow.h"
 #include "log.h"
@@ -80,14 +81,6 @@ struct pool {
 	/* Counters of joined threads, so sums survive shrinking. */
 	uint64_t retired[COUNTER_N];
 };
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* Single producer (the loop); capacity is checked before, so never full. */
 static void queue_push(struct pool *p, struct pool_task task)
@@ -520,10 +513,10 @@ static void *worker_main(void *arg)
 			worker_exited(p, w);
 			break;
 		}
-		start = now_ns();
+		start = monotonic_ns();
 		if (!atomic_load_explicit(&t.job->cancelled, memory_order_relaxed))
 			produce_sample(w, t.job, t.pos);
-		atomic_fetch_add_explicit(&w->counters[COUNTER_BUSY_NS], now_ns() - start, memory_order_relaxed);
+		atomic_fetch_add_explicit(&w->counters[COUNTER_BUSY_NS], monotonic_ns() - start, memory_order_relaxed);
 		atomic_fetch_add_explicit(&p->tasks_done, 1, memory_order_release);
 		if (atomic_fetch_sub_explicit(&t.job->remaining, 1, memory_order_acq_rel) == 1) {
 			if (t.job->detect && !atomic_load_explicit(&t.job->cancelled, memory_order_relaxed))

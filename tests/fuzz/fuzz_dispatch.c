@@ -203,7 +203,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	d.cfg = d.conf.raw;
 	config_resolve_memory(&d.cfg);
 	d.loop = &loop;
-	d.start_ns = daemon_now_ns();
+	d.start_ns = monotonic_ns();
 	if (cache_new(d.cfg.cache_bytes, CACHE_MINIO, &d.cache) < 0)
 		abort();
 	ps = (struct pool_settings){
