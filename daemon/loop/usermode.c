@@ -95,7 +95,7 @@ static int lock_starters(const struct daemon *d)
 
 void usermode_tick(struct daemon *d)
 {
-	uint64_t now = daemon_now_ns();
+	uint64_t now = monotonic_ns();
 	char why[96];
 	int fd;
 
