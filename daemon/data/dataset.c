@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +15,7 @@
 
 #include "clock.h"
 #include "dataset.h"
+#include "errtext.h"
 #include "header.h"
 #include "grow.h"
 #include "shards.h"
@@ -107,15 +107,6 @@ static bool is_yolo_image(const char *name)
 	static const char *const exts[] = {"bmp", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp", NULL};
 
 	return has_extension(name, exts, false);
-}
-
-static void set_err(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(errbuf, errlen, fmt, ap);
-	va_end(ap);
 }
 
 /* builder_add_sample(), saying in errbuf why it failed. */

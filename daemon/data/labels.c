@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "errtext.h"
 #include "grow.h"
 #include "labels.h"
 
@@ -17,6 +18,8 @@
 /* A data.yaml larger than this is not one. */
 #define YAML_MAX_BYTES (1u << 20)
 
+static void report_line(label_report_fn report, void *ctx, const char *path, unsigned long line, const char *fmt,
+			...) __attribute__((format(printf, 5, 6)));
 static void report_line(label_report_fn report, void *ctx, const char *path, unsigned long line, const char *fmt,
 			...)
 {
@@ -186,15 +189,6 @@ int labels_path(const char *image_path, char *out, size_t outlen)
 }
 
 /* ---- data.yaml ---- */
-
-static void set_err(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(errbuf, errlen, fmt, ap);
-	va_end(ap);
-}
 
 static char *trim(char *s)
 {

@@ -3,7 +3,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include "dataset.h"
+#include "errtext.h"
 #include "grow.h"
 #include "shards.h"
 #include "tar.h"
@@ -24,15 +24,6 @@ static char index_dir[PATH_MAX];
 void shards_set_index_dir(const char *dir)
 {
 	snprintf(index_dir, sizeof(index_dir), "%s", dir ? dir : "");
-}
-
-static void set_err(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(errbuf, errlen, fmt, ap);
-	va_end(ap);
 }
 
 static bool has_suffix_ci(const char *s, const char *suffix)

@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "errtext.h"
 #include "grow.h"
 #include "tar.h"
 
@@ -46,15 +46,6 @@ static int block_at(struct reader *rd, uint64_t off, const uint8_t **out)
 	}
 	*out = rd->win + (off - rd->win_off);
 	return 0;
-}
-
-static void set_why(char *why, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(why, len, fmt, ap);
-	va_end(ap);
 }
 
 /* A numeric field: octal text (leading spaces, ending at NUL or space) or
@@ -367,7 +358,7 @@ int tar_index_build(tar_read_fn read, void *ctx, uint64_t size, uint64_t max_mem
 out:
 	if (r < 0) {
 		*err_off = off;
-		set_why(why, whylen, "%s", reason ? reason : strerror(-r));
+		set_err(why, whylen, "%s", reason ? reason : strerror(-r));
 	}
 	tar_index_free(&t);
 	free(rd.win);

@@ -589,7 +589,7 @@ static void *gpu_thread(void *arg)
 
 /* ---- the loop side ---- */
 
-static void ring_free(struct gpu_ring *r)
+static void gpu_ring_free(struct gpu_ring *r)
 {
 	struct gpu *g = r->g;
 
@@ -631,7 +631,7 @@ static void on_async(uv_async_t *h)
 		case OP_OPENED:
 			if (m->err < 0) {
 				r->cb.opened(r->owner, NULL, m->err, r->why);
-				ring_free(r);
+				gpu_ring_free(r);
 			} else {
 				r->cb.opened(r->owner, r, 0, NULL);
 			}
@@ -645,7 +645,7 @@ static void on_async(uv_async_t *h)
 			devring_closed(&r->dr);
 			if (r->closed)
 				r->closed(r->owner);
-			ring_free(r);
+			gpu_ring_free(r);
 			break;
 		default:
 			break;
