@@ -66,20 +66,28 @@ bool log_enabled(enum log_level level)
 
 void log_msg(enum log_level level, const char *fmt, ...)
 {
+	va_list ap;
+
+	va_start(ap, fmt);
+	log_vmsg(level, "", fmt, ap);
+	va_end(ap);
+}
+
+void log_vmsg(enum log_level level, const char *prefix, const char *fmt, va_list ap)
+{
 	char line[2048];
 	size_t n = 0;
-	va_list ap;
 	int r;
 
 	if (!log_enabled(level))
 		return;
 	if (log_prefix_priority)
-		n = (size_t)snprintf(line, sizeof(line), "<%d>", (int)level);
+		n = (size_t)snprintf(line, sizeof(line), "<%d>%s", (int)level, prefix);
 	else
-		n = (size_t)snprintf(line, sizeof(line), "stokerd: %s: ", level_names[level]);
-	va_start(ap, fmt);
+		n = (size_t)snprintf(line, sizeof(line), "stokerd: %s: %s", level_names[level], prefix);
+	if (n > sizeof(line) - 2)
+		n = sizeof(line) - 2;
 	r = vsnprintf(line + n, sizeof(line) - n - 1, fmt, ap);
-	va_end(ap);
 	if (r < 0)
 		return;
 	n += (size_t)r;

@@ -264,8 +264,8 @@ static bool require_admin(struct conn *c, const char *what)
 {
 	if (conn_is_admin(c))
 		return true;
-	log_warning("client %llu (pid %d, uid %d): %s denied: needs root or group %s", (unsigned long long)c->id,
-		    (int)c->pid, (int)c->uid, what, c->d->cfg.admin_group[0] ? c->d->cfg.admin_group : "(admin_group unset)");
+	conn_log_cred(LOG_LVL_WARNING, c, "%s denied: needs root or group %s", what,
+		      c->d->cfg.admin_group[0] ? c->d->cfg.admin_group : "(admin_group unset)");
 	conn_send_error(c, STOKER__ERROR_CODE__PERMISSION_DENIED, "%s needs root%s%s (you are uid %d)", what,
 			c->d->cfg.admin_group[0] ? " or group " : "", c->d->cfg.admin_group, (int)c->uid);
 	return false;
@@ -340,8 +340,7 @@ void control_handle_config_set(struct conn *c, const Stoker__ConfigSet *m)
 	}
 	r = service_set(d, m->key, m->value, err, sizeof(err));
 	if (r < 0) {
-		log_notice("client %llu (pid %d, uid %d): set %s=%s refused: %s", (unsigned long long)c->id, (int)c->pid,
-			   (int)c->uid, m->key, m->value, err);
+		conn_log_cred(LOG_LVL_NOTICE, c, "set %s=%s refused: %s", m->key, m->value, err);
 		conn_send_error(c,
 				r == -ENOENT	  ? STOKER__ERROR_CODE__NOT_FOUND
 				: r == -EINVAL	  ? STOKER__ERROR_CODE__INVALID_ARGUMENT
@@ -352,8 +351,7 @@ void control_handle_config_set(struct conn *c, const Stoker__ConfigSet *m)
 	}
 	i = config_key_index(m->key);
 	config_entry(d, (size_t)i, &entry, value, effective, sizeof(value));
-	log_notice("client %llu (pid %d, uid %d): set %s = %s", (unsigned long long)c->id, (int)c->pid, (int)c->uid,
-		   m->key, value);
+	conn_log_cred(LOG_LVL_NOTICE, c, "set %s = %s", m->key, value);
 	rep.entry = &entry;
 	msg.body_case = STOKER__MESSAGE__BODY_CONFIG_SET_REPLY;
 	msg.config_set_reply = &rep;
@@ -382,7 +380,7 @@ void control_handle_reload(struct conn *c)
 
 	if (!require_admin(c, "reloading the configuration"))
 		return;
-	log_notice("client %llu (pid %d, uid %d): reload", (unsigned long long)c->id, (int)c->pid, (int)c->uid);
+	conn_log_cred(LOG_LVL_NOTICE, c, "reload");
 	if (service_reload(d, &sr, err, sizeof(err)) < 0) {
 		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "%s", err);
 		return;
@@ -407,8 +405,7 @@ void control_handle_drain(struct conn *c, const Stoker__Drain *m)
 
 	if (!require_admin(c, "draining"))
 		return;
-	log_notice("client %llu (pid %d, uid %d): drain (timeout %u s)", (unsigned long long)c->id, (int)c->pid,
-		   (int)c->uid, m->timeout_seconds);
+	conn_log_cred(LOG_LVL_NOTICE, c, "drain (timeout %u s)", m->timeout_seconds);
 	rep.clients = service_drain(c->d, m->timeout_seconds);
 	msg.body_case = STOKER__MESSAGE__BODY_DRAIN_REPLY;
 	msg.drain_reply = &rep;

@@ -14,6 +14,7 @@
 #include "clock.h"
 #include "config.h"
 #include "frame.h"
+#include "log.h"
 
 struct pool;
 struct session;
@@ -164,6 +165,13 @@ int conn_send_error(struct conn *c, Stoker__ErrorCode code, const char *fmt, ...
 	__attribute__((format(printf, 3, 4)));
 /* Flush then close; the struct is freed later by libuv. */
 void conn_close(struct conn *c, const char *why);
+/* Log a line about a connection, with its context in front: conn_log
+ * "client ID (pid PID): ", conn_log_cred "client ID (pid PID, uid UID): "
+ * (access decisions and control requests, where who asked matters). */
+void conn_log(enum log_level level, const struct conn *c, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+void conn_log_cred(enum log_level level, const struct conn *c, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* session.c: attach, epochs, slots. */
 void session_handle_attach(struct conn *c, const Stoker__Attach *a);

@@ -71,9 +71,9 @@ void conn_close(struct conn *c, const char *why)
 	if (c->closed)
 		return;
 	if (why)
-		log_info("client %llu (pid %d): disconnected: %s", (unsigned long long)c->id, (int)c->pid, why);
+		conn_log(LOG_LVL_INFO, c, "disconnected: %s", why);
 	else
-		log_debug("client %llu (pid %d): disconnected", (unsigned long long)c->id, (int)c->pid);
+		conn_log(LOG_LVL_DEBUG, c, "disconnected");
 	if (!c->closing) {
 		c->closing = true;
 		/* Input stops now; the session's slots return at once. */
@@ -116,7 +116,7 @@ int conn_send(struct conn *c, const Stoker__Message *msg, int fd)
 	if (r < 0) {
 		/* Waiting to flush a peer that does not read would hold its fd
 		 * and memory for ever: drop it now, unsent replies and all. */
-		log_info("client %llu (pid %d): disconnected: %s", (unsigned long long)c->id, (int)c->pid,
+		conn_log(LOG_LVL_INFO, c, "disconnected: %s",
 			 r == -ENOBUFS ? "not reading its replies" : "out of memory queueing a reply");
 		if (!c->closing) {
 			c->closing = true;
@@ -135,7 +135,7 @@ int conn_send(struct conn *c, const Stoker__Message *msg, int fd)
 
 		snprintf(why, sizeof(why), "send: %s", strerror(-r));
 		conn_finish_close(c);
-		log_debug("client %llu: %s", (unsigned long long)c->id, why);
+		conn_log(LOG_LVL_DEBUG, c, "%s", why);
 		return r;
 	}
 	if (c->closing)
@@ -158,6 +158,33 @@ int conn_send_error(struct conn *c, Stoker__ErrorCode code, const char *fmt, ...
 	msg.body_case = STOKER__MESSAGE__BODY_ERROR;
 	msg.error = &err;
 	return conn_send(c, &msg, -1);
+}
+
+void conn_log(enum log_level level, const struct conn *c, const char *fmt, ...)
+{
+	char prefix[64];
+	va_list ap;
+
+	if (!log_enabled(level))
+		return;
+	snprintf(prefix, sizeof(prefix), "client %llu (pid %d): ", (unsigned long long)c->id, (int)c->pid);
+	va_start(ap, fmt);
+	log_vmsg(level, prefix, fmt, ap);
+	va_end(ap);
+}
+
+void conn_log_cred(enum log_level level, const struct conn *c, const char *fmt, ...)
+{
+	char prefix[80];
+	va_list ap;
+
+	if (!log_enabled(level))
+		return;
+	snprintf(prefix, sizeof(prefix), "client %llu (pid %d, uid %d): ", (unsigned long long)c->id,
+		 (int)c->pid, (int)c->uid);
+	va_start(ap, fmt);
+	log_vmsg(level, prefix, fmt, ap);
+	va_end(ap);
 }
 
 /* Is `want` the peer's group, or one of its supplementary groups (as they
@@ -216,8 +243,8 @@ static void handle_hello(struct conn *c, const Stoker__Hello *h)
 	Stoker__Welcome w = STOKER__WELCOME__INIT;
 
 	if (!usermode_admits(c->d, c->uid)) {
-		log_warning("client %llu (pid %d, uid %d): permission denied: this user-mode daemon serves uid %d only",
-			    (unsigned long long)c->id, (int)c->pid, (int)c->uid, (int)geteuid());
+		conn_log_cred(LOG_LVL_WARNING, c,
+			      "permission denied: this user-mode daemon serves uid %d only", (int)geteuid());
 		conn_send_error(c, STOKER__ERROR_CODE__PERMISSION_DENIED,
 				"this stokerd (pid %d) is uid %d's own user-mode daemon and serves that user only; "
 				"uid %d may not use it", (int)getpid(), (int)geteuid(), (int)c->uid);
@@ -232,8 +259,8 @@ static void handle_hello(struct conn *c, const Stoker__Hello *h)
 			snprintf(name, sizeof(name), "%d", (int)c->d->socket_gid);
 		else
 			snprintf(name, sizeof(name), "%s", res->gr_name);
-		log_warning("client %llu (pid %d, uid %d): permission denied: not in group %s, which the socket requires",
-			    (unsigned long long)c->id, (int)c->pid, (int)c->uid, name);
+		conn_log_cred(LOG_LVL_WARNING, c,
+			      "permission denied: not in group %s, which the socket requires", name);
 		conn_send_error(c, STOKER__ERROR_CODE__PERMISSION_DENIED,
 				"uid %d may not use stokerd: join group %s (the socket's group)", (int)c->uid, name);
 		conn_close(c, NULL);
@@ -253,8 +280,7 @@ static void handle_hello(struct conn *c, const Stoker__Hello *h)
 	w.max_frame_bytes = c->d->cfg.max_frame_bytes;
 	msg.body_case = STOKER__MESSAGE__BODY_WELCOME;
 	msg.welcome = &w;
-	log_debug("client %llu (pid %d): hello from '%s'", (unsigned long long)c->id, (int)c->pid,
-		  h->client_name ? h->client_name : "");
+	conn_log(LOG_LVL_DEBUG, c, "hello from '%s'", h->client_name ? h->client_name : "");
 	conn_send(c, &msg, -1);
 }
 
@@ -475,7 +501,7 @@ int server_adopt(struct daemon *d, int fd, pid_t pid, uid_t uid, gid_t gid)
 		d->conns->prev = c;
 	d->conns = c;
 	d->nconns++;
-	log_debug("client %llu: connected (pid %d, uid %d)", (unsigned long long)c->id, (int)c->pid, (int)c->uid);
+	conn_log_cred(LOG_LVL_DEBUG, c, "connected");
 	conn_update_poll(c);
 	return 0;
 }
@@ -808,9 +834,9 @@ fail:
  * soon as it wakes (the Error is the last thing it reads). */
 static void conn_evict_stopped(struct conn *c, uint64_t stopped_ms)
 {
-	log_warning("client %llu (pid %d): process stopped for %llu ms, longer than stopped_lease_ms (%u ms): "
-		    "session ended, its slots reclaimed",
-		    (unsigned long long)c->id, (int)c->pid, (unsigned long long)stopped_ms, c->d->cfg.stopped_lease_ms);
+	conn_log(LOG_LVL_WARNING, c, "process stopped for %llu ms, longer than stopped_lease_ms (%u ms): "
+		 "session ended, its slots reclaimed",
+		 (unsigned long long)stopped_ms, c->d->cfg.stopped_lease_ms);
 	conn_send_error(c, STOKER__ERROR_CODE__LEASE_EXPIRED,
 			"session ended: this process was stopped for %llu ms, longer than stopped_lease_ms (%u ms), "
 			"and its slots were reclaimed; reconnect and resume from a checkpoint",
@@ -842,8 +868,8 @@ uint64_t server_housekeeping(struct daemon *d)
 			continue;
 		if (c->closing) {
 			if (c->closing_since_ns && now - c->closing_since_ns >= CONN_CLOSE_GRACE_MS * 1000000ull) {
-				log_info("client %llu (pid %d): did not take its last replies in %d ms; closed",
-					 (unsigned long long)c->id, (int)c->pid, CONN_CLOSE_GRACE_MS);
+				conn_log(LOG_LVL_INFO, c, "did not take its last replies in %d ms; closed",
+					 CONN_CLOSE_GRACE_MS);
 				conn_finish_close(c);
 			}
 			continue;

@@ -607,8 +607,8 @@ static void session_announce(struct session *s, int fd)
 		goto out; /* the connection closed and detached the session */
 	if (s->gpu && device_send_ring(s) < 0)
 		goto out;
-	log_info("client %llu (pid %d): attached to %s (%llu samples), rank %u/%u, batch %u, %s %u, seed %llu%s%s",
-		 (unsigned long long)c->id, (int)c->pid, ds->root, (unsigned long long)ds->count, s->plan.rank,
+	conn_log(LOG_LVL_INFO, c, "attached to %s (%llu samples), rank %u/%u, batch %u, %s %u, seed %llu%s%s",
+		 ds->root, (unsigned long long)ds->count, s->plan.rank,
 		 s->plan.world_size, s->plan.batch_size, transform_name(s->transform), s->spec.image_size,
 		 (unsigned long long)s->plan.seed, s->gpu ? ", on " : "", s->gpu ? s->device : "");
 	r = session_start_epoch(s, s->attach_epoch, 0, s->attach_first);
@@ -669,8 +669,8 @@ static void device_copied(void *owner, uint32_t slot, int err)
 		if (err < 0 && s->conn) {
 			/* The GPU failed: the batch is lost, so the session ends
 			 * (never a gap in the client's sequence). */
-			log_error("client %llu (pid %d): %s: the copy into device slot %u failed: %s",
-				  (unsigned long long)s->conn->id, (int)s->conn->pid, s->device, slot, strerror(-err));
+			conn_log(LOG_LVL_ERR, s->conn, "%s: the copy into device slot %u failed: %s",
+				 s->device, slot, strerror(-err));
 			conn_send_error(s->conn, STOKER__ERROR_CODE__DEVICE_UNAVAILABLE,
 					"%s: the copy into GPU memory failed (%s)", s->device, strerror(-err));
 			conn_close(s->conn, "device copy failed");
@@ -718,8 +718,7 @@ static void device_opened(void *owner, struct gpu_ring *r, int err, const char *
 	if (!c)
 		goto out; /* the client left meanwhile: the ring closes with the session */
 	if (!r) {
-		log_info("client %llu (pid %d): attach to %s refused: %s", (unsigned long long)c->id, (int)c->pid,
-			 s->device, why);
+		conn_log(LOG_LVL_INFO, c, "attach to %s refused: %s", s->device, why);
 		conn_send_error(c, err == -ENOSPC ? STOKER__ERROR_CODE__RESOURCE_EXHAUSTED
 						  : STOKER__ERROR_CODE__DEVICE_UNAVAILABLE,
 				"%s", why);
@@ -923,8 +922,8 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	}
 	r = ring_create(slots, slot_bytes, &s->ring);
 	if (r < 0) {
-		log_warning("client %llu (pid %d): cannot create a %llu-byte ring: %s", (unsigned long long)c->id,
-			    (int)c->pid, (unsigned long long)ring_bytes, strerror(-r));
+		conn_log(LOG_LVL_WARNING, c, "cannot create a %llu-byte ring: %s",
+			 (unsigned long long)ring_bytes, strerror(-r));
 		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "cannot create a %llu-byte ring: %s",
 				(unsigned long long)ring_bytes, strerror(-r));
 		goto fail;
@@ -943,8 +942,9 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	s->dataset_name = strdup(ds->root);
 	if (!s->slot_state || !s->waiting_on || !s->pins || !s->jobs || !s->job_orders || !s->dataset_name ||
 	    (ds->remote && !s->fetches)) {
-		log_warning("client %llu (pid %d): attach failed: out of memory for a session of %u slots x %u samples",
-			    (unsigned long long)c->id, (int)c->pid, slots, a->batch_size);
+		conn_log(LOG_LVL_WARNING, c,
+			 "attach failed: out of memory for a session of %u slots x %u samples", slots,
+			 a->batch_size);
 		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
 				"out of memory for a session of %u slots x %u samples", slots, a->batch_size);
 		goto fail;
@@ -979,8 +979,7 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 		goto fail;
 	fd = ring_reader_fd(s->ring);
 	if (fd < 0) {
-		log_warning("client %llu (pid %d): cannot reopen its ring read-only: %s", (unsigned long long)c->id,
-			    (int)c->pid, strerror(-fd));
+		conn_log(LOG_LVL_WARNING, c, "cannot reopen its ring read-only: %s", strerror(-fd));
 		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "cannot reopen the ring read-only: %s",
 				strerror(-fd));
 		goto fail;
@@ -1114,8 +1113,7 @@ static void attach_scanned(uv_work_t *w, int status)
 		goto out;
 	}
 	if (req->err < 0) {
-		log_info("client %llu (pid %d): attach failed: %s", (unsigned long long)c->id, (int)c->pid,
-			 req->errbuf);
+		conn_log(LOG_LVL_INFO, c, "attach failed: %s", req->errbuf);
 		conn_send_error(c, req->err == -ENOENT	   ? STOKER__ERROR_CODE__NOT_FOUND
 				   : req->err == -ENOMEM ? STOKER__ERROR_CODE__RESOURCE_EXHAUSTED
 				   : req->err == -EACCES ? STOKER__ERROR_CODE__PERMISSION_DENIED
@@ -1568,8 +1566,8 @@ void session_job_done(struct batch_job *job, void *userdata)
 
 			s->slot_state[job->slot] = r < 0 ? SLOT_FREE : SLOT_COPYING;
 			if (r < 0) {
-				log_error("client %llu (pid %d): %s: cannot queue a copy into GPU memory: %s",
-					  (unsigned long long)s->conn->id, (int)s->conn->pid, s->device, strerror(-r));
+				conn_log(LOG_LVL_ERR, s->conn, "%s: cannot queue a copy into GPU memory: %s",
+					 s->device, strerror(-r));
 				conn_send_error(s->conn, STOKER__ERROR_CODE__DEVICE_UNAVAILABLE,
 						"%s: cannot queue a copy into GPU memory (%s)", s->device, strerror(-r));
 				conn_close(s->conn, "device copy failed");
