@@ -570,6 +570,20 @@ check-packaging: all deb-for-checks
 	STOKER_DEB_DIR=$(abspath $(DEB_OUT)) STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) \
 	    $(PYTHON) -m pytest -q tests/packaging --deselect tests/packaging/test_image.py $(PYTEST_ARGS)
 
+# `make wheel`: the wheel that carries stokerd and stokerctl besides the
+# Python package and libstoker (README "Without root", docs/slurm.md): the
+# binaries built here, their shared libraries bundled into stoker.libs/ and
+# the wheel tagged manylinux_x_y for the glibc they need
+# (scripts/repair-wheel.py, with patchelf). Into $(WHEEL_OUT).
+WHEEL_OUT    ?= $(B)/wheel
+.PHONY: wheel
+wheel: $(B)/stokerd $(B)/stokerctl
+	rm -rf $(B)/wheel-raw $(WHEEL_OUT)
+	cd $(B) && STOKER_WHEEL_BIN=$(abspath $(B)) $(PYTHON) -m build --wheel --outdir $(abspath $(B))/wheel-raw \
+	    $(abspath client/python) > $(abspath $(B))/wheel.log 2>&1 || { tail -40 $(abspath $(B))/wheel.log; exit 1; }
+	rm -rf client/python/build
+	$(PYTHON) scripts/repair-wheel.py $(B)/wheel-raw/stoker-$(VERSION)-*.whl $(WHEEL_OUT)
+
 # `make image`: the DaemonSet's image as an OCI archive, built here without a
 # registry (mmdebstrap from Debian's mirrors + the .debs; about 3 minutes,
 # 45 MB). `make check-image` (part of make check) checks the archive and runs

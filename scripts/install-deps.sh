@@ -22,6 +22,8 @@ DEB_PACKAGES=(
 	# Packaging (make deb, check-packaging, image): debhelper, lintian, the
 	# system Python's venv, and mmdebstrap + skopeo + umoci for the OCI image.
 	debhelper dh-python dpkg-dev lintian python3-venv mmdebstrap skopeo umoci
+	# make wheel: patchelf sets the bundled libraries' RUNPATH (scripts/repair-wheel.py)
+	patchelf
 	# check-image: podman loads the OCI archive as a cluster node would.
 	podman
 )

@@ -8,6 +8,14 @@ in statically when its archive is present, so an installed wheel needs no
 PYTHONPATH, no library path and no Debian package. An sdist carries copies
 of those sources (csrc/) with the protocol code already generated, and
 VERSION, so it builds without the repository or protoc-c.
+
+`make wheel` builds the wheel that also carries the daemon: with
+STOKER_WHEEL_BIN set to a build directory, its stokerd and stokerctl (the
+Makefile's, from the same sources and flags) go into stoker/bin/, and
+scripts/repair-wheel.py then bundles their shared libraries into
+stoker.libs/ and tags the wheel manylinux_x_y for the glibc it needs. The
+Python package starts that stokerd for its user where a node has no system
+daemon (stoker/_userd.py).
 """
 
 import os
@@ -30,6 +38,7 @@ REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 CSRC = os.path.join(HERE, "csrc")  # in an sdist
 PROTO_C = "proto/stoker.pb-c.c"  # generated from proto/stoker.proto
 LIBNAME = "libstoker.so.0"
+BINARIES = ("stokerd", "stokerctl")  # with STOKER_WHEEL_BIN (make wheel)
 
 
 def in_checkout():
@@ -136,6 +145,13 @@ class BuildPy(build_py):
         else:
             shutil.copytree(CSRC, tree)
         build_library(tree, os.path.join(self.build_lib, "stoker", LIBNAME), read_version())
+        bindir = os.environ.get("STOKER_WHEEL_BIN")
+        if bindir:
+            os.makedirs(os.path.join(self.build_lib, "stoker", "bin"), exist_ok=True)
+            for name in BINARIES:
+                dst = os.path.join(self.build_lib, "stoker", "bin", name)
+                shutil.copy2(os.path.join(bindir, name), dst)
+                os.chmod(dst, 0o755)
 
 
 class Sdist(sdist):

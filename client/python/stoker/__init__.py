@@ -28,6 +28,8 @@ import os
 
 import numpy as np
 
+from . import _userd
+
 __all__ = ["Loader", "Batch", "DeviceArray", "StokerError", "stats", "metrics", "config", "set_config", "reload", "drain",
            "library_version", "load_library", "launcher_rank"]
 
@@ -163,16 +165,27 @@ def _error(rc, handle=None, what=""):
     return StokerError(err, msg)
 
 
-def _connect(socket):
+def _connect_to(path):
     lib = load_library()
     h = ctypes.c_void_p()
-    rc = lib.stoker_connect(_enc(socket), ctypes.byref(h))
+    rc = lib.stoker_connect(_enc(path), ctypes.byref(h))
     if rc < 0:
-        where = socket or os.environ.get("STOKER_SOCKET") or "/run/stoker/stoker.sock"
+        where = path or os.environ.get("STOKER_SOCKET") or _userd.SYSTEM_SOCKET
         raw = lib.stoker_last_error(None)  # why this thread's connect failed
         msg = raw.decode(errors="replace") if raw else os.strerror(-rc)
         raise StokerError(-rc, f"cannot connect to stokerd at {where}: {msg}")
     return h
+
+
+def _connect(socket, start=False):
+    """socket None: $STOKER_SOCKET, else the system daemon, else this user's
+    own (started when `start`: stoker/_userd.py)."""
+    if socket is not None:
+        return _connect_to(socket)
+    try:
+        return _userd.connect(_connect_to, start)
+    except _userd.UserModeError as e:
+        raise StokerError(e.errno, e.strerror) from None
 
 
 class _ForeignView:
@@ -363,7 +376,8 @@ class Loader:
     """Attach to stokerd and iterate one epoch per pass.
 
     timeout: seconds to wait for a batch (None: forever); on expiry
-    StokerError(ETIMEDOUT). socket None: $STOKER_SOCKET or the default.
+    StokerError(ETIMEDOUT). socket None: $STOKER_SOCKET, else the system
+    daemon, else this user's own (started if none runs: auto_start).
     dct_scaling: decode large crops at 1/2..1/8 scale in the DCT domain
     (faster, sharper than PIL); None: on for random_resized_crop, off for
     center_crop, which then matches torchvision's PIL path within 1.
@@ -390,14 +404,17 @@ class Loader:
                  world_size=None, transform=None, shuffle=None, drop_last=False,
                  epoch=0, prefetch=0, timeout=None, dtype="uint8", mean=None, std=None,
                  coordinated=False, task="classify", order="samples", shuffle_buffer=1000, dct_scaling=None,
-                 device="cpu", pin_memory=False, stream=None, **detect):
+                 device="cpu", pin_memory=False, stream=None, auto_start=None, **detect):
         """device: "cpu" or "cuda:N": with a GPU, .images is a DeviceArray in
         that GPU's memory (labels, indices and boxes stay numpy; docs/gpu.md).
         stream: the CUstream handle (int) each batch is ordered on (None: the
         legacy default stream). pin_memory: page-lock the host ring so that
         tensor.cuda(non_blocking=True) is an asynchronous DMA; where CUDA is
         not usable the batches stay pageable with a warning, as PyTorch's
-        DataLoader does (pin_memory="required" raises instead)."""
+        DataLoader does (pin_memory="required" raises instead).
+        auto_start: with no system daemon and no STOKER_SOCKET, start this
+        user's own stokerd on this node if none runs (None: unless
+        STOKER_AUTOSTART=0; README "Without root")."""
         self._h = None
         self._stream = int(stream or 0)
         self._batch = None
@@ -435,7 +452,7 @@ class Loader:
         if dct_scaling is not None:  # None: the transform's default
             opts["dct_scaling"] = bool(dct_scaling)
         opts.update((k, v) for k, v in detect.items() if v is not None)
-        h = _connect(socket)
+        h = _connect(socket, _userd.autostart_wanted(auto_start))
         self._h = h
         o = ctypes.c_void_p()
         rc = lib.stoker_opts_new(ctypes.byref(o))
