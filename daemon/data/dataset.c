@@ -410,6 +410,41 @@ int dataset_new(const char *root, const char *key, uint64_t count, struct datase
 	return 0;
 }
 
+/* The data set of shards just opened (shards.h): takes the table's arrays
+ * over; the table is freed either way. `name` is what was opened, for the
+ * message. */
+static int dataset_from_shards(const char *name, struct shard_table *t, struct dataset **out, char *errbuf,
+			       size_t errlen)
+{
+	struct dataset *ds;
+	int r = dataset_new(t->root, t->key, t->count, &ds);
+
+	if (r < 0) {
+		shard_table_free(t);
+		set_err(errbuf, errlen, "dataset %s: out of memory", name);
+		return r;
+	}
+	ds->num_classes = t->num_classes;
+	ds->detect = t->detect;
+	ds->names = t->names;
+	ds->name_off = t->name_off;
+	ds->labels = t->labels;
+	ds->boxes = t->boxes;
+	ds->box_off = t->box_off;
+	ds->label_errors = t->label_errors;
+	ds->label_files_missing = t->label_files_missing;
+	ds->shards = t->set;
+	t->names = NULL;
+	t->name_off = NULL;
+	t->labels = NULL;
+	t->boxes = NULL;
+	t->box_off = NULL;
+	t->set = NULL;
+	shard_table_free(t);
+	*out = ds;
+	return 0;
+}
+
 /* The data set the builder's samples make; takes over b's arrays and
  * dirfd on success. */
 static int dataset_make(struct builder *b, const char *root, const char *key, int dirfd, uint32_t num_classes,
@@ -446,8 +481,12 @@ int dataset_open(const char *path, uint64_t max_samples, struct dataset **out, c
 	struct stat st;
 	int r, dirfd = -1;
 
-	if (shards_spec(path))
-		return shards_open(path, false, 0, max_samples, NULL, NULL, out, errbuf, errlen);
+	if (shards_spec(path)) {
+		struct shard_table t;
+
+		r = shards_open(path, false, 0, max_samples, NULL, NULL, &t, errbuf, errlen);
+		return r < 0 ? r : dataset_from_shards(path, &t, out, errbuf, errlen);
+	}
 	if (!realpath(path, real) || stat(real, &st) < 0) {
 		r = -errno;
 		set_err(errbuf, errlen, "dataset %s: %s", path, strerror(errno));
@@ -750,10 +789,13 @@ static int detect_shards_keyed(struct dataset *ds, const char *path, const char 
 static int detect_shards(const char *path, const char *split, struct data_yaml *yaml, uint64_t max_samples,
 			 label_report_fn report, void *report_ctx, struct dataset **out, char *errbuf, size_t errlen)
 {
+	struct shard_table t;
 	struct dataset *ds;
 	int r;
 
-	r = shards_open(path, true, yaml->nnames, max_samples, report, report_ctx, &ds, errbuf, errlen);
+	r = shards_open(path, true, yaml->nnames, max_samples, report, report_ctx, &t, errbuf, errlen);
+	if (r == 0)
+		r = dataset_from_shards(path, &t, &ds, errbuf, errlen);
 	if (r < 0)
 		return r;
 	return detect_shards_keyed(ds, path, split, ds->key, yaml, out, errbuf, errlen);
@@ -1254,13 +1296,16 @@ static int open_remote_shards(struct dataset_remote *rm, const char *url, struct
 			      const struct shard_detect *det, uint64_t max_samples, struct dataset **out, char *errbuf,
 			      size_t errlen)
 {
+	struct shard_table t;
 	struct dataset *ds;
 	int r;
 
 	/* Shard locations are absolute URLs: no base needed. */
 	rm->shard_src = (struct shard_source){.ctx = rm, .stat = remote_shard_stat, .read = remote_shard_read};
 	r = shards_open_source(url, locs, &rm->shard_src, det != NULL, det ? det->num_classes : 0, max_samples,
-			       det ? det->report : NULL, det ? det->report_ctx : NULL, &ds, errbuf, errlen);
+			       det ? det->report : NULL, det ? det->report_ctx : NULL, &t, errbuf, errlen);
+	if (r == 0)
+		r = dataset_from_shards(url, &t, &ds, errbuf, errlen);
 	if (r < 0) {
 		free(rm);
 		return r;

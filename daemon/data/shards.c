@@ -10,7 +10,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dataset.h"
 #include "errtext.h"
 #include "grow.h"
 #include "shards.h"
@@ -1196,14 +1195,15 @@ static int group_shard(struct open_ctx *o, struct samples *s, const struct shard
  * through src (NULL: local files). */
 static int open_locs(const char *path, struct strvec *locs_in, const char *root, const char *key,
 		     const struct shard_source *src, bool detect, uint32_t num_classes, uint64_t max_samples,
-		     label_report_fn report, void *report_ctx, struct dataset **out, char *errbuf, size_t errlen)
+		     label_report_fn report, void *report_ctx, struct shard_table *out, char *errbuf,
+		     size_t errlen)
 {
 	struct open_ctx o = {.detect = detect, .num_classes = num_classes, .report = report, .report_ctx = report_ctx,
 			     .max_label = -1};
 	struct strvec locs = *locs_in;
 	struct samples s = {0};
 	struct shardset *set = NULL;
-	struct dataset *ds = NULL;
+	struct shard_table tab = {0};
 	size_t root_len;
 	int r;
 
@@ -1256,31 +1256,33 @@ static int open_locs(const char *path, struct strvec *locs_in, const char *root,
 			goto nomem;
 		s.box_off[s.n] = s.boxes.n;
 	}
-	r = dataset_new(root, key, s.n, &ds);
-	if (r < 0)
+	tab.root = strdup(root);
+	tab.key = strdup(key);
+	if (!tab.root || !tab.key)
 		goto nomem;
-	ds->names = s.names;
-	ds->name_off = s.name_off;
-	ds->labels = s.labels;
-	ds->detect = detect;
-	ds->boxes = s.boxes.v;
-	ds->box_off = s.box_off;
-	ds->label_errors = o.label_errors;
-	ds->label_files_missing = o.label_files_missing;
+	tab.count = s.n;
+	tab.detect = detect;
+	tab.names = s.names;
+	tab.name_off = s.name_off;
+	tab.labels = s.labels;
+	tab.boxes = s.boxes.v;
+	tab.box_off = s.box_off;
+	tab.label_errors = o.label_errors;
+	tab.label_files_missing = o.label_files_missing;
 	if (detect) {
-		ds->num_classes = num_classes;
+		tab.num_classes = num_classes;
 		for (uint64_t k = 0; !num_classes && k < s.boxes.n; k++)
-			if (s.boxes.v[k].cls + 1 > ds->num_classes)
-				ds->num_classes = (uint32_t)s.boxes.v[k].cls + 1;
+			if (s.boxes.v[k].cls + 1 > tab.num_classes)
+				tab.num_classes = (uint32_t)s.boxes.v[k].cls + 1;
 	} else {
-		ds->num_classes = (uint32_t)(o.max_label + 1);
+		tab.num_classes = (uint32_t)(o.max_label + 1);
 	}
 	set->sample_shard = s.shard;
 	set->sample_off = s.off;
 	set->sample_size = s.size;
-	ds->shards = set;
+	tab.set = set;
 	memset(&s, 0, sizeof(s));
-	*out = ds;
+	*out = tab;
 	free(o.text);
 	strvec_free(&locs);
 	return 0;
@@ -1288,6 +1290,8 @@ nomem:
 	r = -ENOMEM;
 	set_err(errbuf, errlen, "dataset %s: out of memory", path);
 fail:
+	free(tab.root);
+	free(tab.key);
 	shardset_free(set);
 	samples_free(&s);
 	free(o.text);
@@ -1298,7 +1302,7 @@ fail:
 }
 
 int shards_open(const char *path, bool detect, uint32_t num_classes, uint64_t max_samples, label_report_fn report,
-		void *report_ctx, struct dataset **out, char *errbuf, size_t errlen)
+		void *report_ctx, struct shard_table *out, char *errbuf, size_t errlen)
 {
 	struct strvec locs = {0};
 	char root[PATH_MAX], key[PATH_MAX * 2];
@@ -1325,7 +1329,7 @@ bool shards_url_spec(const char *url)
 
 int shards_open_source(const char *url, struct strvec *given, const struct shard_source *src, bool detect,
 		       uint32_t num_classes, uint64_t max_samples, label_report_fn report, void *report_ctx,
-		       struct dataset **out, char *errbuf, size_t errlen)
+		       struct shard_table *out, char *errbuf, size_t errlen)
 {
 	struct strvec locs = {0};
 	char root[PATH_MAX], key[PATH_MAX * 2];
@@ -1352,6 +1356,21 @@ int shards_open_source(const char *url, struct strvec *given, const struct shard
 	}
 	return open_locs(url, &locs, root, key, src, detect, num_classes, max_samples, report, report_ctx, out, errbuf,
 			 errlen);
+}
+
+void shard_table_free(struct shard_table *t)
+{
+	if (!t)
+		return;
+	shardset_free(t->set);
+	free(t->root);
+	free(t->key);
+	free(t->names);
+	free(t->name_off);
+	free(t->labels);
+	free(t->boxes);
+	free(t->box_off);
+	memset(t, 0, sizeof(*t));
 }
 
 void shardset_free(struct shardset *s)

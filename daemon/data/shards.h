@@ -41,8 +41,6 @@
 #include "labels.h"
 #include "strvec.h"
 
-struct dataset;
-
 /* At most this many shards in a data set, and members in one shard. */
 #define SHARDS_MAX 1000000u
 #define SHARDS_MAX_MEMBERS (64u << 20)
@@ -80,6 +78,31 @@ struct shardset {
 	uint64_t indexed;       /* shards indexed now (not from the index directory) */
 };
 
+/*
+ * A shard data set as opened: its shards and the sample table (names,
+ * labels, objects) that dataset.c makes its struct dataset of, taking the
+ * arrays over. Shards know nothing of struct dataset.
+ */
+struct shard_table {
+	struct shardset *set;
+	char *root;            /* names are shown relative to it (the real directory, the URL's) */
+	char *key;             /* the name sessions find the data set by */
+	uint64_t count;        /* samples */
+	uint32_t num_classes;
+	bool detect;
+	char *names;           /* "shard:member" of each sample's image, NUL separated */
+	uint64_t *name_off;    /* [count] offsets into names */
+	int32_t *labels;       /* [count] */
+	struct detect_box *boxes; /* detection: sample i's objects are boxes[box_off[i] .. box_off[i+1]) */
+	uint64_t *box_off;     /* [count + 1]; NULL unless detect */
+	uint64_t label_errors; /* objects dropped from label files */
+	uint64_t label_files_missing;
+};
+
+/* Frees what is left in t (what a caller took over it set to NULL) and
+ * clears it. Accepts NULL. */
+void shard_table_free(struct shard_table *t);
+
 /* Where indexes are kept ("" or NULL: nowhere; they are rebuilt on each
  * open). Set once at start-up, before any scan. */
 void shards_set_index_dir(const char *dir);
@@ -93,13 +116,13 @@ bool shards_spec(const char *path);
 
 /*
  * Open the shard data set `path`: index every shard (or load its index),
- * group members into samples and read their labels. For detection,
+ * group members into samples and read their labels, into *out. For detection,
  * `num_classes` bounds the classes (0: any) and label errors go to report.
  * On failure, a message for the client (with the shard and offset at
  * fault) goes to errbuf.
  */
 int shards_open(const char *path, bool detect, uint32_t num_classes, uint64_t max_samples, label_report_fn report,
-		void *report_ctx, struct dataset **out, char *errbuf, size_t errlen);
+		void *report_ctx, struct shard_table *out, char *errbuf, size_t errlen);
 /*
  * The same for shards at URLs, read through `src`: the shards `locs` names
  * (taken over; NULL: `url` is a brace pattern or one .tar). Their indexes
@@ -109,7 +132,7 @@ int shards_open(const char *path, bool detect, uint32_t num_classes, uint64_t ma
  */
 int shards_open_source(const char *url, struct strvec *locs, const struct shard_source *src, bool detect,
 		       uint32_t num_classes, uint64_t max_samples, label_report_fn report, void *report_ctx,
-		       struct dataset **out, char *errbuf, size_t errlen);
+		       struct shard_table *out, char *errbuf, size_t errlen);
 /* A list of shards read from f (named `list` in messages): each entry a
  * location or pattern, relative to `dir` unless absolute (a path, a URL),
  * expanded onto out. The first entry of such a list, trimmed, into buf

@@ -378,6 +378,31 @@ static void test_shard_dataset(void **state)
 	shards_set_index_dir(idx);
 	snprintf(pattern, sizeof(pattern), "%s/d-{000..001}.tar", root);
 	assert_true(shards_spec(pattern));
+	/* The shards' own sample table, which dataset makes its data set of. */
+	{
+		struct shard_table t = {0};
+
+		if (shards_open(pattern, false, 0, 1000, NULL, NULL, &t, err, sizeof(err)) != 0)
+			fail_msg("%s", err);
+		assert_int_equal(t.count, 3);
+		assert_int_equal(t.num_classes, 3);
+		assert_false(t.detect);
+		assert_null(t.box_off);
+		assert_int_equal(t.labels[0], 2);
+		assert_int_equal(t.labels[2], 0);
+		assert_string_equal(t.names + t.name_off[1], "d-000.tar:k1.JPEG");
+		assert_string_equal(t.root, root);
+		assert_int_equal(t.set->n, 2);
+		assert_int_equal(t.set->indexed, 2);
+		assert_int_equal(t.set->sample_shard[2], 1);
+		shard_table_free(&t);
+		assert_null(t.set);
+		shard_table_free(NULL);
+		/* The indexes it built are kept: build them again for what follows. */
+		snprintf(idx, sizeof(idx), "rm -f %s/idx/*", root);
+		assert_int_equal(system(idx), 0);
+		snprintf(idx, sizeof(idx), "%s/idx", root);
+	}
 	if (dataset_open(pattern, 1000, &ds, err, sizeof(err)) != 0)
 		fail_msg("%s", err);
 	assert_int_equal(ds->count, 3);
