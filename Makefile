@@ -269,6 +269,7 @@ ifeq ($(SANITIZE),)
 	$(MAKE) --no-print-directory check-sanitize
 	$(MAKE) --no-print-directory check-tsan
 	$(MAKE) --no-print-directory fuzz-smoke
+	$(MAKE) --no-print-directory check-usermode
 	$(MAKE) --no-print-directory check-packaging check-image
 endif
 
@@ -583,6 +584,13 @@ wheel: $(B)/stokerd $(B)/stokerctl
 	    $(abspath client/python) > $(abspath $(B))/wheel.log 2>&1 || { tail -40 $(abspath $(B))/wheel.log; exit 1; }
 	rm -rf client/python/build
 	$(PYTHON) scripts/repair-wheel.py $(B)/wheel-raw/stoker-$(VERSION)-*.whl $(WHEEL_OUT)
+
+# User mode as a user meets it (tests/usermode, as root: it creates two
+# users): the wheel in a fresh venv, daemons started by the first rank, one
+# per user per node, idle exit, refusals.
+.PHONY: check-usermode
+check-usermode: all wheel
+	STOKER_BUILD=$(abspath $(B)) STOKER_WHEEL_DIR=$(abspath $(WHEEL_OUT)) $(PYTHON) -m pytest -q tests/usermode $(PYTEST_ARGS)
 
 # `make image`: the DaemonSet's image as an OCI archive, built here without a
 # registry (mmdebstrap from Debian's mirrors + the .debs; about 3 minutes,
