@@ -50,8 +50,10 @@ CUDA_HOME    ?= /usr/local/cuda
 NVCC         ?= $(firstword $(wildcard $(CUDA_HOME)/bin/nvcc) $(shell command -v nvcc 2>/dev/null))
 CUDA_INCLUDE ?= $(patsubst %/cuda.h,%,$(firstword $(wildcard $(CUDA_HOME)/include/cuda.h /usr/include/cuda.h)))
 CUDA         ?= $(if $(and $(NVCC),$(CUDA_INCLUDE)),1,0)
-# The kernel's targets: Ampere and Hopper code, and PTX for what comes after.
-NVCC_ARCH    ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=[sm_90,compute_90]
+# The kernel's targets (docs/gpu.md): PTX for Turing (compute_75, the oldest CUDA 13 compiles
+# for: T4, RTX 20xx; JIT-compiled by the driver), Ampere and Hopper code, PTX for what comes after.
+NVCC_ARCH    ?= -gencode arch=compute_75,code=compute_75 -gencode arch=compute_80,code=sm_80 \
+                -gencode arch=compute_90,code=[sm_90,compute_90]
 NVCC_FLAGS   ?= -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror
 ifeq ($(CUDA),1)
 CUDA_CFLAGS  := -DSTOKER_HAVE_CUDA -isystem $(CUDA_INCLUDE)

@@ -4,6 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "cudadrv.h"
 #include "gpu.h"
@@ -14,18 +18,21 @@ struct client_gpu {
 	CUdevice dev;
 	CUcontext ctx;
 	CUmemGenericAllocationHandle handle;
-	bool has_handle, reserved, mapped;
-	CUdeviceptr base;
+	bool has_handle, reserved, mapped, words_registered;
+	CUdeviceptr base, words_dev;
 	size_t size;
 	uint32_t slot_count;
 	uint64_t slot_bytes;
-	CUevent *ready, *release; /* [slot_count] */
+	uint64_t *words;     /* [slot_count]: the release words, mapped from the host ring */
+	size_t words_bytes;  /* the mapping (whole pages) */
+	uint64_t *released;  /* [slot_count]: this process's releases of each slot */
 };
 
 struct client_pin {
 	const struct cudadrv *drv;
 	CUdevice dev;
 	CUcontext ctx;
+	bool retained; /* a primary context retained (else the caller's current one) */
 	void *addr;
 };
 
@@ -90,10 +97,17 @@ int client_gpu_resolve(int ordinal, uint8_t uuid[CLIENT_GPU_UUID_BYTES], char *w
 	CUdevice dev;
 	CUuuid u;
 	CUresult res;
+	char reason[320];
 	int r = device_get(ordinal, &drv, &dev, why, whysize);
 
 	if (r < 0)
 		return r;
+	/* Before the daemon makes anything: what a device ring needs of the GPU. */
+	r = cudadrv_check_device(drv, dev, CUDADRV_NEED_RING | CUDADRV_NEED_SHARE, reason, sizeof(reason));
+	if (r < 0) {
+		snprintf(why, whysize, "cuda:%d: %s", ordinal, reason);
+		return r;
+	}
 	res = drv->cuDeviceGetUuid(&u, dev);
 	if (res != CUDA_SUCCESS) {
 		snprintf(why, whysize, "cuda:%d: %s", ordinal, cudadrv_error(drv, res));
@@ -103,10 +117,33 @@ int client_gpu_resolve(int ordinal, uint8_t uuid[CLIENT_GPU_UUID_BYTES], char *w
 	return 0;
 }
 
+/* The release words, mapped read-write from the host ring's fd. */
+static int map_words(struct client_gpu *cg, int ring_fd, const Stoker__DeviceRing *dr, char *why, size_t whysize)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	struct stat st;
+	void *p;
+
+	cg->words_bytes = ((size_t)dr->slot_count * sizeof(uint64_t) + page - 1) / page * page;
+	if (!dr->has_release_words_offset || dr->release_words_offset % page || fstat(ring_fd, &st) < 0 ||
+	    (uint64_t)st.st_size < dr->release_words_offset ||
+	    (uint64_t)st.st_size - dr->release_words_offset < cg->words_bytes) {
+		snprintf(why, whysize, "the daemon described impossible release words (an older stokerd?)");
+		return -EPROTO;
+	}
+	p = mmap(NULL, cg->words_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, ring_fd, (off_t)dr->release_words_offset);
+	if (p == MAP_FAILED) {
+		snprintf(why, whysize, "cannot map the device ring's release words: %s", strerror(errno));
+		return -errno;
+	}
+	cg->words = p;
+	return 0;
+}
+
 #define CU(fn, ...) CUDADRV_TRY(cg->drv, fn, __VA_ARGS__)
 
-int client_gpu_import(int ordinal, int fd, const Stoker__DeviceRing *dr, struct client_gpu **out, char *why,
-		      size_t whysize)
+int client_gpu_import(int ordinal, int fd, int ring_fd, const Stoker__DeviceRing *dr, struct client_gpu **out,
+		      char *why, size_t whysize)
 {
 	struct client_gpu *cg;
 	const struct cudadrv *drv;
@@ -116,8 +153,7 @@ int client_gpu_import(int ordinal, int fd, const Stoker__DeviceRing *dr, struct 
 	uint8_t uuid[CLIENT_GPU_UUID_BYTES];
 	int r;
 
-	if (dr->device_uuid.len != CLIENT_GPU_UUID_BYTES || dr->n_ready_events != dr->slot_count ||
-	    dr->n_release_events != dr->slot_count) {
+	if (dr->device_uuid.len != CLIENT_GPU_UUID_BYTES || dr->slot_count == 0) {
 		snprintf(why, whysize, "the daemon described an impossible device ring");
 		return -EPROTO;
 	}
@@ -131,19 +167,27 @@ int client_gpu_import(int ordinal, int fd, const Stoker__DeviceRing *dr, struct 
 	cg = calloc(1, sizeof(*cg));
 	if (!cg)
 		return -ENOMEM;
-	cg->ready = calloc(dr->slot_count, sizeof(*cg->ready));
-	cg->release = calloc(dr->slot_count, sizeof(*cg->release));
-	if (!cg->ready || !cg->release) {
+	cg->slot_count = dr->slot_count;
+	cg->released = calloc(dr->slot_count, sizeof(*cg->released));
+	if (!cg->released) {
 		client_gpu_free(cg);
 		return -ENOMEM;
 	}
+	r = map_words(cg, ring_fd, dr, why, whysize);
+	if (r < 0) {
+		client_gpu_free(cg);
+		return r;
+	}
+	/* The words start where this process's count does: at what the
+	 * daemon zeroed them to. */
+	for (uint32_t i = 0; i < cg->slot_count; i++)
+		cg->released[i] = __atomic_load_n(&cg->words[i], __ATOMIC_ACQUIRE);
 	r = enter(ordinal, &drv, &cg->dev, &cg->ctx, why, whysize);
 	if (r < 0) {
 		client_gpu_free(cg); /* no context held yet: drv stays NULL there */
 		return r;
 	}
 	cg->drv = drv;
-	cg->slot_count = dr->slot_count;
 	cg->slot_bytes = dr->slot_bytes;
 	cg->size = dr->ring_bytes;
 	/* The import takes its own reference: the caller may close fd. */
@@ -158,19 +202,9 @@ int client_gpu_import(int ordinal, int fd, const Stoker__DeviceRing *dr, struct 
 	access.location.id = (int)cg->dev;
 	access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
 	CU(cuMemSetAccess, cg->base, cg->size, &access, 1);
-	for (uint32_t i = 0; i < cg->slot_count; i++) {
-		CUipcEventHandle h;
-
-		if (dr->ready_events[i].len != sizeof(h.reserved) || dr->release_events[i].len != sizeof(h.reserved)) {
-			res = CUDA_ERROR_INVALID_VALUE;
-			what = "the daemon's event handles";
-			goto fail;
-		}
-		memcpy(h.reserved, dr->ready_events[i].data, sizeof(h.reserved));
-		CU(cuIpcOpenEventHandle, &cg->ready[i], h);
-		memcpy(h.reserved, dr->release_events[i].data, sizeof(h.reserved));
-		CU(cuIpcOpenEventHandle, &cg->release[i], h);
-	}
+	CU(cuMemHostRegister, cg->words, cg->words_bytes, CU_MEMHOSTREGISTER_DEVICEMAP | CU_MEMHOSTREGISTER_PORTABLE);
+	cg->words_registered = true;
+	CU(cuMemHostGetDevicePointer, &cg->words_dev, cg->words, 0);
 	leave(cg->drv);
 	*out = cg;
 	return 0;
@@ -182,18 +216,41 @@ fail:
 	return -EIO;
 }
 
+/* Until every release written so far has landed: the work queued before
+ * each has run, so nothing still reads the ring. Stops early if the
+ * context has failed (nothing runs there any more). */
+static void wait_releases(struct client_gpu *cg)
+{
+	struct timespec nap = {0, 50000};
+
+	for (;;) {
+		uint32_t i = 0;
+		CUresult q;
+
+		while (i < cg->slot_count &&
+		       (int64_t)(__atomic_load_n(&cg->words[i], __ATOMIC_ACQUIRE) - cg->released[i]) >= 0)
+			i++;
+		if (i == cg->slot_count)
+			return;
+		q = cg->drv->cuStreamQuery(NULL); /* a sticky context error shows here */
+		if (q != CUDA_SUCCESS && q != CUDA_ERROR_NOT_READY)
+			return;
+		nanosleep(&nap, NULL);
+		if (nap.tv_nsec < 5000000)
+			nap.tv_nsec *= 2;
+	}
+}
+
 void client_gpu_free(struct client_gpu *cg)
 {
 	if (!cg)
 		return;
 	if (cg->drv) {
 		cg->drv->cuCtxPushCurrent(cg->ctx);
-		for (uint32_t i = 0; i < cg->slot_count; i++) {
-			if (cg->ready[i])
-				cg->drv->cuEventDestroy(cg->ready[i]);
-			if (cg->release[i])
-				cg->drv->cuEventDestroy(cg->release[i]);
-		}
+		if (cg->words_registered)
+			wait_releases(cg);
+		if (cg->words_registered)
+			cg->drv->cuMemHostUnregister(cg->words);
 		if (cg->mapped)
 			cg->drv->cuMemUnmap(cg->base, cg->size);
 		if (cg->reserved)
@@ -203,8 +260,9 @@ void client_gpu_free(struct client_gpu *cg)
 		leave(cg->drv);
 		cg->drv->cuDevicePrimaryCtxRelease(cg->dev);
 	}
-	free(cg->ready);
-	free(cg->release);
+	if (cg->words)
+		munmap(cg->words, cg->words_bytes);
+	free(cg->released);
 	free(cg);
 }
 
@@ -213,9 +271,7 @@ uint64_t client_gpu_slot_ptr(const struct client_gpu *cg, uint32_t slot)
 	return cg && slot < cg->slot_count ? (uint64_t)cg->base + slot * cg->slot_bytes : 0;
 }
 
-/* Slot's ready event: `stream` waits on it; or its release event: recorded
- * on `stream`. In the ring's context. */
-static int slot_event(struct client_gpu *cg, uint32_t slot, void *stream, bool release, char *why, size_t whysize)
+int client_gpu_release(struct client_gpu *cg, uint32_t slot, void *stream, char *why, size_t whysize)
 {
 	CUresult res;
 
@@ -223,61 +279,98 @@ static int slot_event(struct client_gpu *cg, uint32_t slot, void *stream, bool r
 		return -EINVAL;
 	res = cg->drv->cuCtxPushCurrent(cg->ctx);
 	if (res == CUDA_SUCCESS) {
-		res = release ? cg->drv->cuEventRecord(cg->release[slot], (CUstream)stream)
-			      : cg->drv->cuStreamWaitEvent((CUstream)stream, cg->ready[slot], 0);
+		/* Ordered after the stream's earlier work (the default flags
+		 * include the memory barrier). */
+		res = cg->drv->cuStreamWriteValue64((CUstream)stream, cg->words_dev + slot * sizeof(uint64_t),
+						    cg->released[slot] + 1, 0);
 		leave(cg->drv);
 	}
-	if (res == CUDA_SUCCESS)
-		return 0;
-	snprintf(why, whysize, "%s: %s",
-		 release ? "cuEventRecord of the batch's release event" : "cuStreamWaitEvent on the batch's ready event",
-		 cudadrv_error(cg->drv, res));
-	return -EIO;
+	if (res != CUDA_SUCCESS) {
+		snprintf(why, whysize, "cuStreamWriteValue64 of the batch's release: %s", cudadrv_error(cg->drv, res));
+		return -EIO;
+	}
+	cg->released[slot]++;
+	return 0;
 }
 
-int client_gpu_wait(struct client_gpu *cg, uint32_t slot, void *stream, char *why, size_t whysize)
+void client_gpu_release_untaken(struct client_gpu *cg, uint32_t slot)
 {
-	return slot_event(cg, slot, stream, false, why, whysize);
-}
-
-int client_gpu_record_release(struct client_gpu *cg, uint32_t slot, void *stream, char *why, size_t whysize)
-{
-	return slot_event(cg, slot, stream, true, why, whysize);
+	if (!cg || slot >= cg->slot_count)
+		return;
+	/* Nothing on the GPU read it. The stream's last write to this word
+	 * landed before the daemon could refill the slot and announce it. */
+	cg->released[slot]++;
+	__atomic_store_n(&cg->words[slot], cg->released[slot], __ATOMIC_RELEASE);
 }
 
 int client_pin(void *addr, size_t bytes, struct client_pin **out, char *why, size_t whysize)
 {
-	struct client_pin *p = calloc(1, sizeof(*p));
-	int ro = 0, r;
+	const struct cudadrv *drv;
+	const char *reason;
+	struct client_pin *p;
+	CUcontext cur = NULL;
 	CUresult res;
+	int ro = 0, r, n = 0;
 
-	if (!p)
-		return -ENOMEM;
-	/* Device 0's primary context; PORTABLE makes it pinned for all. */
-	r = enter(0, &p->drv, &p->dev, &p->ctx, why, whysize);
+	r = cudadrv_get(&drv, &reason);
 	if (r < 0) {
-		free(p);
+		snprintf(why, whysize, "%s", reason);
 		return r;
 	}
-	res = p->drv->cuDeviceGetAttribute(&ro, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED, p->dev);
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return -ENOMEM;
+	p->drv = drv;
+	/* The calling thread's context; else one the process already has. A
+	 * context made here would hold hundreds of MiB on a GPU nobody chose. */
+	if (drv->cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur && drv->cuCtxGetDevice(&p->dev) == CUDA_SUCCESS) {
+		p->ctx = cur;
+	} else if (drv->cuDeviceGetCount(&n) == CUDA_SUCCESS) {
+		for (int i = 0; i < n && !p->ctx; i++) {
+			unsigned flags = 0;
+			int active = 0;
+			CUdevice dev;
+
+			if (drv->cuDeviceGet(&dev, i) != CUDA_SUCCESS ||
+			    drv->cuDevicePrimaryCtxGetState(dev, &flags, &active) != CUDA_SUCCESS || !active ||
+			    drv->cuDevicePrimaryCtxRetain(&p->ctx, dev) != CUDA_SUCCESS)
+				continue;
+			p->dev = dev;
+			p->retained = true;
+		}
+	}
+	if (!p->ctx) {
+		snprintf(why, whysize, "no CUDA context in this process yet (pin_memory uses the current one and never "
+				       "creates one): initialise CUDA on the training GPU first");
+		free(p);
+		return -ENODEV;
+	}
+	if (drv->cuCtxPushCurrent(p->ctx) != CUDA_SUCCESS) {
+		snprintf(why, whysize, "cannot use the process's CUDA context");
+		r = -ENODEV;
+		goto fail_ctx;
+	}
+	res = drv->cuDeviceGetAttribute(&ro, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED, p->dev);
 	if (res != CUDA_SUCCESS || !ro) {
 		snprintf(why, whysize, "this GPU cannot page-lock read-only memory (cudaHostRegisterReadOnly)");
 		r = -ENOTSUP;
 		goto fail;
 	}
-	res = p->drv->cuMemHostRegister(addr, bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_READ_ONLY);
+	res = drv->cuMemHostRegister(addr, bytes, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_READ_ONLY);
 	if (res != CUDA_SUCCESS) {
-		snprintf(why, whysize, "cuMemHostRegister of the %zu-byte ring: %s", bytes, cudadrv_error(p->drv, res));
+		snprintf(why, whysize, "cuMemHostRegister of the %zu-byte ring: %s", bytes, cudadrv_error(drv, res));
 		r = res == CUDA_ERROR_OUT_OF_MEMORY ? -ENOMEM : -EIO;
 		goto fail;
 	}
-	leave(p->drv);
+	leave(drv);
 	p->addr = addr;
 	*out = p;
 	return 0;
 fail:
-	leave(p->drv);
-	p->drv->cuDevicePrimaryCtxRelease(p->dev);
+	leave(drv);
+fail_ctx:
+	if (p->retained)
+		drv->cuDevicePrimaryCtxRelease(p->dev);
 	free(p);
 	return r;
 }
@@ -286,10 +379,12 @@ void client_unpin(struct client_pin *p)
 {
 	if (!p)
 		return;
-	p->drv->cuCtxPushCurrent(p->ctx);
-	p->drv->cuMemHostUnregister(p->addr);
-	leave(p->drv);
-	p->drv->cuDevicePrimaryCtxRelease(p->dev);
+	if (p->drv->cuCtxPushCurrent(p->ctx) == CUDA_SUCCESS) {
+		p->drv->cuMemHostUnregister(p->addr);
+		leave(p->drv);
+	}
+	if (p->retained)
+		p->drv->cuDevicePrimaryCtxRelease(p->dev);
 	free(p);
 }
 #else
@@ -309,8 +404,8 @@ int client_gpu_resolve(int ordinal, uint8_t uuid[CLIENT_GPU_UUID_BYTES], char *w
 	return unavailable(why, whysize);
 }
 
-int client_gpu_import(int ordinal, int fd, const Stoker__DeviceRing *dr, struct client_gpu **out, char *why,
-		      size_t whysize)
+int client_gpu_import(int ordinal, int fd, int ring_fd, const Stoker__DeviceRing *dr, struct client_gpu **out,
+		      char *why, size_t whysize)
 {
 	return unavailable(why, whysize);
 }
@@ -324,14 +419,13 @@ uint64_t client_gpu_slot_ptr(const struct client_gpu *cg, uint32_t slot)
 	return 0;
 }
 
-int client_gpu_wait(struct client_gpu *cg, uint32_t slot, void *stream, char *why, size_t whysize)
+int client_gpu_release(struct client_gpu *cg, uint32_t slot, void *stream, char *why, size_t whysize)
 {
 	return unavailable(why, whysize);
 }
 
-int client_gpu_record_release(struct client_gpu *cg, uint32_t slot, void *stream, char *why, size_t whysize)
+void client_gpu_release_untaken(struct client_gpu *cg, uint32_t slot)
 {
-	return unavailable(why, whysize);
 }
 
 int client_pin(void *addr, size_t bytes, struct client_pin **out, char *why, size_t whysize)

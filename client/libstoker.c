@@ -251,6 +251,7 @@ static int handle_batch_ready(struct stoker *s, const Stoker__BatchReady *br)
 		return fail_connection(s, -EPROTO, "the daemon announced a slot that is still in use");
 	if (br->generation != s->generation) {
 		/* Produced for an epoch we left: hand it straight back. */
+		client_gpu_release_untaken(s->gpu, br->slot);
 		send_release(s, br->slot);
 		return 0;
 	}
@@ -493,6 +494,14 @@ STOKER_API void stoker_close(struct stoker *s)
 {
 	if (!s)
 		return;
+	/* Batches still held: their release on their stream, which closing
+	 * the device ring waits for before unmapping it. */
+	for (uint32_t i = 0; s->gpu && s->slots && i < s->slot_count; i++) {
+		char why[256];
+
+		if (s->slots[i].held)
+			client_gpu_release(s->gpu, i, s->slots[i].stream, why, sizeof(why));
+	}
 	client_gpu_free(s->gpu);
 	client_unpin(s->pin); /* before the mapping goes */
 	if (s->ring)
@@ -985,7 +994,7 @@ static int map_ring(struct stoker *s, const Stoker__Attached *at, int fd)
 }
 
 /* device cuda:N: the DeviceRing that follows Attached, imported. */
-static int attach_device(struct stoker *s, const Stoker__Attached *at)
+static int attach_device(struct stoker *s, const Stoker__Attached *at, int ring_fd)
 {
 	Stoker__Message *reply = NULL;
 	const Stoker__DeviceRing *dr;
@@ -1001,13 +1010,14 @@ static int attach_device(struct stoker *s, const Stoker__Attached *at)
 		r = fail_connection(s, -EPROTO, "the daemon sent the device ring without its descriptor");
 		goto out;
 	}
-	if (dr->slot_count != at->slot_count || dr->slot_bytes == 0 || dr->slot_bytes > dr->ring_bytes / dr->slot_count ||
+	if (dr->slot_count != at->slot_count || dr->slot_count == 0 || dr->slot_bytes == 0 ||
+	    dr->slot_bytes > dr->ring_bytes / dr->slot_count ||
 	    (uint64_t)at->batch_size * at->image_height * at->image_width * at->channels * dtype_bytes(at->dtype) >
 		    dr->slot_bytes) {
 		r = fail_connection(s, -EPROTO, "the daemon described an impossible device ring");
 		goto out;
 	}
-	r = client_gpu_import(s->ordinal, fd, dr, &s->gpu, why, sizeof(why));
+	r = client_gpu_import(s->ordinal, fd, ring_fd, dr, &s->gpu, why, sizeof(why));
 	if (r < 0) {
 		set_error(s, r, "%s", why);
 		fail_connection(s, r, NULL);
@@ -1055,9 +1065,14 @@ STOKER_API int stoker_attach(struct stoker *s, const char *dataset, const struct
 	s->ordinal = opts ? opts->ordinal : -1;
 	if (s->ordinal >= 0) {
 		/* The daemon finds the GPU by UUID: our cuda:N may be its cuda:M. */
-		if (client_gpu_resolve(s->ordinal, uuid, cuda_why, sizeof(cuda_why)) == 0) {
+		r = client_gpu_resolve(s->ordinal, uuid, cuda_why, sizeof(cuda_why));
+		if (r == 0) {
 			a.has_device_uuid = true;
 			a.device_uuid = (ProtobufCBinaryData){sizeof(uuid), uuid};
+		} else if (r == -EPERM || r == -ENOTSUP) {
+			/* The GPU cannot serve a device ring (compute mode, a
+			 * capability): refuse before attaching, with the reason. */
+			return set_error(s, r, "%s", cuda_why);
 		}
 	} else if (opts && opts->pin == PIN_YES) {
 		const struct cudadrv *drv;
@@ -1092,7 +1107,7 @@ STOKER_API int stoker_attach(struct stoker *s, const char *dataset, const struct
 		goto out;
 	}
 	if (s->ordinal >= 0)
-		r = attach_device(s, at);
+		r = attach_device(s, at, fd);
 	else if (opts && opts->pin != PIN_NO)
 		r = attach_pin(s, opts->pin == PIN_YES);
 	if (r < 0)
@@ -1209,6 +1224,7 @@ static int start_epoch(struct stoker *s, uint64_t epoch, uint64_t first)
 		s->queue_head = (s->queue_head + 1) % s->slot_count;
 		s->queue_len--;
 		s->slots[slot].queued = false;
+		client_gpu_release_untaken(s->gpu, slot);
 		send_release(s, slot);
 	}
 	se.epoch = epoch;
@@ -1310,11 +1326,13 @@ STOKER_API void stoker_release(struct stoker_batch *b)
 	b->held = false;
 	if (s->gpu) {
 		char why[256];
-		int r = client_gpu_record_release(s->gpu, b->slot, b->stream, why, sizeof(why));
+		/* Also once the daemon has gone: the word is in this process's
+		 * own mapping, and closing waits for it before unmapping. */
+		int r = client_gpu_release(s->gpu, b->slot, b->stream, why, sizeof(why));
 
 		b->stream = NULL;
 		if (r < 0) {
-			/* Without the event the daemon could overwrite what the
+			/* Without the release the daemon could overwrite what the
 			 * GPU still reads: keep the slot, end the session. */
 			set_error(s, r, "%s", why);
 			s->dead = r;
@@ -1341,14 +1359,11 @@ STOKER_API uint64_t stoker_batch_device_images(const struct stoker_batch *b)
 
 STOKER_API int stoker_batch_wait(struct stoker_batch *b, void *stream)
 {
-	char why[256];
-	int r;
-
 	if (!b || !b->held || !b->s->gpu)
 		return -EINVAL;
-	r = client_gpu_wait(b->s->gpu, b->slot, stream, why, sizeof(why));
-	if (r < 0)
-		return set_error(b->s, r, "%s", why);
+	/* The batch is complete on the GPU when it is announced (the daemon
+	 * says BatchReady once its copy has finished): nothing to wait for.
+	 * The stream is where stoker_release() orders the slot's release. */
 	b->stream = stream;
 	return 0;
 }

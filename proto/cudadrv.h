@@ -8,6 +8,7 @@
  *
  * Built without cuda.h (no CUDA toolkit: STOKER_HAVE_CUDA undefined), the
  * struct is empty and cudadrv_get() always says why CUDA is not usable.
+ * (copybench in tests/gpu uses cuMemAlloc/cuMemFree; stoker itself does not.)
  * Shared by daemon/gpu/gpu.c and client/gpu.c, the only users.
  */
 #ifndef STOKER_CUDADRV_H
@@ -22,13 +23,14 @@
 #define CUDADRV_SYMBOLS(X)                                                                                       \
 	X(cuInit) X(cuGetErrorString) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet)                \
 	X(cuDeviceGetUuid) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)   \
-	X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuMemGetInfo) X(cuMemGetAllocationGranularity) X(cuMemCreate) \
-	X(cuMemRelease) X(cuMemExportToShareableHandle) X(cuMemImportFromShareableHandle)                      \
-	X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess) X(cuMemAlloc)  \
-	X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyHtoDAsync) X(cuMemHostRegister) X(cuMemHostUnregister)         \
-	X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamWaitEvent) X(cuLaunchHostFunc) X(cuEventCreate)       \
-	X(cuEventDestroy) X(cuEventRecord) X(cuIpcGetEventHandle) X(cuIpcOpenEventHandle) X(cuModuleLoadData) \
-	X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)
+	X(cuDevicePrimaryCtxGetState)                                                                          \
+	X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuCtxGetCurrent) X(cuCtxGetDevice) X(cuMemGetInfo)           \
+	X(cuMemGetAllocationGranularity) X(cuMemCreate) X(cuMemRelease) X(cuMemExportToShareableHandle)        \
+	X(cuMemImportFromShareableHandle) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) \
+	X(cuMemSetAccess) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemcpyHtoDAsync) X(cuMemHostRegister)      \
+	X(cuMemHostUnregister) X(cuMemHostGetDevicePointer) X(cuStreamCreate) X(cuStreamDestroy)              \
+	X(cuStreamQuery) X(cuStreamWaitValue64) X(cuStreamWriteValue64) X(cuLaunchHostFunc)                  \
+	X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)
 
 struct cudadrv {
 	void *lib;
@@ -51,6 +53,21 @@ struct cudadrv {
 
 /* The text of a driver result, for messages. */
 const char *cudadrv_error(const struct cudadrv *drv, CUresult r);
+
+/* What cudadrv_check_device() requires of a GPU. */
+enum {
+	CUDADRV_NEED_RING = 1 << 0,  /* a device ring: VMM with POSIX fds, 64-bit stream memory operations */
+	CUDADRV_NEED_SHARE = 1 << 1, /* another process (stokerd) needs a context there too */
+	CUDADRV_NEED_POOLS = 1 << 2, /* stream-ordered allocation (cuMemAllocAsync) */
+};
+
+/*
+ * Whether `dev` offers what `need` asks, before anything is created there:
+ * its compute mode (PROHIBITED: no context at all; EXCLUSIVE_PROCESS: not
+ * with CUDADRV_NEED_SHARE), and the capabilities. 0, or -EPERM (compute
+ * mode) / -ENOTSUP (a capability) with the reason in `why`.
+ */
+int cudadrv_check_device(const struct cudadrv *drv, CUdevice dev, unsigned need, char *why, size_t whysize);
 #else
 struct cudadrv {
 	void *lib;
@@ -69,7 +86,14 @@ int cudadrv_parse_device(const char *s, int *ordinal);
  * safe). 0 and *out on success; otherwise -ENOSYS (built without CUDA),
  * -ENOENT (no libcuda.so.1: no driver on this node), -ENODEV (cuInit failed:
  * no GPU, or none usable) or -ENOTSUP (the driver lacks an entry point),
- * with the reason in *why (static text, the same every call).
+ * with the reason in *why (the process's static text). A failure is not
+ * kept for ever: the next call after a back-off (1 s, doubling to 60 s)
+ * tries again, so a driver or device node that appears later (nvidia-uvm
+ * loaded on demand) is found without a restart.
+ *
+ * STOKER_LIBCUDA (ignored in setuid processes: secure_getenv) names
+ * another library to load instead of libcuda.so.1: the tests' fake driver
+ * (tests/unit/fake_libcuda.c), which reports chosen device attributes.
  */
 int cudadrv_get(const struct cudadrv **out, const char **why);
 

@@ -7,13 +7,19 @@
 int devring_init(struct devring *r, uint32_t slot_count, const struct devring_ops *ops, void *backend)
 {
 	enum devslot *state;
+	uint64_t *released;
 
 	if (slot_count == 0 || !ops || !ops->submit || !ops->close)
 		return -EINVAL;
 	state = calloc(slot_count, sizeof(*state));
-	if (!state)
+	released = calloc(slot_count, sizeof(*released));
+	if (!state || !released) {
+		free(state);
+		free(released);
 		return -ENOMEM;
-	*r = (struct devring){.ops = ops, .backend = backend, .slot_count = slot_count, .state = state};
+	}
+	*r = (struct devring){
+		.ops = ops, .backend = backend, .slot_count = slot_count, .state = state, .released = released};
 	return 0;
 }
 
@@ -22,7 +28,9 @@ void devring_release_state(struct devring *r)
 	if (!r)
 		return;
 	free(r->state);
+	free(r->released);
 	r->state = NULL;
+	r->released = NULL;
 }
 
 /* Move `slot` from `from` to `to`; -EINVAL if it is elsewhere. */
@@ -80,7 +88,11 @@ int devring_deliver(struct devring *r, uint32_t slot)
 
 int devring_release(struct devring *r, uint32_t slot)
 {
-	return move(r, slot, DEVSLOT_CLIENT, DEVSLOT_FREE);
+	int err = move(r, slot, DEVSLOT_CLIENT, DEVSLOT_FREE);
+
+	if (err == 0)
+		r->released[slot]++;
+	return err;
 }
 
 int devring_drop(struct devring *r, uint32_t slot)
@@ -93,6 +105,8 @@ void devring_close(struct devring *r)
 	if (r->closing)
 		return;
 	r->closing = true;
+	if (r->copying > 0 && r->ops->unblock)
+		r->ops->unblock(r->backend);
 	maybe_close_backend(r);
 }
 

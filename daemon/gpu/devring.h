@@ -10,11 +10,19 @@
  *   FREE --submit--> COPYING --copied--> READY --deliver--> CLIENT --release--> FREE
  * and READY --drop--> FREE (a batch of an abandoned epoch). A copy is only
  * ever submitted into a FREE slot; the backend orders it after the client's
- * release of the slot (its stream waits on the release event), so a slot
- * the client may still read is never overwritten. Once `copied` has come
- * back the host slot is no longer read by the GPU and may be refilled.
- * Closing waits for every copy in flight, then asks the backend to close,
- * whose `closed` ends the ring.
+ * release of the slot, so a slot the client may still read is never
+ * overwritten: each slot has a release word in memory both sides map, which
+ * the client advances on its own stream (cuStreamWriteValue64) behind the
+ * work that reads the slot, and the slot's next copy waits
+ * (cuStreamWaitValue64) until the word reaches released[slot], the number
+ * of releases of that slot so far. Once `copied` has come back the host
+ * slot is no longer read by the GPU and may be refilled.
+ *
+ * Closing (the client has gone) first asks the backend to `unblock`: a
+ * client that died with work queued before its release never advances its
+ * word, so the backend writes every word to released[] from the CPU and the
+ * copies waiting on them run. Then it waits for every copy in flight and
+ * asks the backend to close, whose `closed` ends the ring.
  */
 #ifndef STOKER_DEVRING_H
 #define STOKER_DEVRING_H
@@ -38,6 +46,9 @@ struct devring_ops {
 	/* No copy is in flight and none will come: release everything; the
 	 * backend calls devring_closed() when it has. */
 	void (*close)(void *backend);
+	/* The client has gone: satisfy every wait on its release words now
+	 * (each word := devring_release_target()). Optional. */
+	void (*unblock)(void *backend);
 };
 
 struct devring {
@@ -45,6 +56,7 @@ struct devring {
 	void *backend;
 	uint32_t slot_count;
 	enum devslot *state; /* [slot_count] */
+	uint64_t *released;  /* [slot_count]: releases of each slot so far */
 	uint32_t copying;    /* copies in flight */
 	bool closing;        /* devring_close() was called */
 	bool closed;         /* the backend has released everything */
@@ -64,11 +76,13 @@ int devring_submit(struct devring *r, uint32_t slot, uint32_t count);
 int devring_copied(struct devring *r, uint32_t slot, int status);
 /* READY -> CLIENT. */
 int devring_deliver(struct devring *r, uint32_t slot);
-/* CLIENT -> FREE: the client recorded its release event before saying so. */
+/* CLIENT -> FREE: the client advanced the slot's release word (on its stream,
+ * or from the CPU for a batch it never took) before saying so; counts it. */
 int devring_release(struct devring *r, uint32_t slot);
 /* READY -> FREE: a batch nobody will take. */
 int devring_drop(struct devring *r, uint32_t slot);
-/* No new copies; close the backend once the ones in flight are back. */
+/* The client has gone: no new copies; unblock the backend's waits on its
+ * release words, close the backend once the copies in flight are back. */
 void devring_close(struct devring *r);
 /* The backend is closed (called by it). */
 void devring_closed(struct devring *r);
@@ -76,6 +90,20 @@ void devring_closed(struct devring *r);
 static inline enum devslot devring_state(const struct devring *r, uint32_t slot)
 {
 	return r->state[slot];
+}
+
+/* The value slot's release word must reach before the slot is written:
+ * the client's releases of it so far (it writes the same count). */
+static inline uint64_t devring_release_target(const struct devring *r, uint32_t slot)
+{
+	return r->released[slot];
+}
+
+/* Whether a release word's value `word` satisfies `target` (the cyclic
+ * comparison cuStreamWaitValue64's GEQ makes: (int64_t)(word - target) >= 0). */
+static inline bool devring_word_reached(uint64_t word, uint64_t target)
+{
+	return (int64_t)(word - target) >= 0;
 }
 
 #endif

@@ -2,21 +2,30 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cudadrv.h"
 #include "gpu.h"
+#include "gpuwatch.h"
 #include "log.h"
 
 #define GPU_MAX_DEVICES 64
 #define GPU_SLOT_ALIGN 256 /* device slots start where any tensor may */
+/* What a GPU's primary context holds (its own allocations, the module),
+ * counted in gpu_memory_budget while stokerd keeps one there: no process
+ * can measure its own context's share without NVML, so an estimate on the
+ * high side of what CUDA 12/13 contexts take with lazy module loading. */
+#define GPU_CONTEXT_BYTES (512ull << 20)
+#define GPU_WATCH_PERIOD_NS 1000000000ull
 
 enum gpu_op {
-	OP_OPEN,   /* loop -> CUDA thread */
+	OP_OPEN,   /* loop -> CUDA thread (again for each step of the setup) */
 	OP_COPY,
 	OP_CLOSE,
 	OP_FREE,   /* from the stream's last callback */
@@ -33,28 +42,32 @@ struct gpu_msg {
 	enum gpu_op op;
 	struct gpu_ring *ring;
 	uint32_t slot, count;
+	uint64_t target; /* OP_COPY: the slot's release word must reach it */
 	int err;
 };
 
 #ifdef STOKER_HAVE_CUDA
 struct gpu_device {
 	CUdevice dev;
-	CUcontext ctx; /* the primary context, retained on first use */
+	CUcontext ctx; /* the primary context, retained while it has rings */
 	CUmodule mod;
 	CUfunction f32, f16;
 	uint8_t uuid[GPU_UUID_BYTES];
-	uint64_t bytes; /* device rings on it (CUDA thread) */
+	uint64_t bytes; /* device rings on it, and the context while held (CUDA thread) */
 	uint32_t rings;
 };
 
 struct ring_cuda {
 	struct gpu_device *dev;
 	CUmemGenericAllocationHandle handle;
-	bool has_handle, reserved, mapped, registered, counted;
-	CUdeviceptr base, staging;
-	size_t size;
+	bool has_handle, reserved, mapped, words_registered, counted, listed, draining;
+	uint32_t slots_registered; /* host slots page-locked so far */
+	int step;                  /* the setup's next step */
+	CUdeviceptr base, staging, words;
+	size_t size, staging_bytes;
 	CUstream stream;
-	CUevent *ready, *release; /* [slot_count] */
+	struct gpu_ring *next; /* the CUDA thread's list of set-up rings */
+	struct gpuwatch_state watch;
 };
 #else
 struct gpu_device {
@@ -80,6 +93,8 @@ struct gpu {
 	bool enumerated;
 	int ndevices;
 	struct gpu_device devices[GPU_MAX_DEVICES];
+	struct gpu_ring *watched; /* rings set up (ring_cuda.next) */
+	uint64_t watch_at_ns;
 	/* Loop thread only. */
 	uint32_t rings;
 	bool freeing, finished;
@@ -97,8 +112,13 @@ struct gpu_ring {
 	struct gpu_ring_export ex;
 	struct gpu_msg open_msg, close_msg, free_msg;
 	struct gpu_msg *copy_req, *copy_done; /* [slot_count] */
+	/* A copy's completion is claimed once, by its callback or the watchdog. */
+	atomic_bool *pending;                 /* [slot_count] */
+	atomic_bool drain_claimed;
+	uint64_t *queued_ns, *target;         /* [slot_count]: CUDA thread */
 	uint64_t image_bytes, u8_image_bytes;
 	char why[320];
+	char failure[320]; /* CUDA thread writes it before failing copies; the loop reads it after */
 	struct ring_cuda cu; /* CUDA thread only */
 };
 
@@ -139,6 +159,14 @@ static void set_status(struct gpu *g, const char *fmt, ...)
 
 /* ---- the CUDA side (CUDA thread, and the stream's callbacks) ---- */
 
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 #ifdef STOKER_HAVE_CUDA
 #include "gpu_fatbin.h"
 
@@ -173,6 +201,7 @@ static int enumerate(struct gpu *g, char *why, size_t whysize)
 
 	if (g->enumerated)
 		return 0;
+	/* A failure is not kept: cudadrv_get tries again after a back-off. */
 	r = cudadrv_get(&g->drv, &reason);
 	if (r < 0) {
 		snprintf(why, whysize, "%s", reason);
@@ -200,9 +229,10 @@ fail:
 	return cuda_errno(res);
 }
 
-/* The device's context on its first ring, and the conversion kernels on
- * its first float ring: uint8 delivery needs no kernel, so it works even
- * where the driver cannot load this build's fatbin. */
+/* The device's context on its first ring (counted in its bytes), and the
+ * conversion kernels on its first float ring: uint8 delivery needs no
+ * kernel, so it works even where the driver cannot load this build's
+ * fatbin. */
 static int device_prepare(struct gpu *g, struct gpu_device *d, bool kernels, char *why, size_t whysize)
 {
 	CUresult res = CUDA_SUCCESS;
@@ -214,6 +244,7 @@ static int device_prepare(struct gpu *g, struct gpu_device *d, bool kernels, cha
 	if (!d->ctx) {
 		CU(cuDevicePrimaryCtxRetain, &ctx, d->dev);
 		d->ctx = ctx;
+		d->bytes += GPU_CONTEXT_BYTES;
 	}
 	if (!kernels || d->mod)
 		return 0;
@@ -228,7 +259,8 @@ static int device_prepare(struct gpu *g, struct gpu_device *d, bool kernels, cha
 fail:
 	snprintf(why, whysize, "cannot use the GPU: %s: %s%s", what, cudadrv_error(g->drv, res),
 		 mod || !strcmp(what, "cuModuleLoadData") ? " (the conversion kernels: is the driver older than this "
-							     "build's CUDA toolkit? uint8 output needs no kernel)"
+							     "build's CUDA toolkit, or the GPU older than Turing? "
+							     "uint8 output needs no kernel)"
 							   : "");
 	if (mod)
 		g->drv->cuModuleUnload(mod);
@@ -237,62 +269,89 @@ fail:
 	return cuda_errno(res);
 }
 
+/* The device's last ring is gone: give its context back (under
+ * EXCLUSIVE_PROCESS-like sharing a context nobody uses must not linger,
+ * and a context a GPU error broke is replaced by the next retain). */
+static void device_release(struct gpu *g, struct gpu_device *d)
+{
+	CUcontext popped;
+
+	if (d->rings || !d->ctx)
+		return;
+	if (d->mod && g->drv->cuCtxPushCurrent(d->ctx) == CUDA_SUCCESS) {
+		g->drv->cuModuleUnload(d->mod);
+		g->drv->cuCtxPopCurrent(&popped);
+	}
+	d->mod = NULL;
+	d->f32 = d->f16 = NULL;
+	g->drv->cuDevicePrimaryCtxRelease(d->dev);
+	d->ctx = NULL;
+	d->bytes -= GPU_CONTEXT_BYTES;
+}
+
+static void watch_unlist(struct gpu *g, struct gpu_ring *r)
+{
+	struct gpu_ring **p = &g->watched;
+
+	if (!r->cu.listed)
+		return;
+	while (*p && *p != r)
+		p = &(*p)->cu.next;
+	if (*p)
+		*p = r->cu.next;
+	r->cu.listed = false;
+}
+
 /* Everything the ring holds on the GPU, whatever part of the setup ran. */
 static void ring_teardown(struct gpu_ring *r)
 {
 	struct gpu *g = r->g;
 	struct ring_cuda *c = &r->cu;
+	struct gpu_device *d = c->dev;
 	CUcontext popped;
 
-	if (!c->dev)
-		return;
-	g->drv->cuCtxPushCurrent(c->dev->ctx);
-	if (c->registered)
-		g->drv->cuMemHostUnregister(r->p.host_base);
-	if (c->stream)
-		g->drv->cuStreamDestroy(c->stream);
-	for (uint32_t i = 0; i < r->p.slot_count; i++) {
-		if (c->ready && c->ready[i])
-			g->drv->cuEventDestroy(c->ready[i]);
-		if (c->release && c->release[i])
-			g->drv->cuEventDestroy(c->release[i]);
+	watch_unlist(g, r);
+	if (!d)
+		goto out;
+	if (d->ctx && g->drv->cuCtxPushCurrent(d->ctx) == CUDA_SUCCESS) {
+		for (uint32_t i = 0; i < c->slots_registered; i++)
+			g->drv->cuMemHostUnregister(r->p.host_base + (size_t)i * r->p.host_slot_bytes);
+		if (c->words_registered)
+			g->drv->cuMemHostUnregister(r->p.release_words);
+		/* Stream-ordered: a cuMemFree here could wait for every stream on
+		 * the GPU, other clients' among them. */
+		if (c->staging && c->stream)
+			g->drv->cuMemFreeAsync(c->staging, c->stream);
+		if (c->stream)
+			g->drv->cuStreamDestroy(c->stream);
+		if (c->mapped)
+			g->drv->cuMemUnmap(c->base, c->size);
+		if (c->reserved)
+			g->drv->cuMemAddressFree(c->base, c->size);
+		if (c->has_handle)
+			g->drv->cuMemRelease(c->handle);
+		g->drv->cuCtxPopCurrent(&popped);
 	}
-	if (c->staging)
-		g->drv->cuMemFree(c->staging);
-	if (c->mapped)
-		g->drv->cuMemUnmap(c->base, c->size);
-	if (c->reserved)
-		g->drv->cuMemAddressFree(c->base, c->size);
-	if (c->has_handle)
-		g->drv->cuMemRelease(c->handle);
-	g->drv->cuCtxPopCurrent(&popped);
 	if (c->counted) {
-		c->dev->bytes -= r->ex.device_bytes;
-		c->dev->rings--;
+		d->bytes -= r->ex.device_bytes;
+		d->rings--;
 	}
-	free(c->ready);
-	free(c->release);
+	device_release(g, d);
+out:
 	if (r->ex.fd >= 0)
 		close(r->ex.fd);
 	r->ex.fd = -1;
 	memset(c, 0, sizeof(*c));
 }
 
-static int ring_setup(struct gpu_ring *r)
+/* Which of the node's GPUs, and whether it serves a device ring. */
+static int setup_device(struct gpu_ring *r)
 {
 	struct gpu *g = r->g;
-	struct ring_cuda *c = &r->cu;
 	const struct gpu_ring_params *p = &r->p;
 	struct gpu_device *d = NULL;
-	CUresult res = CUDA_SUCCESS;
-	const char *what = "";
-	CUmemAllocationProp prop;
-	CUmemAccessDesc access;
-	CUcontext popped;
-	size_t gran = 0, free_bytes = 0, total_bytes = 0, staging_bytes = 0;
-	uint64_t slot_bytes, bytes;
-	int err, ro = 0, fd = -1;
-	bool pushed = false;
+	char why[256];
+	int err;
 
 	err = enumerate(g, r->why, sizeof(r->why));
 	if (err < 0)
@@ -312,35 +371,76 @@ static int ring_setup(struct gpu_ring *r)
 			 p->device, g->ndevices, g->ndevices == 1 ? "" : "s");
 		return -ENODEV;
 	}
-	err = device_prepare(g, d, p->dtype != DTYPE_UINT8, r->why, sizeof(r->why));
+	/* Before anything is created there: compute mode and capabilities. */
+	err = cudadrv_check_device(g->drv, d->dev,
+				   CUDADRV_NEED_RING | CUDADRV_NEED_SHARE | (p->dtype != DTYPE_UINT8 ? CUDADRV_NEED_POOLS : 0),
+				   why, sizeof(why));
+	if (err < 0) {
+		snprintf(r->why, sizeof(r->why), "%s: %s", p->device, why);
+		return err == -EPERM ? -ENODEV : err;
+	}
+	r->cu.dev = d;
+	return 0;
+}
+
+/* Step 0: the device, the budget (the context counted if it is new), the
+ * context and kernels. */
+static int setup_budget(struct gpu_ring *r)
+{
+	struct gpu *g = r->g;
+	struct ring_cuda *c = &r->cu;
+	const struct gpu_ring_params *p = &r->p;
+	struct gpu_device *d;
+	CUresult res = CUDA_SUCCESS;
+	const char *what = "";
+	CUmemAllocationProp prop;
+	CUcontext popped;
+	size_t gran = 0, free_bytes = 0, total_bytes = 0;
+	uint64_t slot_bytes, bytes, context = 0;
+	int err;
+
+	err = setup_device(r);
 	if (err < 0)
 		return err;
-	c->dev = d;
-	r->ex.fd = -1;
-	CU(cuCtxPushCurrent, d->ctx);
-	pushed = true;
-
+	d = c->dev;
 	memset(&prop, 0, sizeof(prop));
 	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
 	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
 	prop.location.id = (int)d->dev;
 	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	/* No context needed for the granularity. */
 	CU(cuMemGetAllocationGranularity, &gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
 	slot_bytes = align_up((size_t)p->batch_size * r->image_bytes, GPU_SLOT_ALIGN);
 	c->size = align_up((size_t)slot_bytes * p->slot_count, gran ? gran : 1);
 	if (p->dtype != DTYPE_UINT8)
-		staging_bytes = align_up((size_t)p->batch_size * r->u8_image_bytes, GPU_SLOT_ALIGN) + sizeof(p->lut);
-	bytes = c->size + staging_bytes;
-	if (p->budget && d->bytes + bytes > p->budget) {
+		c->staging_bytes =
+			align_up((size_t)p->batch_size * r->u8_image_bytes, GPU_SLOT_ALIGN) + sizeof(p->lut);
+	bytes = c->size + c->staging_bytes;
+	if (!d->ctx)
+		context = GPU_CONTEXT_BYTES;
+	if (p->budget && d->bytes + context + bytes > p->budget) {
 		snprintf(r->why, sizeof(r->why),
 			 "a %llu-byte device ring does not fit %s's gpu_memory_budget (%llu bytes): %u clients' device "
-			 "rings take %llu there; lower batch_size, image_size or prefetch, or wait",
+			 "rings and stokerd's CUDA context (%llu bytes) take %llu there; lower batch_size, image_size "
+			 "or prefetch, or wait",
 			 (unsigned long long)bytes, p->device, (unsigned long long)p->budget, d->rings,
-			 (unsigned long long)d->bytes);
-		err = -ENOSPC;
-		goto out;
+			 (unsigned long long)GPU_CONTEXT_BYTES, (unsigned long long)(d->bytes + context));
+		c->dev = NULL;
+		return -ENOSPC;
 	}
-	CU(cuMemGetInfo, &free_bytes, &total_bytes);
+	err = device_prepare(g, d, p->dtype != DTYPE_UINT8, r->why, sizeof(r->why));
+	if (err < 0) {
+		c->dev = NULL;
+		device_release(g, d);
+		return err;
+	}
+	CU(cuCtxPushCurrent, d->ctx);
+	res = g->drv->cuMemGetInfo(&free_bytes, &total_bytes);
+	g->drv->cuCtxPopCurrent(&popped);
+	if (res != CUDA_SUCCESS) {
+		what = "cuMemGetInfo";
+		goto fail;
+	}
 	if (bytes > free_bytes) {
 		snprintf(r->why, sizeof(r->why),
 			 "a %llu-byte device ring does not fit %s: the GPU has %llu of %llu bytes free; lower "
@@ -350,6 +450,48 @@ static int ring_setup(struct gpu_ring *r)
 		err = -ENOSPC;
 		goto out;
 	}
+	/* Counted from now on, so that rings set up step by step side by side
+	 * cannot both pass the budget. */
+	r->ex.slot_bytes = slot_bytes;
+	r->ex.ring_bytes = c->size;
+	r->ex.device_bytes = bytes;
+	memcpy(r->ex.uuid, d->uuid, GPU_UUID_BYTES);
+	d->bytes += bytes;
+	d->rings++;
+	c->counted = true;
+	return 0;
+fail:
+	snprintf(r->why, sizeof(r->why), "%s: %s: %s", p->device, what, cudadrv_error(g->drv, res));
+	err = cuda_errno(res);
+out:
+	ring_teardown(r);
+	return err;
+}
+
+/* Step 1: the allocation (exported), the stream, the release words, the
+ * staging buffer and table. */
+static int setup_memory(struct gpu_ring *r)
+{
+	struct gpu *g = r->g;
+	struct ring_cuda *c = &r->cu;
+	const struct gpu_ring_params *p = &r->p;
+	CUresult res = CUDA_SUCCESS;
+	const char *what = "";
+	CUmemAllocationProp prop;
+	CUmemAccessDesc access;
+	CUcontext popped;
+	size_t gran = 0;
+	int err, fd = -1;
+	bool pushed = false;
+
+	CU(cuCtxPushCurrent, c->dev->ctx);
+	pushed = true;
+	memset(&prop, 0, sizeof(prop));
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = (int)c->dev->dev;
+	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	CU(cuMemGetAllocationGranularity, &gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
 	CU(cuMemCreate, &c->handle, c->size, &prop, 0);
 	c->has_handle = true;
 	CU(cuMemAddressReserve, &c->base, c->size, gran, 0, 0);
@@ -368,46 +510,19 @@ static int ring_setup(struct gpu_ring *r)
 			 strerror(errno));
 		goto out;
 	}
-	if (staging_bytes) {
-		CU(cuMemAlloc, &c->staging, staging_bytes);
-		CU(cuMemcpyHtoD, c->staging + staging_bytes - sizeof(p->lut), &p->lut, sizeof(p->lut));
-	}
-	c->ready = calloc(p->slot_count, sizeof(*c->ready));
-	c->release = calloc(p->slot_count, sizeof(*c->release));
-	r->ex.ready = calloc(p->slot_count, sizeof(*r->ex.ready));
-	r->ex.release = calloc(p->slot_count, sizeof(*r->ex.release));
-	if (!c->ready || !c->release || !r->ex.ready || !r->ex.release) {
-		err = -ENOMEM;
-		snprintf(r->why, sizeof(r->why), "out of memory");
-		goto out;
-	}
-	for (uint32_t i = 0; i < p->slot_count; i++) {
-		CUipcEventHandle h;
-
-		CU(cuEventCreate, &c->ready[i], CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING);
-		CU(cuIpcGetEventHandle, &h, c->ready[i]);
-		memcpy(r->ex.ready[i], h.reserved, GPU_EVENT_HANDLE_BYTES);
-		CU(cuEventCreate, &c->release[i], CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING);
-		CU(cuIpcGetEventHandle, &h, c->release[i]);
-		memcpy(r->ex.release[i], h.reserved, GPU_EVENT_HANDLE_BYTES);
-	}
 	CU(cuStreamCreate, &c->stream, CU_STREAM_NON_BLOCKING);
-	/* The GPU only reads the host ring: say so where the device can use it. */
-	if (g->drv->cuDeviceGetAttribute(&ro, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED, d->dev) !=
-	    CUDA_SUCCESS)
-		ro = 0;
-	CU(cuMemHostRegister, p->host_base, p->host_bytes, ro ? CU_MEMHOSTREGISTER_READ_ONLY : 0);
-	c->registered = true;
+	/* The release words: the client writes them, the stream waits on them. */
+	CU(cuMemHostRegister, p->release_words,
+	   align_up(GPU_RELEASE_WORDS_BYTES(p->slot_count), (size_t)sysconf(_SC_PAGESIZE)), CU_MEMHOSTREGISTER_DEVICEMAP);
+	c->words_registered = true;
+	CU(cuMemHostGetDevicePointer, &c->words, p->release_words, 0);
+	if (c->staging_bytes) {
+		CU(cuMemAllocAsync, &c->staging, c->staging_bytes, c->stream);
+		CU(cuMemcpyHtoDAsync, c->staging + c->staging_bytes - sizeof(p->lut), &p->lut, sizeof(p->lut),
+		   c->stream);
+	}
 	g->drv->cuCtxPopCurrent(&popped);
-	pushed = false;
-
-	r->ex.slot_bytes = slot_bytes;
-	r->ex.ring_bytes = c->size;
-	r->ex.device_bytes = bytes;
-	memcpy(r->ex.uuid, d->uuid, GPU_UUID_BYTES);
-	d->bytes += bytes;
-	d->rings++;
-	c->counted = true;
+	r->ex.release_words_offset = p->release_words_offset;
 	return 0;
 fail:
 	snprintf(r->why, sizeof(r->why), "%s: %s: %s", p->device, what, cudadrv_error(g->drv, res));
@@ -419,24 +534,98 @@ out:
 	return err;
 }
 
+/* Steps 2..: page-lock one host slot (a large ring's registration is slow:
+ * one slot a step, other clients' copies in between). */
+static int setup_host_slot(struct gpu_ring *r, uint32_t slot)
+{
+	struct gpu *g = r->g;
+	struct ring_cuda *c = &r->cu;
+	const struct gpu_ring_params *p = &r->p;
+	CUcontext popped;
+	CUresult res;
+	int ro = 0, err;
+
+	if (g->drv->cuCtxPushCurrent(c->dev->ctx) != CUDA_SUCCESS) {
+		snprintf(r->why, sizeof(r->why), "%s: cannot use the GPU's context", p->device);
+		ring_teardown(r);
+		return -EIO;
+	}
+	/* The GPU only reads the host ring: say so where the device can use it. */
+	if (g->drv->cuDeviceGetAttribute(&ro, CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED, c->dev->dev) !=
+	    CUDA_SUCCESS)
+		ro = 0;
+	res = g->drv->cuMemHostRegister(p->host_base + (size_t)slot * p->host_slot_bytes, p->host_slot_bytes,
+					ro ? CU_MEMHOSTREGISTER_READ_ONLY : 0);
+	g->drv->cuCtxPopCurrent(&popped);
+	if (res != CUDA_SUCCESS) {
+		snprintf(r->why, sizeof(r->why), "%s: cuMemHostRegister of host slot %u: %s", p->device, slot,
+			 cudadrv_error(g->drv, res));
+		err = cuda_errno(res);
+		ring_teardown(r);
+		return err;
+	}
+	c->slots_registered++;
+	return 0;
+}
+
+/* One step of the setup; *done once the ring is ready. */
+static int ring_setup_step(struct gpu_ring *r, bool *done)
+{
+	struct ring_cuda *c = &r->cu;
+	int step = c->step, err;
+
+	*done = false;
+	if (step == 0)
+		err = setup_budget(r);
+	else if (step == 1)
+		err = setup_memory(r);
+	else
+		err = setup_host_slot(r, (uint32_t)(step - 2));
+	if (err < 0)
+		return err;
+	c->step = step + 1;
+	if (c->step == 2 + (int)r->p.slot_count) {
+		*done = true;
+		c->next = r->g->watched;
+		r->g->watched = r;
+		c->listed = true;
+	}
+	return 0;
+}
+
+/* Complete slot's copy with `err` unless its callback already did. */
+static void copy_finish(struct gpu_ring *r, uint32_t slot, int err)
+{
+	struct gpu_msg *done = &r->copy_done[slot];
+
+	if (!atomic_exchange(&r->pending[slot], false))
+		return;
+	done->op = OP_COPIED;
+	done->err = err;
+	push_done(r->g, done);
+}
+
 static void CUDA_CB on_copied(void *arg)
 {
 	struct gpu_msg *m = arg;
 
-	push_done(m->ring->g, m);
+	copy_finish(m->ring, m->slot, 0);
 }
 
 static void CUDA_CB on_drained(void *arg)
 {
 	struct gpu_ring *r = arg;
 
+	if (atomic_exchange(&r->drain_claimed, true))
+		return;
 	r->free_msg.op = OP_FREE;
 	push_request(r->g, &r->free_msg);
 }
 
 /* Queue slot's copy (and conversion) on the ring's stream, after the
- * client's release of the slot; the stream's callback reports it done. */
-static int ring_copy(struct gpu_ring *r, uint32_t slot, uint32_t count)
+ * client's release of the slot (its release word reaching `target`); the
+ * stream's callback reports it done. */
+static int ring_copy(struct gpu_ring *r, uint32_t slot, uint32_t count, uint64_t target)
 {
 	struct gpu *g = r->g;
 	struct ring_cuda *c = &r->cu;
@@ -447,20 +636,18 @@ static int ring_copy(struct gpu_ring *r, uint32_t slot, uint32_t count)
 	CUdeviceptr dst = c->base + (CUdeviceptr)slot * r->ex.slot_bytes;
 	const uint8_t *src = p->host_base + (size_t)slot * p->host_slot_bytes;
 	size_t u8_bytes = (size_t)count * r->u8_image_bytes;
-	struct gpu_msg *done = &r->copy_done[slot];
 	bool pushed = false;
 
 	CU(cuCtxPushCurrent, c->dev->ctx);
 	pushed = true;
-	/* A wait on an event never recorded (the slot's first use) is a no-op. */
-	CU(cuStreamWaitEvent, c->stream, c->release[slot], 0);
+	CU(cuStreamWaitValue64, c->stream, c->words + (CUdeviceptr)slot * sizeof(uint64_t), target,
+	   CU_STREAM_WAIT_VALUE_GEQ);
 	if (p->dtype == DTYPE_UINT8) {
 		CU(cuMemcpyHtoDAsync, dst, src, u8_bytes, c->stream);
 	} else {
 		unsigned long long plane = (unsigned long long)p->image_size * p->image_size;
 		unsigned long long pixels = plane * count;
-		size_t staging_bytes = align_up((size_t)p->batch_size * r->u8_image_bytes, GPU_SLOT_ALIGN);
-		CUdeviceptr lut = c->staging + staging_bytes;
+		CUdeviceptr lut = c->staging + c->staging_bytes - sizeof(p->lut);
 		void *args[] = {&c->staging, &dst, &lut, &plane, &pixels};
 		unsigned blocks = (unsigned)((pixels + 255) / 256 < 65535 ? (pixels + 255) / 256 : 65535);
 
@@ -468,48 +655,156 @@ static int ring_copy(struct gpu_ring *r, uint32_t slot, uint32_t count)
 		CU(cuLaunchKernel, p->dtype == DTYPE_FLOAT16 ? c->dev->f16 : c->dev->f32, blocks, 1, 1, 256, 1, 1, 0,
 		   c->stream, args, NULL);
 	}
-	CU(cuEventRecord, c->ready[slot], c->stream);
-	done->op = OP_COPIED;
-	done->err = 0;
-	CU(cuLaunchHostFunc, c->stream, on_copied, done);
+	r->queued_ns[slot] = mono_ns();
+	r->target[slot] = target;
+	atomic_store(&r->pending[slot], true);
+	res = g->drv->cuLaunchHostFunc(c->stream, on_copied, &r->copy_done[slot]);
+	if (res != CUDA_SUCCESS) {
+		atomic_store(&r->pending[slot], false);
+		what = "cuLaunchHostFunc";
+		goto fail;
+	}
 	g->drv->cuCtxPopCurrent(&popped);
 	return 0;
 fail:
 	log_error("%s: cannot queue a copy into device slot %u: %s: %s", p->device, slot, what,
 		  cudadrv_error(g->drv, res));
+	snprintf(r->failure, sizeof(r->failure), "%s: %s", what, cudadrv_error(g->drv, res));
 	if (pushed)
 		g->drv->cuCtxPopCurrent(&popped);
 	return cuda_errno(res);
 }
 
-/* After everything queued on the stream so far, free the ring (OP_FREE). */
+/* After everything queued on the stream so far, free the staging buffer
+ * (stream-ordered) and the ring (OP_FREE). */
 static int ring_drain(struct gpu_ring *r)
 {
 	struct gpu *g = r->g;
+	struct ring_cuda *c = &r->cu;
 	CUcontext popped;
 	CUresult res;
 
-	if (!r->cu.stream)
+	if (!c->stream)
 		return -EINVAL;
-	if (g->drv->cuCtxPushCurrent(r->cu.dev->ctx) != CUDA_SUCCESS)
+	if (g->drv->cuCtxPushCurrent(c->dev->ctx) != CUDA_SUCCESS)
 		return -EIO;
-	res = g->drv->cuLaunchHostFunc(r->cu.stream, on_drained, r);
+	if (c->staging && g->drv->cuMemFreeAsync(c->staging, c->stream) == CUDA_SUCCESS)
+		c->staging = 0;
+	res = g->drv->cuLaunchHostFunc(c->stream, on_drained, r);
 	g->drv->cuCtxPopCurrent(&popped);
-	return res == CUDA_SUCCESS ? 0 : -EIO;
+	if (res != CUDA_SUCCESS)
+		return -EIO;
+	c->draining = true;
+	return 0;
+}
+
+/* The watchdog: look at each ring with a copy (or its drain) outstanding
+ * too long, act on gpuwatch's verdict. */
+static void watch_ring(struct gpu *g, struct gpu_ring *r, uint64_t now)
+{
+	struct ring_cuda *c = &r->cu;
+	const struct gpuwatch_policy *pol = &gpuwatch_default;
+	struct gpuwatch_obs o = {.now_ns = now};
+	enum gpuwatch_verdict v;
+	uint32_t oldest = 0;
+	CUcontext popped;
+	CUresult res = CUDA_ERROR_INVALID_CONTEXT;
+
+	for (uint32_t i = 0; i < r->p.slot_count; i++)
+		if (atomic_load(&r->pending[i]) && (!o.outstanding || r->queued_ns[i] < o.oldest_ns)) {
+			o.outstanding = true;
+			o.oldest_ns = r->queued_ns[i];
+			oldest = i;
+		}
+	if (c->draining && !o.outstanding) {
+		/* Draining: only an error matters (its callback will never come). */
+		o.outstanding = true;
+		o.oldest_ns = 0;
+	}
+	if (!gpuwatch_should_query(pol, &o)) {
+		if (!o.outstanding)
+			c->watch = (struct gpuwatch_state){0};
+		return;
+	}
+	o.released = devring_word_reached(__atomic_load_n(&r->p.release_words[oldest], __ATOMIC_ACQUIRE),
+					  r->target[oldest]);
+	if (g->drv->cuCtxPushCurrent(c->dev->ctx) == CUDA_SUCCESS) {
+		res = g->drv->cuStreamQuery(c->stream);
+		g->drv->cuCtxPopCurrent(&popped);
+	}
+	o.query = res == CUDA_SUCCESS ? 0 : res == CUDA_ERROR_NOT_READY ? 1 : cuda_errno(res);
+	if (c->draining) {
+		if (o.query < 0 && !atomic_exchange(&r->drain_claimed, true)) {
+			log_error("%s: the device ring's stream failed while closing (%s): freeing it", r->p.device,
+				  cudadrv_error(g->drv, res));
+			r->free_msg.op = OP_FREE;
+			push_request(g, &r->free_msg);
+		}
+		return;
+	}
+	v = gpuwatch_judge(pol, &c->watch, &o);
+	switch (v) {
+	case GPUWATCH_COMPLETE:
+		for (uint32_t i = 0; i < r->p.slot_count; i++)
+			copy_finish(r, i, 0);
+		break;
+	case GPUWATCH_FAIL_ERROR:
+	case GPUWATCH_FAIL_STUCK:
+	case GPUWATCH_FAIL_CLIENT:
+		if (v == GPUWATCH_FAIL_ERROR)
+			snprintf(r->failure, sizeof(r->failure), "%s (%s)", gpuwatch_verdict_name(v),
+				 cudadrv_error(g->drv, res));
+		else
+			snprintf(r->failure, sizeof(r->failure), "%s in %llu s (device slot %u)",
+				 gpuwatch_verdict_name(v), (unsigned long long)((now - o.oldest_ns) / 1000000000ull),
+				 oldest);
+		log_error("%s: %s: failing the device ring", r->p.device, r->failure);
+		for (uint32_t i = 0; i < r->p.slot_count; i++)
+			copy_finish(r, i, v == GPUWATCH_FAIL_ERROR ? -EIO : -ETIMEDOUT);
+		break;
+	default:
+		break;
+	}
+}
+
+/* Whether any ring has something outstanding (the thread then wakes up
+ * for the watchdog). */
+static bool watch_needed(struct gpu *g)
+{
+	for (struct gpu_ring *r = g->watched; r; r = r->cu.next) {
+		if (r->cu.draining)
+			return true;
+		for (uint32_t i = 0; i < r->p.slot_count; i++)
+			if (atomic_load(&r->pending[i]))
+				return true;
+	}
+	return false;
+}
+
+static void watch_all(struct gpu *g)
+{
+	uint64_t now = mono_ns();
+
+	if (now < g->watch_at_ns)
+		return;
+	g->watch_at_ns = now + GPU_WATCH_PERIOD_NS;
+	for (struct gpu_ring *r = g->watched; r; r = r->cu.next)
+		watch_ring(g, r, now);
 }
 #else
-static int ring_setup(struct gpu_ring *r)
+static int ring_setup_step(struct gpu_ring *r, bool *done)
 {
 	const char *why = "";
 	const struct cudadrv *drv;
 	int err = cudadrv_get(&drv, &why);
 
+	*done = false;
 	snprintf(r->why, sizeof(r->why), "%s", why);
 	set_status(r->g, "%s", why);
 	return err < 0 ? err : -ENOSYS;
 }
 
-static int ring_copy(struct gpu_ring *r, uint32_t slot, uint32_t count)
+static int ring_copy(struct gpu_ring *r, uint32_t slot, uint32_t count, uint64_t target)
 {
 	return -ENOSYS;
 }
@@ -522,6 +817,24 @@ static int ring_drain(struct gpu_ring *r)
 static void ring_teardown(struct gpu_ring *r)
 {
 }
+
+static void copy_finish(struct gpu_ring *r, uint32_t slot, int err)
+{
+	struct gpu_msg *done = &r->copy_done[slot];
+
+	done->op = OP_COPIED;
+	done->err = err;
+	push_done(r->g, done);
+}
+
+static bool watch_needed(struct gpu *g)
+{
+	return false;
+}
+
+static void watch_all(struct gpu *g)
+{
+}
 #endif
 
 static void handle_request(struct gpu *g, struct gpu_msg *m)
@@ -529,18 +842,24 @@ static void handle_request(struct gpu *g, struct gpu_msg *m)
 	struct gpu_ring *r = m->ring;
 
 	switch (m->op) {
-	case OP_OPEN:
-		r->open_msg.err = ring_setup(r);
+	case OP_OPEN: {
+		bool done = false;
+
+		r->open_msg.err = ring_setup_step(r, &done);
+		if (r->open_msg.err == 0 && !done) {
+			push_request(g, &r->open_msg); /* the next step, behind what waits */
+			break;
+		}
 		r->open_msg.op = OP_OPENED;
 		push_done(g, &r->open_msg);
 		break;
+	}
 	case OP_COPY: {
-		int err = ring_copy(r, m->slot, m->count);
+		int err = ring_copy(r, m->slot, m->count, m->target);
 
 		if (err < 0) {
-			r->copy_done[m->slot].op = OP_COPIED;
-			r->copy_done[m->slot].err = err;
-			push_done(g, &r->copy_done[m->slot]);
+			atomic_store(&r->pending[m->slot], true);
+			copy_finish(r, m->slot, err);
 		}
 		break;
 	}
@@ -571,8 +890,20 @@ static void *gpu_thread(void *arg)
 	for (;;) {
 		struct gpu_msg *m;
 
-		while (!g->req_head && !g->stop)
-			pthread_cond_wait(&g->cond, &g->lock);
+		while (!g->req_head && !g->stop) {
+			if (watch_needed(g)) {
+				struct timespec ts;
+
+				clock_gettime(CLOCK_MONOTONIC, &ts);
+				ts.tv_sec += 1;
+				pthread_cond_timedwait(&g->cond, &g->lock, &ts);
+				pthread_mutex_unlock(&g->lock);
+				watch_all(g);
+				pthread_mutex_lock(&g->lock);
+			} else {
+				pthread_cond_wait(&g->cond, &g->lock);
+			}
+		}
 		if (!g->req_head)
 			break;
 		m = g->req_head;
@@ -581,6 +912,7 @@ static void *gpu_thread(void *arg)
 			g->req_tail = NULL;
 		pthread_mutex_unlock(&g->lock);
 		handle_request(g, m);
+		watch_all(g); /* at most once a period, busy or not */
 		pthread_mutex_lock(&g->lock);
 	}
 	pthread_mutex_unlock(&g->lock);
@@ -594,12 +926,13 @@ static void gpu_ring_free(struct gpu_ring *r)
 	struct gpu *g = r->g;
 
 	devring_release_state(&r->dr);
-	free(r->ex.ready);
-	free(r->ex.release);
 	if (r->ex.fd >= 0)
 		close(r->ex.fd);
 	free(r->copy_req);
 	free(r->copy_done);
+	free(r->pending);
+	free(r->queued_ns);
+	free(r->target);
 	free(r);
 	g->rings--;
 }
@@ -663,8 +996,25 @@ static int submit_copy(void *backend, uint32_t slot, uint32_t count)
 	m->op = OP_COPY;
 	m->slot = slot;
 	m->count = count;
+	m->target = devring_release_target(&r->dr, slot);
 	push_request(r->g, m);
 	return 0;
+}
+
+/* The client has gone (loop thread, no CUDA call): a client killed with
+ * work queued before its release never advances the word, so write each
+ * word from the CPU; the copies waiting on them run, the ring drains. */
+static void submit_unblock(void *backend)
+{
+	struct gpu_ring *r = backend;
+
+	for (uint32_t i = 0; i < r->p.slot_count; i++) {
+		uint64_t target = devring_release_target(&r->dr, i);
+		uint64_t *w = &r->p.release_words[i];
+
+		if (!devring_word_reached(__atomic_load_n(w, __ATOMIC_ACQUIRE), target))
+			__atomic_store_n(w, target, __ATOMIC_RELEASE);
+	}
 }
 
 static void submit_close(void *backend)
@@ -678,6 +1028,7 @@ static void submit_close(void *backend)
 static const struct devring_ops gpu_devring_ops = {
 	.submit = submit_copy,
 	.close = submit_close,
+	.unblock = submit_unblock,
 };
 
 int gpu_new(uv_loop_t *loop, struct gpu **out)
@@ -692,7 +1043,14 @@ int gpu_new(uv_loop_t *loop, struct gpu **out)
 	r = -pthread_mutex_init(&g->lock, NULL);
 	if (r < 0)
 		goto fail;
-	r = -pthread_cond_init(&g->cond, NULL);
+	{
+		pthread_condattr_t ca; /* the watchdog's timed waits: on the monotonic clock */
+
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		r = -pthread_cond_init(&g->cond, &ca);
+		pthread_condattr_destroy(&ca);
+	}
 	if (r < 0)
 		goto fail_mutex;
 	r = uv_async_init(loop, &g->async, on_async);
@@ -770,6 +1128,8 @@ int gpu_ring_open(struct gpu *g, const struct gpu_ring_params *p, const struct g
 
 	if (g->freeing)
 		return -ESHUTDOWN;
+	if (!p->release_words || p->slot_count == 0)
+		return -EINVAL;
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
@@ -782,7 +1142,10 @@ int gpu_ring_open(struct gpu *g, const struct gpu_ring_params *p, const struct g
 	r->image_bytes = r->u8_image_bytes * sample_dtype_bytes(p->dtype);
 	r->copy_req = calloc(p->slot_count, sizeof(*r->copy_req));
 	r->copy_done = calloc(p->slot_count, sizeof(*r->copy_done));
-	if (!r->copy_req || !r->copy_done) {
+	r->pending = calloc(p->slot_count, sizeof(*r->pending));
+	r->queued_ns = calloc(p->slot_count, sizeof(*r->queued_ns));
+	r->target = calloc(p->slot_count, sizeof(*r->target));
+	if (!r->copy_req || !r->copy_done || !r->pending || !r->queued_ns || !r->target) {
 		err = -ENOMEM;
 		goto fail;
 	}
@@ -808,6 +1171,9 @@ fail:
 	devring_release_state(&r->dr);
 	free(r->copy_req);
 	free(r->copy_done);
+	free(r->pending);
+	free(r->queued_ns);
+	free(r->target);
 	free(r);
 	return err;
 }
@@ -832,4 +1198,9 @@ struct gpu_ring_export *gpu_ring_export(struct gpu_ring *r)
 uint64_t gpu_ring_bytes(const struct gpu_ring *r)
 {
 	return r ? r->ex.device_bytes : 0;
+}
+
+const char *gpu_ring_failure(const struct gpu_ring *r)
+{
+	return r ? r->failure : "";
 }

@@ -9,16 +9,23 @@
  *
  * A client's device ring (struct gpu_ring): one allocation from CUDA's VMM
  * API (cuMemCreate, POSIX fd handle, exported once, sent to the client like
- * the memfd ring) of slot_count image slots; an interprocess event pair per
- * slot; a stream of its own (a client that never releases stalls only its
- * own stream); the host ring page-locked (cuMemHostRegister) for DMA; for
- * float output a private uint8 staging buffer and the normalisation table
- * (augment.h: transform_lut_build) on the device.
+ * the memfd ring) of slot_count image slots; a release word per slot in the
+ * host ring's tail (devring.h: the client advances it on its stream, the
+ * ring's copies wait on it, the daemon writes it from the CPU when the client
+ * has gone); a stream of its own (a client that never releases stalls only
+ * its own stream); the host ring page-locked (cuMemHostRegister, slot by
+ * slot) for DMA; for float output a uint8 staging buffer (stream-ordered:
+ * cuMemAllocAsync/cuMemFreeAsync, never a device-wide cuMemFree) and the
+ * normalisation table (augment.h: transform_lut_build) on the device.
  *
  * Requests go to the CUDA thread on a mutex-guarded queue; results come back
  * to the loop with uv_async_send (opened, copied, closed), the copies' from
- * CUDA's own callback thread (cuLaunchHostFunc) without a CUDA call.
- * docs/threads.md has the lock order.
+ * CUDA's own callback thread (cuLaunchHostFunc) without a CUDA call. A ring's
+ * setup runs in steps, each queued behind the requests already waiting, so
+ * opening a ring does not hold up other clients' copies. A watchdog on the
+ * CUDA thread (gpuwatch.h) queries the streams of copies outstanding too
+ * long and fails their rings with the reason. A GPU's primary context is
+ * released when its last ring is gone. docs/threads.md has the lock order.
  */
 #ifndef STOKER_GPU_H
 #define STOKER_GPU_H
@@ -32,7 +39,8 @@
 #include "devring.h"
 
 #define GPU_UUID_BYTES 16
-#define GPU_EVENT_HANDLE_BYTES 64 /* CU_IPC_HANDLE_SIZE */
+/* A device ring's release words: one uint64_t per slot, in the host ring's tail. */
+#define GPU_RELEASE_WORDS_BYTES(slots) ((size_t)(slots) * sizeof(uint64_t))
 
 struct gpu;
 struct gpu_ring;
@@ -48,6 +56,8 @@ struct gpu_ring_params {
 	union transform_lut lut;           /* float dtypes */
 	uint8_t *host_base;                /* the host ring, page aligned */
 	size_t host_bytes, host_slot_bytes;
+	uint64_t *release_words;           /* [slot_count], page aligned, zeroed: the host ring's tail */
+	uint64_t release_words_offset;     /* where they are in the host ring's fd */
 	uint64_t budget;                   /* gpu_memory_budget; 0: free memory only */
 };
 
@@ -56,8 +66,7 @@ struct gpu_ring_export {
 	int fd; /* the allocation's POSIX fd; the caller takes it (-1 after) */
 	uint64_t slot_bytes, ring_bytes, device_bytes;
 	uint8_t uuid[GPU_UUID_BYTES];
-	uint8_t (*ready)[GPU_EVENT_HANDLE_BYTES];   /* [slot_count] */
-	uint8_t (*release)[GPU_EVENT_HANDLE_BYTES]; /* [slot_count] */
+	uint64_t release_words_offset;
 };
 
 /* Results, on the loop thread. */
@@ -85,5 +94,7 @@ void gpu_ring_set_handlers(struct gpu_ring *r, void (*copied)(void *owner, uint3
 struct gpu_ring_export *gpu_ring_export(struct gpu_ring *r);
 /* Device bytes the ring holds (ring, staging, table). */
 uint64_t gpu_ring_bytes(const struct gpu_ring *r);
+/* Why the ring's last copy failed ("" if none did): for the client's error. */
+const char *gpu_ring_failure(const struct gpu_ring *r);
 
 #endif

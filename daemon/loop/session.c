@@ -440,8 +440,8 @@ static void drop_waiting(struct session *s)
 }
 
 /* A slot the client no longer sees: free, or draining while copies read it.
- * Its device slot is free to be written once the client's release event has
- * fired (the stream waits on it). */
+ * Its device slot is free to be written once the client's release word has
+ * reached the release's count (the stream waits on it). */
 static void slot_retire(struct session *s, uint32_t slot)
 {
 	if (s->gpu) {
@@ -620,39 +620,26 @@ out:
 
 /* ---- CUDA delivery (gpu.h) ---- */
 
-/* The device ring's fd and events (right after Attached). */
+/* The device ring's fd, and where its release words are (right after Attached). */
 static int device_send_ring(struct session *s)
 {
 	struct gpu_ring_export *ex = gpu_ring_export(s->gpu);
 	Stoker__Message msg = STOKER__MESSAGE__INIT;
 	Stoker__DeviceRing dr = STOKER__DEVICE_RING__INIT;
-	uint32_t n = s->ring->slot_count;
-	ProtobufCBinaryData *ev = calloc(2 * (size_t)n, sizeof(*ev));
-	int fd, r;
+	int fd;
 
-	if (!ev) {
-		conn_send_error(s->conn, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
-		return -ENOMEM;
-	}
-	for (uint32_t i = 0; i < n; i++) {
-		ev[i] = (ProtobufCBinaryData){GPU_EVENT_HANDLE_BYTES, ex->ready[i]};
-		ev[n + i] = (ProtobufCBinaryData){GPU_EVENT_HANDLE_BYTES, ex->release[i]};
-	}
 	dr.device = s->device;
-	dr.slot_count = n;
+	dr.slot_count = s->ring->slot_count;
 	dr.slot_bytes = ex->slot_bytes;
 	dr.ring_bytes = ex->ring_bytes;
-	dr.n_ready_events = dr.n_release_events = n;
-	dr.ready_events = ev;
-	dr.release_events = ev + n;
+	dr.has_release_words_offset = true;
+	dr.release_words_offset = ex->release_words_offset;
 	dr.device_uuid = (ProtobufCBinaryData){GPU_UUID_BYTES, ex->uuid};
 	msg.body_case = STOKER__MESSAGE__BODY_DEVICE_RING;
 	msg.device_ring = &dr;
 	fd = ex->fd; /* the frame queue takes it */
 	ex->fd = -1;
-	r = conn_send(s->conn, &msg, fd);
-	free(ev);
-	return r;
+	return conn_send(s->conn, &msg, fd);
 }
 
 /* A copy into the device slot is done: the batch is ready, in order. */
@@ -672,7 +659,8 @@ static void device_copied(void *owner, uint32_t slot, int err)
 			conn_log(LOG_LVL_ERR, s->conn, "%s: the copy into device slot %u failed: %s",
 				 s->device, slot, strerror(-err));
 			conn_send_error(s->conn, STOKER__ERROR_CODE__DEVICE_UNAVAILABLE,
-					"%s: the copy into GPU memory failed (%s)", s->device, strerror(-err));
+					"%s: the copy into GPU memory failed (%s)", s->device,
+					*gpu_ring_failure(s->gpu) ? gpu_ring_failure(s->gpu) : strerror(-err));
 			conn_close(s->conn, "device copy failed");
 		}
 		if (err == 0 && current) {
@@ -762,6 +750,8 @@ static int device_open(struct session *s, const struct attach_request *req)
 	p.host_base = s->ring->base;
 	p.host_bytes = s->ring->bytes;
 	p.host_slot_bytes = s->ring->slot_bytes;
+	p.release_words = (uint64_t *)s->ring->tail;
+	p.release_words_offset = s->ring->bytes;
 	p.budget = d->cfg.gpu_memory_budget;
 	r = d->gpu ? gpu_ring_open(d->gpu, &p, &device_callbacks, s) : -ENOSYS;
 	if (r < 0) {
@@ -920,7 +910,8 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 				.pixels = s->fit_pixels + (size_t)i * a->batch_size * a->image_size * a->image_size * 3,
 			};
 	}
-	r = ring_create(slots, slot_bytes, &s->ring);
+	/* A device ring's release words ride in the host ring's tail (gpu.h). */
+	r = ring_create_tail(slots, slot_bytes, session_on_device(s) ? GPU_RELEASE_WORDS_BYTES(slots) : 0, &s->ring);
 	if (r < 0) {
 		conn_log(LOG_LVL_WARNING, c, "cannot create a %llu-byte ring: %s",
 			 (unsigned long long)ring_bytes, strerror(-r));

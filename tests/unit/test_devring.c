@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The device ring's slot ownership (devring.c) over a plain-memory backend
- * that does what daemon/gpu/gpu.c asks the GPU to do: wait for the client's
- * release of the slot, copy the host slot, convert HWC uint8 to CHW with
- * the normalisation table, record the ready event, call back. Also: the
+ * that does what daemon/gpu/gpu.c asks the GPU to do: wait until the slot's
+ * release word reaches the ring's count of its releases (cuStreamWaitValue64),
+ * copy the host slot, convert HWC uint8 to CHW with the normalisation table,
+ * call back; and, when the client has gone, write the words from the CPU so
+ * that copies waiting on a dead client's release run. Also: the
  * table-and-layout conversion the kernel (gpu_convert.cu) performs gives
  * the CPU float path's bytes exactly, on a real photograph.
  */
@@ -52,7 +54,9 @@ struct fake_gpu {
 	enum sample_dtype dtype;
 	union transform_lut lut;
 	int queued[SLOTS]; /* count, 0: none */
-	bool released_since_copy[SLOTS];
+	uint64_t words[SLOTS];  /* the release words (host memory both sides map) */
+	uint64_t target[SLOTS]; /* what the queued copy waits for */
+	int unblocks;
 	int fail_submit, fail_copy;
 	int closes, writes_while_held;
 	bool held[SLOTS]; /* the "client" reads the device slot */
@@ -65,7 +69,17 @@ static int fake_submit(void *backend, uint32_t slot, uint32_t count)
 	if (g->fail_submit)
 		return -EIO;
 	g->queued[slot] = (int)count;
+	g->target[slot] = devring_release_target(g->dr, slot);
 	return 0;
+}
+
+static void fake_unblock(void *backend)
+{
+	struct fake_gpu *g = backend;
+
+	g->unblocks++;
+	for (uint32_t s = 0; s < SLOTS; s++)
+		g->words[s] = devring_release_target(g->dr, s);
 }
 
 static void fake_close(void *backend)
@@ -76,7 +90,13 @@ static void fake_close(void *backend)
 	devring_closed(g->dr);
 }
 
-static const struct devring_ops fake_ops = {.submit = fake_submit, .close = fake_close};
+static const struct devring_ops fake_ops = {.submit = fake_submit, .close = fake_close, .unblock = fake_unblock};
+
+/* The client's stream reaches its release of `slot`: the word advances. */
+static void client_word_lands(struct fake_gpu *g, uint32_t slot)
+{
+	g->words[slot]++;
+}
 
 /* The stream runs slot's copy: the client must have let go of it. */
 static void run_copy(struct fake_gpu *g, uint32_t slot)
@@ -84,6 +104,8 @@ static void run_copy(struct fake_gpu *g, uint32_t slot)
 	int count = g->queued[slot];
 
 	assert_true(count > 0);
+	/* The stream's wait: never past a release the client has not made. */
+	assert_true(devring_word_reached(g->words[slot], g->target[slot]));
 	g->queued[slot] = 0;
 	if (g->held[slot])
 		g->writes_while_held++;
@@ -134,8 +156,10 @@ static void test_slot_life(void **state)
 	assert_int_equal(devring_submit(&dr, 0, BATCH), -EBUSY);
 	assert_int_equal(devring_drop(&dr, 0), -EINVAL);
 	g.held[0] = false;
+	client_word_lands(&g, 0);
 	assert_int_equal(devring_release(&dr, 0), 0);
 	assert_int_equal(devring_release(&dr, 0), -EINVAL); /* twice */
+	assert_int_equal(devring_release_target(&dr, 0), 1);
 	fill_host(&g, 0, 2);
 	assert_int_equal(devring_submit(&dr, 0, 1), 0);
 	run_copy(&g, 0);
@@ -169,6 +193,7 @@ static void test_close_waits_for_copies(void **state)
 	devring_close(&dr);
 	devring_close(&dr); /* idempotent */
 	assert_int_equal(g.closes, 0);
+	assert_int_equal(g.unblocks, 1);
 	/* No new copies once closing. */
 	run_copy(&g, 0);
 	assert_int_equal(devring_deliver(&dr, 0), 0);
@@ -180,6 +205,59 @@ static void test_close_waits_for_copies(void **state)
 	assert_int_equal(g.closes, 1); /* the last copy back: the backend closes */
 	assert_true(dr.closed);
 	devring_release_state(&dr);
+}
+
+/*
+ * A client SIGKILLed with GPU work queued before its release: the work is
+ * discarded, its release word never advances, and the copy the daemon
+ * queued into the released slot would wait for ever, holding the ring (and
+ * its memory and budget share) until a restart. Closing writes the words
+ * from the CPU: the copy runs, the ring closes.
+ */
+static void test_dead_client_does_not_wedge_the_ring(void **state)
+{
+	struct fake_gpu g;
+	struct devring dr;
+
+	setup(&g, &dr, DTYPE_UINT8);
+	for (uint32_t s = 0; s < 2; s++) {
+		fill_host(&g, s, (uint8_t)s);
+		assert_int_equal(devring_submit(&dr, s, BATCH), 0);
+		run_copy(&g, s);
+		assert_int_equal(devring_deliver(&dr, s), 0);
+	}
+	/* Slot 0: released properly (its word landed), refilled, copied. */
+	client_word_lands(&g, 0);
+	assert_int_equal(devring_release(&dr, 0), 0);
+	assert_int_equal(devring_submit(&dr, 0, BATCH), 0);
+	run_copy(&g, 0);
+	/* Slot 1: the client queued a long kernel, then its release; it said
+	 * Release and was killed before its stream got there. */
+	assert_int_equal(devring_release(&dr, 1), 0);
+	assert_int_equal(devring_submit(&dr, 1, BATCH), 0);
+	assert_false(devring_word_reached(g.words[1], g.target[1])); /* the copy waits */
+	assert_int_equal(g.target[1], 1);
+	/* The connection goes: the session closes its ring. */
+	devring_close(&dr);
+	assert_int_equal(g.unblocks, 1);
+	assert_true(devring_word_reached(g.words[1], g.target[1]));
+	assert_int_equal(g.closes, 0); /* the copy is still in flight */
+	run_copy(&g, 1);
+	assert_int_equal(g.closes, 1);
+	assert_true(dr.closed);
+	assert_int_equal(dr.copies, 4);
+	devring_release_state(&dr);
+}
+
+/* The words compare cyclically, like cuStreamWaitValue64's GEQ. */
+static void test_word_comparison(void **state)
+{
+	(void)state;
+	assert_true(devring_word_reached(5, 5));
+	assert_true(devring_word_reached(6, 5));
+	assert_false(devring_word_reached(4, 5));
+	assert_true(devring_word_reached(2, UINT64_MAX - 1)); /* wrapped */
+	assert_false(devring_word_reached(UINT64_MAX, 1));
 }
 
 static void test_failures(void **state)
@@ -281,6 +359,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_slot_life),
 		cmocka_unit_test(test_close_waits_for_copies),
+		cmocka_unit_test(test_dead_client_does_not_wedge_the_ring),
+		cmocka_unit_test(test_word_comparison),
 		cmocka_unit_test(test_failures),
 		cmocka_unit_test(test_conversion_through_the_ring),
 		cmocka_unit_test(test_same_bytes_as_cpu_float_path),
