@@ -477,7 +477,7 @@ fuzz-smoke: fuzz-build
 
 # Benchmark (bench/README.md): stoker vs. the decode limit and the peers,
 # one table, also in bench/out/results.json. Options: BENCH_ARGS="--help".
-BENCH_BINS   := $(B)/bench/jpeg_limit $(B)/bench/stoker_rtt $(B)/bench/profile_pipeline
+BENCH_BINS   := $(B)/bench/jpeg_limit $(B)/bench/stoker_rtt $(B)/bench/profile_pipeline $(B)/bench/profile_detect
 
 bench: all $(BENCH_BINS)
 	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) bench/run.py $(BENCH_ARGS)
@@ -491,7 +491,7 @@ bench-network: all
 
 # YOLO detection: stoker mosaic/letterbox 640 against Ultralytics' own
 # loaders, bench/out/detect.json. Options: BENCH_DETECT_ARGS="--help".
-bench-detect: all $(B)/bench/jpeg_limit
+bench-detect: all $(B)/bench/jpeg_limit $(B)/bench/profile_detect
 	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) bench/detect.py $(BENCH_DETECT_ARGS)
 
 # YOLO training through Ultralytics' trainer, its loader against stoker's
@@ -509,7 +509,7 @@ $(B)/bench/stoker_rtt: bench/stoker_rtt.c client/include/stoker.h $(LIB_SO)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Iclient/include -o $@ $< -L$(B) -l:libstoker.so.$(SOVERSION) -Wl,-rpath,'$$ORIGIN/..' $(LDFLAGS_ALL)
 
-$(B)/bench/profile_pipeline: bench/profile_pipeline.c bench/bench_files.h $(B)/libstokerd.a
+$(B)/bench/profile_pipeline $(B)/bench/profile_detect: $(B)/bench/%: bench/%.c bench/bench_files.h $(B)/libstokerd.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 

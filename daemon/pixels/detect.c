@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "detect.h"
 #include "grow.h"
@@ -73,6 +74,7 @@ struct detect {
 	/* OpenCV's RGB2HSV_b division tables (hsv_shift 12) */
 	int sdiv[256], hdiv[256];
 	bool avx2; /* the AVX2 kernels */
+	uint64_t *prof; /* detect_profile()'s counters, or NULL */
 };
 
 /* The random choices of one image (mosaic + affine). */
@@ -209,6 +211,35 @@ int detect_new(struct detect **out)
 	d->avx2 = forced_isa == ISA_AUTO ? avx2_runs() : forced_isa == ISA_AVX2;
 	*out = d;
 	return 0;
+}
+
+void detect_profile(struct detect *d, uint64_t *ns)
+{
+	if (d)
+		d->prof = ns;
+}
+
+/* The profile's clock: 0 when it is off. */
+static uint64_t prof_now(const struct detect *d)
+{
+	struct timespec ts;
+
+	if (!d->prof)
+		return 0;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The time since *t into `stage`, and *t moved on. */
+static void prof_lap(const struct detect *d, enum detect_stage stage, uint64_t *t)
+{
+	uint64_t now;
+
+	if (!d->prof)
+		return;
+	now = prof_now(d);
+	d->prof[stage] += now - *t;
+	*t = now;
 }
 
 void detect_free(struct detect *d)
@@ -1359,18 +1390,21 @@ static int mosaic4(const struct job *j, const struct image_draw *im, uint64_t in
 	const size_t cstride = (size_t)s2 * 3;
 	int64_t place[4][4]; /* x1a, y1a, x2a, y2a */
 	size_t n = 0;
+	uint64_t t = prof_now(d);
 	int r = 0;
 
 	for (int i = 0; i < 4; i++) {
 		struct detect_sample s;
 		int64_t w, h, x1a, y1a, x2a, y2a, x1b, y1b, x0, x1;
 
+		prof_lap(d, DETECT_STAGE_BOXES, &t);
 		if (i == 0 && primary) {
 			r = load_checked(j->load, j->ctx, index, j->size, &s);
 			if (r == 0)
 				meta_fill(j->meta, &s, j->size, 1.0, 0, 0);
 		} else
 			r = load_partner(j->load, j->ctx, i == 0 ? index : im->partner[i - 1], j->count, j->size, &s);
+		prof_lap(d, DETECT_STAGE_LOAD, &t);
 		if (r < 0)
 			goto out;
 		w = s.width;
@@ -1400,6 +1434,7 @@ static int mosaic4(const struct job *j, const struct image_draw *im, uint64_t in
 			memcpy(d->canvas + (size_t)y * cstride + (size_t)x0 * 3,
 			       s.pixels + (size_t)(y - y1a + y1b) * s.width * 3 + (size_t)(x0 - x1a + x1b) * 3,
 			       (size_t)(x1 - x0) * 3);
+		prof_lap(d, DETECT_STAGE_CANVAS, &t);
 
 		r = boxes_reserve(d, which, n, s.box_count);
 		if (r < 0)
@@ -1407,6 +1442,7 @@ static int mosaic4(const struct job *j, const struct image_draw *im, uint64_t in
 		n = append_boxes(d, which, n, &s, (double)(x1a - x1b), (double)(y1a - y1b));
 	}
 
+	prof_lap(d, DETECT_STAGE_BOXES, &t);
 	/* 114 where no patch landed: each row holds a left patch (0 or 2) and a right one (1 or 3) */
 	for (int64_t y = rect[1]; y < rect[3]; y++) {
 		uint8_t *row = d->canvas + (size_t)y * cstride;
@@ -1417,6 +1453,7 @@ static int mosaic4(const struct job *j, const struct image_draw *im, uint64_t in
 		fill_except(row, rect[0], mid_lo, inl ? L[0] : 0, inl ? L[2] : 0);
 		fill_except(row, mid_lo, rect[2], inr ? R[0] : 0, inr ? R[2] : 0);
 	}
+	prof_lap(d, DETECT_STAGE_CANVAS, &t);
 
 	/* _cat_labels: clip to the canvas, drop boxes with no area */
 	{
@@ -1436,6 +1473,7 @@ static int mosaic4(const struct job *j, const struct image_draw *im, uint64_t in
 		n = k;
 	}
 	*nboxes = n;
+	prof_lap(d, DETECT_STAGE_BOXES, &t);
 out:
 	return r;
 }
@@ -1531,6 +1569,7 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 	bool perspective = j->p->perspective != 0;
 	double M[9], inv[9];
 	size_t n = 0;
+	uint64_t t;
 	int r;
 
 	if (im->mosaic) {
@@ -1551,17 +1590,21 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 		if (r < 0)
 			goto out;
 		src.pix = d->canvas;
+		t = prof_now(d);
 		r = warp(d, &src, inv, perspective, out, size, j->flipud, j->fliplr);
+		prof_lap(d, DETECT_STAGE_WARP, &t);
 		if (r < 0)
 			goto out;
 	} else {
 		struct detect_sample s;
 		int left, top;
 
+		t = prof_now(d);
 		if (primary)
 			r = load_checked(j->load, j->ctx, index, size, &s);
 		else
 			r = load_partner(j->load, j->ctx, index, j->count, size, &s);
+		prof_lap(d, DETECT_STAGE_LOAD, &t);
 		if (r < 0)
 			goto out;
 		if (primary)
@@ -1572,20 +1615,25 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 			goto out;
 		n = append_boxes(d, which, 0, &s, left, top);
 		affine_matrix(im, size, size, size, M);
+		prof_lap(d, DETECT_STAGE_BOXES, &t);
 		if (is_identity(M)) {
 			/* Ultralytics skips the warp when the border is 0 and M is I */
 			letterbox_copy(&s, left, top, out, size, size, j->flipud, j->fliplr);
+			prof_lap(d, DETECT_STAGE_COPY, &t);
 		} else {
 			/* the letterbox's padding is 114 as the warp's border is: warp the sample in place */
 			struct source src = { s.pixels, (size_t)s.width * 3, (int)s.width, (int)s.height, left, top };
 
 			invert_map(M, perspective, inv);
 			r = warp(d, &src, inv, perspective, out, size, j->flipud, j->fliplr);
+			prof_lap(d, DETECT_STAGE_WARP, &t);
 			if (r < 0)
 				goto out;
 		}
 	}
+	t = prof_now(d);
 	*nboxes = perspective_boxes(d->boxes[which], n, M, perspective, im->scale, size);
+	prof_lap(d, DETECT_STAGE_BOXES, &t);
 	r = 0;
 out:
 	return r;
@@ -1645,6 +1693,7 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 	uint8_t *image;
 	float *boxes;
 	struct plan pl;
+	uint64_t tm;
 	int r;
 
 	if (!d || !load || !o || !o->image || (!o->boxes && o->max_boxes) || !o->box_count || !o->boxes_dropped ||
@@ -1664,7 +1713,9 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 		struct detect_letterbox g;
 		uint32_t rw, rh;
 
+		tm = prof_now(d);
 		r = load_checked(load, ctx, index, size, &s);
+		prof_lap(d, DETECT_STAGE_LOAD, &tm);
 		if (r < 0)
 			goto out;
 		/* Where LetterBox puts load_image's output; the loader already
@@ -1683,8 +1734,11 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 		if (r < 0)
 			goto out;
 		n[0] = append_boxes(d, 0, 0, &s, g.left, g.top);
+		prof_lap(d, DETECT_STAGE_BOXES, &tm);
 		letterbox_copy(&s, g.left, g.top, image, o->out_w, o->out_h, false, false);
+		prof_lap(d, DETECT_STAGE_COPY, &tm);
 		write_boxes(d->boxes[0], n[0], o->out_w, o->out_h, false, false, boxes, max_boxes, &written, &dropped);
+		prof_lap(d, DETECT_STAGE_BOXES, &tm);
 		goto done;
 	}
 
@@ -1705,10 +1759,14 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 		r = make_image(&j, &pl.img[1], pl.mix_index, false, 1, d->mix, &n[1]);
 		if (r < 0)
 			goto out;
+		tm = prof_now(d);
 		blend(image, d->mix, bytes, pl.beta);
+		prof_lap(d, DETECT_STAGE_MIXUP, &tm);
 	}
+	tm = prof_now(d);
 	if (p->hsv_h != 0 || p->hsv_s != 0 || p->hsv_v != 0)
 		hsv_jitter(d, image, (size_t)size * size, pl.gain);
+	prof_lap(d, DETECT_STAGE_HSV, &tm);
 
 	write_boxes(d->boxes[0], n[0], size, size, pl.flipud, pl.fliplr, boxes, max_boxes, &written, &dropped);
 	if (pl.mixup) {
@@ -1718,6 +1776,7 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 			    boxes ? boxes + (size_t)written * DETECT_BOX_FLOATS : NULL, max_boxes - written, &more, &dropped);
 		written += more;
 	}
+	prof_lap(d, DETECT_STAGE_BOXES, &tm);
 done:
 	*o->box_count = written;
 	*o->boxes_dropped += dropped;

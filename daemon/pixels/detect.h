@@ -149,6 +149,24 @@ struct detect_output {
 int detect_make(struct detect *d, enum detect_transform t, const struct detect_params *p, uint32_t size, uint64_t index,
 		uint64_t count, struct rng *rng, detect_load_fn load, void *ctx, const struct detect_output *out);
 
+/*
+ * For bench/profile_detect.c: with `ns` non-NULL, detect_make() adds the
+ * nanoseconds it spends in each stage to ns[stage] (DETECT_STAGES entries,
+ * the caller's to zero); NULL (the default) turns the clock off. Flips have
+ * no stage: they are folded into the warp and the letterbox copy.
+ */
+enum detect_stage {
+	DETECT_STAGE_LOAD,   /* the loader's calls (decode and resize, in the daemon) */
+	DETECT_STAGE_CANVAS, /* the mosaic's patches and its 114 fill */
+	DETECT_STAGE_WARP,   /* RandomPerspective's warp, into the output */
+	DETECT_STAGE_COPY,   /* the letterbox copy and its padding, into the output */
+	DETECT_STAGE_MIXUP,  /* the blend of the second image */
+	DETECT_STAGE_HSV,    /* RandomHSV */
+	DETECT_STAGE_BOXES,  /* box and label arithmetic */
+	DETECT_STAGES
+};
+void detect_profile(struct detect *d, uint64_t *ns);
+
 /* Scratch bytes a `struct detect` holds for `size` (for memory accounting). */
 size_t detect_scratch_bytes(uint32_t size);
 

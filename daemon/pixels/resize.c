@@ -950,7 +950,7 @@ int resize_force_isa(enum resize_isa isa)
 	return 0;
 }
 
-static enum resize_isa pick_isa(void)
+enum resize_isa resize_default_isa(void)
 {
 	static const struct {
 		const char *name;
@@ -987,7 +987,7 @@ int resizer_new(struct resizer **out)
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
-	r->isa = pick_isa();
+	r->isa = resize_default_isa();
 	switch (r->isa) {
 #if RESIZE_X86
 	case RESIZE_ISA_SSE2:

@@ -79,6 +79,11 @@ enum resize_isa {
  */
 int resize_force_isa(enum resize_isa isa);
 
+/* The kernels a resampler created now uses, as above: the forced ISA, else
+ * STOKER_RESIZE_ISA's where the CPU runs it, else AVX2, SSE2 or SCALAR.
+ * resize_cv.c picks by it too (never RESIZE_ISA_AUTO). */
+enum resize_isa resize_default_isa(void);
+
 /* The kernels `r` uses (never RESIZE_ISA_AUTO). */
 enum resize_isa resizer_isa(const struct resizer *r);
 

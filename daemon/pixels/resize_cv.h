@@ -12,6 +12,11 @@
  * exactly). Unlike resize.c's filter, no antialiasing: a large shrink
  * samples 2 x 2 source pixels per output pixel, as OpenCV does.
  *
+ * Vectorised with AVX2 (the default where the CPU has it) and AVX-512 (when
+ * asked for), picked as resize.c's kernels are (resize_force_isa(),
+ * STOKER_RESIZE_ISA=scalar|avx2|avx512); every kernel gives the portable
+ * code's bytes.
+ *
  * One `struct cv_resizer` per thread (coefficient tables and two rows of
  * scratch, reused); not thread safe.
  */
@@ -21,9 +26,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "resize.h"
+
 struct cv_resizer;
 
 int cv_resizer_new(struct cv_resizer **out);
+/* The kernels `r` uses: RESIZE_ISA_SCALAR, _AVX2 or _AVX512. */
+enum resize_isa cv_resizer_isa(const struct cv_resizer *r);
 /* Accepts NULL. */
 void cv_resizer_free(struct cv_resizer *r);
 
