@@ -107,7 +107,7 @@ FAULT_BINS   += $(B)/tests/imgdecode
 LIB_SO       := $(B)/libstoker.so.$(SOVERSION)
 # The GPU tests' programs (tests/gpu/run.sh runs them on a GPU; `make`
 # compiles them wherever CUDA's headers are).
-GPU_BINS     := $(if $(filter 1,$(CUDA)),$(B)/tests/gpu_check $(B)/tests/gpu_copybench)
+GPU_BINS     := $(if $(filter 1,$(CUDA)),$(B)/tests/gpu_check $(B)/tests/gpu_copybench $(B)/tests/fake-cuda/libcuda.so.1)
 
 # Quiet by default; `make V=1` shows the commands.
 ifeq ($(V),1)
@@ -234,6 +234,18 @@ $(B)/tests/gpu_check: tests/gpu/gpu_check.c client/include/stoker.h $(B)/proto/c
 	$(call say,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC_CLIENT) -o $@ $< $(B)/proto/cudadrv.o -L$(B) -l:libstoker.so.$(SOVERSION) -Wl,-rpath,'$$ORIGIN/..' \
 	    $(LDFLAGS_ALL)
+
+# make check's fake CUDA driver (tests/gpu/fake_libcuda.c; STOKER_LIBCUDA loads it): its stubs are
+# the names CUDADRV_SYMBOLS resolves, as cuda.h versions them.
+$(B)/tests/fake-cuda/fake_stubs.inc: proto/cudadrv.h
+	$(Q)mkdir -p $(@D)
+	$(Q)printf '#include "cudadrv.h"\n#define FAKE_NAME(n) FAKE_STUB(n)\nCUDADRV_SYMBOLS(FAKE_NAME)\n' | \
+		$(CC) $(CUDA_CFLAGS) -Iproto -E -P -x c - | grep -o 'FAKE_STUB([A-Za-z0-9_]*)' > $@
+
+$(B)/tests/fake-cuda/libcuda.so.1: tests/gpu/fake_libcuda.c tests/gpu/fake_stubs.c $(B)/tests/fake-cuda/fake_stubs.inc
+	$(call say,CC,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) -Wno-missing-prototypes -I$(B)/tests/fake-cuda -shared -Wl,-soname,libcuda.so.1 -o $@ \
+		tests/gpu/fake_libcuda.c tests/gpu/fake_stubs.c
 
 $(B)/tests/gpu_copybench: tests/gpu/copybench.c $(B)/libstokerd.a
 	@mkdir -p $(dir $@)

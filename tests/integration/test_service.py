@@ -620,13 +620,16 @@ def test_units_verify_and_security(build_dir, tmp_path):
 
 def test_gpu_dropin_security(build_dir, tmp_path):
     """The GPU drop-in (deploy/stoker-gpu.conf) opens the NVIDIA devices and
-    nothing else: the unit with it verifies and stays at exposure <= 2.5."""
+    what the CUDA driver needs (write-execute mappings, NUMA policy calls),
+    nothing else: the unit with it verifies and stays at exposure <= 2.5.
+    (test_gpu.py checks the drop-in's own properties.)"""
     unit = (DEPLOY / "stoker.service").read_text().replace("/usr/local/sbin/stokerd", str(STOKERD))
     dropin = (DEPLOY / "stoker-gpu.conf").read_text()
     # A drop-in's [Service] lines apply after the unit's: the same as a
     # second [Service] section at its end.
     report, open_items = rate_unit(unit + "\n" + dropin, tmp_path)
-    assert open_items <= EXPLAINED | {"PrivateDevices="}, open_items
+    assert open_items <= EXPLAINED | {"PrivateDevices=", "MemoryDenyWriteExecute=", "SystemCallFilter=~@resources"}, \
+        open_items
     acl = next(line for line in report.splitlines() if line.startswith("✗ DeviceAllow="))
     assert "char-nvidia-uvm:rw" in acl and "/dev/nvidiactl:rw" in acl
 
