@@ -103,6 +103,8 @@ UNIT_BINS    := $(UNIT_SRCS:tests/unit/%.c=$(B)/tests/%)
 FAULT_BINS   := $(B)/tests/fault_client $(B)/tests/libinject.so $(B)/tests/mkjpeg
 # The image decoders' output, whole, for the pixel tests (tests/integration/test_formats.py).
 FAULT_BINS   += $(B)/tests/imgdecode
+# One pixel op on one image, and its draws (tests/transforms/test_pixel_ops.py).
+FAULT_BINS   += $(B)/tests/pixelop
 
 LIB_SO       := $(B)/libstoker.so.$(SOVERSION)
 # The GPU tests' programs (tests/gpu/run.sh runs them on a GPU; `make`
@@ -262,6 +264,11 @@ $(B)/tests/imgdecode: tests/tools/imgdecode.c $(B)/libstokerd.a
 	$(call say,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 
+$(B)/tests/pixelop: tests/tools/pixelop.c $(B)/libstokerd.a
+	@mkdir -p $(dir $@)
+	$(call say,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
+
 # Never instrumented: it is preloaded after the sanitizer runtimes.
 $(B)/tests/libinject.so: tests/fault/inject.c
 	@mkdir -p $(dir $@)
@@ -278,6 +285,7 @@ check: all
 ifeq ($(SANITIZE),)
 	$(MAKE) --no-print-directory check-network
 	$(MAKE) --no-print-directory check-torch
+	$(MAKE) --no-print-directory check-transforms
 	$(MAKE) --no-print-directory check-detect-parity
 	$(MAKE) --no-print-directory check-ultralytics
 	$(MAKE) --no-print-directory check-sanitize
@@ -366,6 +374,15 @@ check-detect-parity: all
 check-torch: all
 	$(call pip_need,torch$(comma) torchvision,torch torchvision)
 	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) -m pytest -q tests/torch
+
+# The per-sample transform ops against their references (tests/transforms/):
+# pixel parity on real photos with torchvision's PIL path, PIL and timm, and
+# each random op's draws (>= 100,000) against the reference's own. torch,
+# torchvision and timm come from PyPI when the interpreter lacks them.
+.PHONY: check-transforms
+check-transforms: all
+	$(call pip_need,torch$(comma) torchvision$(comma) timm,torch torchvision timm)
+	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) -m pytest -q tests/transforms
 
 # Ultralytics' trainer fed by stokerd (stoker.ultralytics): its batch dicts
 # against Ultralytics' own loader, and a short yolo11n training on the CPU.

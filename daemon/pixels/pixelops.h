@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "rng.h"
 
@@ -59,5 +60,13 @@ int pixel_op_apply(const struct pixel_op *op, struct rgb_image *im, struct rng *
 
 int pixel_scratch_new(struct pixel_scratch **out);
 void pixel_scratch_free(struct pixel_scratch *s);
+/* Tests: write every draw an op makes to f ("name value" lines), NULL to stop. */
+void pixel_scratch_trace(struct pixel_scratch *s, FILE *f);
+/* Tests: apply one op of the policy `op` at a fixed magnitude, no draw:
+ * spec "NAME:MAGNITUDE" (the op's own signed magnitude: degrees, pixels,
+ * factor, bits, threshold), with the policy's interpolation and fill.
+ * -EINVAL with a message when op is no policy or NAME not one of its ops. */
+int pixel_op_apply_policy_op(const struct pixel_op *op, const char *spec, struct rgb_image *im,
+			     struct pixel_scratch *scratch, char *err, size_t errlen);
 
 #endif

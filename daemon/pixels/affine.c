@@ -1,0 +1,303 @@
+/* SPDX-License-Identifier: MIT */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "affine.h"
+
+static void fill_all(const struct rgb_image *in, uint8_t *out, const uint8_t fill[3])
+{
+	for (uint32_t y = 0; y < in->height; y++) {
+		uint8_t *o = out + y * in->stride;
+
+		for (uint32_t x = 0; x < in->width; x++, o += 3)
+			memcpy(o, fill, 3);
+	}
+}
+
+/* Pillow's COORD: negative coordinates are out, others truncated. */
+static inline int coord(double v)
+{
+	return v < 0.0 ? -1 : (int)v;
+}
+
+/* Pillow's FLOOR */
+static inline int floor_i(double v)
+{
+	return v < 0.0 ? (int)floor(v) : (int)v;
+}
+
+/* ImagingScaleAffine: a[1] == a[3] == 0 with NEAREST */
+static void scale_affine(const struct rgb_image *in, uint8_t *out, const double a[6])
+{
+	const int w = (int)in->width, h = (int)in->height;
+	int xmin = w, xmax = 0;
+
+	for (int x = 0; x < w; x++) {
+		int xin = coord(a[0] * (x + 0.5) + a[2]);
+
+		if (xin >= 0 && xin < w) {
+			xmax = x + 1;
+			if (x < xmin)
+				xmin = x;
+		}
+	}
+	for (int y = 0; y < h; y++) {
+		int yin = coord(a[4] * (y + 0.5) + a[5]);
+		const uint8_t *row = in->px + (size_t)yin * in->stride;
+		uint8_t *o = out + (size_t)y * in->stride;
+
+		if (yin < 0 || yin >= h)
+			continue;
+		for (int x = xmin; x < xmax; x++)
+			memcpy(o + 3 * x, row + 3 * coord(a[0] * (x + 0.5) + a[2]), 3);
+	}
+}
+
+static inline int check_fixed(const double a[6], int x, int y)
+{
+	return fabs(x * a[0] + y * a[1] + a[2]) < 32768.0 && fabs(x * a[3] + y * a[4] + a[5]) < 32768.0;
+}
+
+/* Pillow's affine_fixed: nearest, 16.16 fixed point, stepped along rows */
+static void affine_fixed(const struct rgb_image *in, uint8_t *out, const double a[6])
+{
+	const int w = (int)in->width, h = (int)in->height;
+#define FIX(v) floor_i((v) * 65536.0 + 0.5)
+	int a0 = FIX(a[0]), a1 = FIX(a[1]), a3 = FIX(a[3]), a4 = FIX(a[4]);
+	int a2 = FIX(a[2] + a[1] * 0.5 + a[0] * 0.5), a5 = FIX(a[5] + a[4] * 0.5 + a[3] * 0.5);
+#undef FIX
+
+	for (int y = 0; y < h; y++) {
+		/* unsigned steps: Pillow's int arithmetic never wraps within check_fixed's range */
+		int xx = a2, yy = a5;
+		uint8_t *o = out + (size_t)y * in->stride;
+
+		for (int x = 0; x < w; x++, o += 3) {
+			int xin = xx >> 16, yin = yy >> 16;
+
+			if (xin >= 0 && xin < w && yin >= 0 && yin < h)
+				memcpy(o, in->px + (size_t)yin * in->stride + 3 * (size_t)xin, 3);
+			xx += a0;
+			yy += a3;
+		}
+		a2 += a1;
+		a5 += a4;
+	}
+}
+
+/* Pillow's floating-point nearest loop (where fixed point would overflow) */
+static void affine_float(const struct rgb_image *in, uint8_t *out, const double a[6])
+{
+	const int w = (int)in->width, h = (int)in->height;
+	double xo = a[2] + a[1] * 0.5 + a[0] * 0.5, yo = a[5] + a[4] * 0.5 + a[3] * 0.5;
+
+	for (int y = 0; y < h; y++) {
+		double xx = xo, yy = yo;
+		uint8_t *o = out + (size_t)y * in->stride;
+
+		for (int x = 0; x < w; x++, o += 3) {
+			int xin = coord(xx), yin = coord(yy);
+
+			if (xin >= 0 && xin < w && yin >= 0 && yin < h)
+				memcpy(o, in->px + (size_t)yin * in->stride + 3 * (size_t)xin, 3);
+			xx += a[0];
+			yy += a[3];
+		}
+		xo += a[1];
+		yo += a[4];
+	}
+}
+
+static inline int xclip(int x, int n)
+{
+	return x < 0 ? 0 : x < n ? x : n - 1;
+}
+
+/* bilinear_filter32RGB */
+static int bilinear(const struct rgb_image *in, double xin, double yin, uint8_t *o)
+{
+	const int w = (int)in->width, h = (int)in->height;
+	int x, y, x0, x1;
+	double dx, dy;
+
+	if (xin < 0.0 || xin >= w || yin < 0.0 || yin >= h)
+		return 0;
+	xin -= 0.5;
+	yin -= 0.5;
+	x = floor_i(xin);
+	y = floor_i(yin);
+	dx = xin - x;
+	dy = yin - y;
+	x0 = xclip(x, w) * 3;
+	x1 = xclip(x + 1, w) * 3;
+	for (int b = 0; b < 3; b++) {
+		const uint8_t *r = in->px + (size_t)xclip(y, h) * in->stride + b;
+		double v1, v2;
+
+		v1 = r[x0] + (r[x1] - r[x0]) * dx;
+		if (y + 1 >= 0 && y + 1 < h) {
+			r = in->px + (size_t)(y + 1) * in->stride + b;
+			v2 = r[x0] + (r[x1] - r[x0]) * dx;
+		} else {
+			v2 = v1;
+		}
+		v1 = v1 + (v2 - v1) * dy;
+		o[b] = (uint8_t)v1;
+	}
+	return 1;
+}
+
+static inline double cubic(double v1, double v2, double v3, double v4, double d)
+{
+	double p1 = v2, p2 = -v1 + v3, p3 = 2 * (v1 - v2) + v3 - v4, p4 = -v1 + v2 - v3 + v4;
+
+	return p1 + d * (p2 + d * (p3 + d * p4));
+}
+
+/* bicubic_filter32RGB */
+static int bicubic(const struct rgb_image *in, double xin, double yin, uint8_t *o)
+{
+	const int w = (int)in->width, h = (int)in->height;
+	int x, y, xs[4];
+	double dx, dy;
+
+	if (xin < 0.0 || xin >= w || yin < 0.0 || yin >= h)
+		return 0;
+	xin -= 0.5;
+	yin -= 0.5;
+	x = floor_i(xin);
+	y = floor_i(yin);
+	dx = xin - x;
+	dy = yin - y;
+	x--;
+	y--;
+	for (int k = 0; k < 4; k++)
+		xs[k] = xclip(x + k, w) * 3;
+	for (int b = 0; b < 3; b++) {
+		const uint8_t *r = in->px + (size_t)xclip(y, h) * in->stride + b;
+		double v[4];
+
+		v[0] = cubic(r[xs[0]], r[xs[1]], r[xs[2]], r[xs[3]], dx);
+		for (int k = 1; k < 4; k++) {
+			if (y + k >= 0 && y + k < h) {
+				r = in->px + (size_t)(y + k) * in->stride + b;
+				v[k] = cubic(r[xs[0]], r[xs[1]], r[xs[2]], r[xs[3]], dx);
+			} else {
+				v[k] = v[k - 1];
+			}
+		}
+		v[0] = cubic(v[0], v[1], v[2], v[3], dy);
+		o[b] = v[0] <= 0.0 ? 0 : v[0] >= 255.0 ? 255 : (uint8_t)v[0];
+	}
+	return 1;
+}
+
+/* ImagingGenericTransform with affine_transform */
+static void generic(const struct rgb_image *in, uint8_t *out, const double a[6], enum affine_resample resample)
+{
+	for (uint32_t y = 0; y < in->height; y++) {
+		uint8_t *o = out + (size_t)y * in->stride;
+
+		for (uint32_t x = 0; x < in->width; x++, o += 3) {
+			double xi = x + 0.5, yi = y + 0.5;
+			double xs = a[0] * xi + a[1] * yi + a[2], ys = a[3] * xi + a[4] * yi + a[5];
+
+			if (resample == RESAMPLE_BILINEAR)
+				bilinear(in, xs, ys, o);
+			else
+				bicubic(in, xs, ys, o);
+		}
+	}
+}
+
+void affine_transform(const struct rgb_image *in, uint8_t *out, const double a[6], enum affine_resample resample,
+		      const uint8_t fill[3])
+{
+	const int w = (int)in->width, h = (int)in->height;
+
+	fill_all(in, out, fill);
+	if (!w || !h)
+		return;
+	if (resample != RESAMPLE_NEAREST)
+		generic(in, out, a, resample);
+	else if (a[1] == 0 && a[3] == 0)
+		scale_affine(in, out, a);
+	else if (check_fixed(a, 0, 0) && check_fixed(a, w, h) && check_fixed(a, 0, h) && check_fixed(a, w, 0))
+		affine_fixed(in, out, a);
+	else
+		affine_float(in, out, a);
+}
+
+/* Python's round(v, 15): the nearest 15-decimal value (glibc prints exactly, rounding half to even) */
+static double round15(double v)
+{
+	char buf[64];
+
+	snprintf(buf, sizeof(buf), "%.15f", v);
+	return strtod(buf, NULL);
+}
+
+void affine_rotate(const struct rgb_image *in, uint8_t *out, double angle, enum affine_resample resample,
+		   const uint8_t fill[3])
+{
+	const double cx = in->width / 2.0, cy = in->height / 2.0;
+	double m[6], rad;
+
+	/* Python's angle % 360.0 (the sign of the divisor) */
+	angle = fmod(angle, 360.0);
+	if (angle < 0)
+		angle += 360.0;
+	if (angle >= 360.0)
+		angle -= 360.0;
+	if (angle == 0 || angle == 180 || ((angle == 90 || angle == 270) && in->width == in->height)) {
+		/* Pillow's fast paths: copy, or a transpose */
+		for (uint32_t y = 0; y < in->height; y++)
+			for (uint32_t x = 0; x < in->width; x++) {
+				uint32_t sx = x, sy = y;
+
+				if (angle == 180) {
+					sx = in->width - 1 - x;
+					sy = in->height - 1 - y;
+				} else if (angle == 90) { /* counter-clockwise */
+					sx = in->width - 1 - y;
+					sy = x;
+				} else if (angle == 270) {
+					sx = y;
+					sy = in->height - 1 - x;
+				}
+				memcpy(out + y * in->stride + 3 * x, in->px + sy * in->stride + 3 * sx, 3);
+			}
+		return;
+	}
+	rad = -(angle * (M_PI / 180.0));
+	m[0] = round15(cos(rad));
+	m[1] = round15(sin(rad));
+	m[3] = round15(-sin(rad));
+	m[4] = round15(cos(rad));
+	m[2] = m[0] * -cx + m[1] * -cy + 0.0;
+	m[5] = m[3] * -cx + m[4] * -cy + 0.0;
+	m[2] += cx;
+	m[5] += cy;
+	affine_transform(in, out, m, resample, fill);
+}
+
+void affine_tv_matrix(const double center[2], double angle, const double translate[2], double scale,
+		      const double shear[2], double m[6])
+{
+	const double rot = angle * (M_PI / 180.0), sx = shear[0] * (M_PI / 180.0), sy = shear[1] * (M_PI / 180.0);
+	const double cx = center[0], cy = center[1], cos_sy = cos(sy), tan_sx = tan(sx), rot_minus_sy = rot - sy;
+	const double cx_plus_tx = cx + translate[0], cy_plus_ty = cy + translate[1];
+	const double a = cos(rot_minus_sy) / cos_sy, b = -(a * tan_sx + sin(rot));
+	const double c = sin(rot_minus_sy) / cos_sy, d = cos(rot) - c * tan_sx;
+
+	m[0] = d / scale;
+	m[1] = -b / scale;
+	m[2] = 0.0;
+	m[3] = -c / scale;
+	m[4] = a / scale;
+	m[5] = 0.0;
+	m[2] += cx - m[0] * cx_plus_tx - m[1] * cy_plus_ty;
+	m[5] += cy - m[3] * cx_plus_tx - m[4] * cy_plus_ty;
+}

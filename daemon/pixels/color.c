@@ -1,0 +1,434 @@
+/* SPDX-License-Identifier: MIT */
+#include <math.h>
+#include <string.h>
+
+#include "color.h"
+
+/* Pillow's rgb2l: convert("L") */
+static inline uint8_t luma(const uint8_t *p)
+{
+	return (uint8_t)((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
+}
+
+/*
+ * Image.blend(degenerate, image, alpha) for one level: ImagingBlend's
+ * (int)in1 + alpha * ((int)in2 - (int)in1) in single precision, truncated,
+ * clipped outside [0, 1].
+ */
+static inline uint8_t blend1(int deg, int v, float alpha)
+{
+	float t = (float)deg + alpha * (float)(v - deg);
+
+	if (alpha >= 0.0f && alpha <= 1.0f)
+		return (uint8_t)t;
+	if (t <= 0.0f)
+		return 0;
+	if (t >= 255.0f)
+		return 255;
+	return (uint8_t)t;
+}
+
+void color_lut(struct rgb_image *im, const uint8_t lut[3][256])
+{
+	for (uint32_t y = 0; y < im->height; y++) {
+		uint8_t *p = im->px + y * im->stride;
+
+		for (uint32_t x = 0; x < im->width; x++, p += 3) {
+			p[0] = lut[0][p[0]];
+			p[1] = lut[1][p[1]];
+			p[2] = lut[2][p[2]];
+		}
+	}
+}
+
+/* Blending with a constant degenerate level is a table. */
+static void blend_const(struct rgb_image *im, int deg, double factor)
+{
+	uint8_t lut[3][256];
+
+	for (int v = 0; v < 256; v++)
+		lut[0][v] = lut[1][v] = lut[2][v] = blend1(deg, v, (float)factor);
+	color_lut(im, lut);
+}
+
+void color_brightness(struct rgb_image *im, double factor)
+{
+	blend_const(im, 0, factor);
+}
+
+void color_contrast(struct rgb_image *im, double factor)
+{
+	uint64_t hist[256] = { 0 }, sum = 0, n = (uint64_t)im->width * im->height;
+	double mean;
+
+	for (uint32_t y = 0; y < im->height; y++) {
+		const uint8_t *p = im->px + y * im->stride;
+
+		for (uint32_t x = 0; x < im->width; x++, p += 3)
+			hist[luma(p)]++;
+	}
+	for (int v = 0; v < 256; v++)
+		sum += hist[v] * (uint64_t)v;
+	/* ImageStat's mean of the L image, int(mean + 0.5) */
+	mean = n ? (double)sum / (double)n : 0.0;
+	blend_const(im, (int)(mean + 0.5), factor);
+}
+
+void color_saturation(struct rgb_image *im, double factor)
+{
+	const float alpha = (float)factor;
+	const int inside = alpha >= 0.0f && alpha <= 1.0f;
+
+	for (uint32_t y = 0; y < im->height; y++) {
+		uint8_t *p = im->px + y * im->stride;
+
+		for (uint32_t x = 0; x < im->width; x++, p += 3) {
+			int l = luma(p);
+
+			for (int c = 0; c < 3; c++) {
+				float t = (float)l + alpha * (float)(p[c] - l);
+
+				p[c] = inside ? (uint8_t)t : t <= 0.0f ? 0 : t >= 255.0f ? 255 : (uint8_t)t;
+			}
+		}
+	}
+}
+
+void color_grayscale(struct rgb_image *im)
+{
+	for (uint32_t y = 0; y < im->height; y++) {
+		uint8_t *p = im->px + y * im->stride;
+
+		for (uint32_t x = 0; x < im->width; x++, p += 3)
+			p[0] = p[1] = p[2] = luma(p);
+	}
+}
+
+/* Pillow's clip8 of the 3x3 filter */
+static inline uint8_t clip8f(float v)
+{
+	return v <= 0.0f ? 0 : v >= 255.0f ? 255 : (uint8_t)v;
+}
+
+/*
+ * ImageFilter.SMOOTH (3x3, 1 1 1 / 1 5 1 / 1 1 1, divisor 13) as Pillow's
+ * ImagingFilter3x3 computes it: float weights k / 13, row sums of
+ * products added to offset 0.5 (its rounding), rows y+1, y, y-1 in that
+ * order; the border rows and columns copied. Into `out` (same stride).
+ */
+static void smooth(const struct rgb_image *im, uint8_t *out)
+{
+	const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
+	const size_t st = im->stride;
+	const uint32_t w = im->width, h = im->height;
+
+	memcpy(out, im->px, st * h);
+	if (w < 3 || h < 3)
+		return;
+	for (uint32_t y = 1; y < h - 1; y++) {
+		const uint8_t *a = im->px + (y + 1) * st, *b = im->px + y * st, *c = im->px + (y - 1) * st;
+		uint8_t *o = out + y * st;
+
+		for (uint32_t i = 3; i < (w - 1) * 3; i++) {
+			float s = 0.5f;
+
+			s += (float)a[i - 3] * k1 + (float)a[i] * k1 + (float)a[i + 3] * k1;
+			s += (float)b[i - 3] * k1 + (float)b[i] * k5 + (float)b[i + 3] * k1;
+			s += (float)c[i - 3] * k1 + (float)c[i] * k1 + (float)c[i + 3] * k1;
+			o[i] = clip8f(s);
+		}
+	}
+}
+
+void color_sharpness(struct rgb_image *im, double factor, uint8_t *tmp)
+{
+	const float alpha = (float)factor;
+	const int inside = alpha >= 0.0f && alpha <= 1.0f;
+
+	smooth(im, tmp);
+	for (uint32_t y = 0; y < im->height; y++) {
+		uint8_t *p = im->px + y * im->stride;
+		const uint8_t *d = tmp + y * im->stride;
+
+		for (uint32_t i = 0; i < im->width * 3; i++) {
+			float t = (float)d[i] + alpha * (float)(p[i] - d[i]);
+
+			p[i] = inside ? (uint8_t)t : t <= 0.0f ? 0 : t >= 255.0f ? 255 : (uint8_t)t;
+		}
+	}
+}
+
+static void histogram(const struct rgb_image *im, uint32_t hist[3][256])
+{
+	memset(hist, 0, sizeof(uint32_t) * 3 * 256);
+	for (uint32_t y = 0; y < im->height; y++) {
+		const uint8_t *p = im->px + y * im->stride;
+
+		for (uint32_t x = 0; x < im->width; x++, p += 3) {
+			hist[0][p[0]]++;
+			hist[1][p[1]]++;
+			hist[2][p[2]]++;
+		}
+	}
+}
+
+void color_autocontrast(struct rgb_image *im)
+{
+	uint32_t hist[3][256];
+	uint8_t lut[3][256];
+
+	histogram(im, hist);
+	for (int c = 0; c < 3; c++) {
+		int lo = 0, hi = 255;
+		double scale, offset;
+
+		while (lo < 256 && !hist[c][lo])
+			lo++;
+		while (hi >= 0 && !hist[c][hi])
+			hi--;
+		if (hi <= lo) {
+			for (int v = 0; v < 256; v++)
+				lut[c][v] = (uint8_t)v;
+			continue;
+		}
+		scale = 255.0 / (hi - lo);
+		offset = -lo * scale;
+		for (int v = 0; v < 256; v++) {
+			/* Python's int() truncates toward zero */
+			double f = v * scale + offset;
+			long ix = (long)f;
+
+			lut[c][v] = (uint8_t)(ix < 0 ? 0 : ix > 255 ? 255 : ix);
+		}
+	}
+	color_lut(im, lut);
+}
+
+void color_equalize(struct rgb_image *im)
+{
+	uint32_t hist[3][256];
+	uint8_t lut[3][256];
+
+	histogram(im, hist);
+	for (int c = 0; c < 3; c++) {
+		uint64_t total = 0, last = 0, step, n;
+		unsigned nonzero = 0;
+
+		for (int v = 0; v < 256; v++)
+			if (hist[c][v]) {
+				total += hist[c][v];
+				last = hist[c][v];
+				nonzero++;
+			}
+		step = nonzero > 1 ? (total - last) / 255 : 0;
+		if (!step) {
+			for (int v = 0; v < 256; v++)
+				lut[c][v] = (uint8_t)v;
+			continue;
+		}
+		n = step / 2;
+		for (int v = 0; v < 256; v++) {
+			uint64_t q = n / step;
+
+			/* Image.point clips the table to 8 bits */
+			lut[c][v] = (uint8_t)(q > 255 ? 255 : q);
+			n += hist[c][v];
+		}
+	}
+	color_lut(im, lut);
+}
+
+void color_posterize(struct rgb_image *im, unsigned bits)
+{
+	uint8_t lut[3][256], mask = (uint8_t)~((1u << (8 - (bits > 8 ? 8 : bits))) - 1);
+
+	for (int v = 0; v < 256; v++)
+		lut[0][v] = lut[1][v] = lut[2][v] = (uint8_t)(v & mask);
+	color_lut(im, lut);
+}
+
+void color_solarize(struct rgb_image *im, double threshold)
+{
+	uint8_t lut[3][256];
+
+	for (int v = 0; v < 256; v++)
+		lut[0][v] = lut[1][v] = lut[2][v] = (uint8_t)(v < threshold ? v : 255 - v);
+	color_lut(im, lut);
+}
+
+void color_invert(struct rgb_image *im)
+{
+	uint8_t lut[3][256];
+
+	for (int v = 0; v < 256; v++)
+		lut[0][v] = lut[1][v] = lut[2][v] = (uint8_t)(255 - v);
+	color_lut(im, lut);
+}
+
+static inline uint8_t clip8i(int v)
+{
+	return (uint8_t)(v <= 0 ? 0 : v >= 255 ? 255 : v);
+}
+
+/* Pillow's rgb2hsv_row (following colorsys), the float/double mix as written there. */
+static void rgb2hsv(const uint8_t *in, uint8_t *out)
+{
+	uint8_t r = in[0], g = in[1], b = in[2];
+	uint8_t maxc = r > g ? (r > b ? r : b) : (g > b ? g : b);
+	uint8_t minc = r < g ? (r < b ? r : b) : (g < b ? g : b);
+	float h, s, rc, gc, bc, cr;
+
+	out[2] = maxc;
+	if (minc == maxc) {
+		out[0] = out[1] = 0;
+		return;
+	}
+	cr = (float)(maxc - minc);
+	s = cr / (float)maxc;
+	rc = ((float)(maxc - r)) / cr;
+	gc = ((float)(maxc - g)) / cr;
+	bc = ((float)(maxc - b)) / cr;
+	if (r == maxc)
+		h = bc - gc;
+	else if (g == maxc)
+		h = (float)(2.0 + rc - bc);
+	else
+		h = (float)(4.0 + gc - rc);
+	h = (float)fmod((h / 6.0 + 1.0), 1.0);
+	out[0] = clip8i((int)(h * 255.0));
+	out[1] = clip8i((int)(s * 255.0));
+}
+
+/* Pillow's hsv2rgb */
+static void hsv2rgb(const uint8_t *in, uint8_t *out)
+{
+	uint8_t h = in[0], s = in[1], v = in[2], up, uq, ut;
+	float f, fs;
+	int i;
+
+	if (s == 0) {
+		out[0] = out[1] = out[2] = v;
+		return;
+	}
+	i = (int)floor((float)h * 6.0 / 255.0);
+	f = (float)((float)h * 6.0 / 255.0 - (float)i);
+	fs = (float)(((float)s) / 255.0);
+	up = clip8i((int)round((float)v * (1.0 - fs)));
+	uq = clip8i((int)round((float)v * (1.0 - fs * f)));
+	ut = clip8i((int)round((float)v * (1.0 - fs * (1.0 - f))));
+	switch (i % 6) {
+	case 0: out[0] = v; out[1] = ut; out[2] = up; break;
+	case 1: out[0] = uq; out[1] = v; out[2] = up; break;
+	case 2: out[0] = up; out[1] = v; out[2] = ut; break;
+	case 3: out[0] = up; out[1] = uq; out[2] = v; break;
+	case 4: out[0] = ut; out[1] = up; out[2] = v; break;
+	default: out[0] = v; out[1] = up; out[2] = uq; break;
+	}
+}
+
+void color_hue(struct rgb_image *im, double hue_factor)
+{
+	/* np.uint8(hue_factor * 255) added with uint8 wraparound */
+	uint8_t shift = (uint8_t)(int64_t)(hue_factor * 255);
+
+	for (uint32_t y = 0; y < im->height; y++) {
+		uint8_t *p = im->px + y * im->stride;
+
+		for (uint32_t x = 0; x < im->width; x++, p += 3) {
+			uint8_t hsv[3];
+
+			rgb2hsv(p, hsv);
+			hsv[0] = (uint8_t)(hsv[0] + shift);
+			hsv2rgb(hsv, p);
+		}
+	}
+}
+
+void color_gaussian_weights(unsigned n, double sigma, float *w)
+{
+	/* torch.linspace(-lim, lim, n) / sigma, squared, negated, softmax; all float32 */
+	const float lim = (float)((n - 1) / (2.0 * sqrt(2.0)));
+	float mx = -INFINITY, sum = 0.0f;
+
+	for (unsigned i = 0; i < n; i++) {
+		float step = n > 1 ? (2.0f * lim) / (float)(n - 1) : 0.0f;
+		/* linspace fills the first half from the start and the second from the end */
+		float x = i < n / 2 ? -lim + step * (float)i : lim - step * (float)(n - 1 - i);
+
+		x = x / (float)sigma;
+		w[i] = -(x * x);
+		mx = w[i] > mx ? w[i] : mx;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		w[i] = expf(w[i] - mx);
+		sum += w[i];
+	}
+	for (unsigned i = 0; i < n; i++)
+		w[i] /= sum;
+}
+
+/* torch's reflect padding: index i of an axis of n, bounced off both ends (n > 1). */
+static inline uint32_t reflect(int64_t i, uint32_t n)
+{
+	if (n == 1)
+		return 0;
+	while (i < 0 || i >= (int64_t)n) {
+		if (i < 0)
+			i = -i;
+		if (i >= (int64_t)n)
+			i = 2 * ((int64_t)n - 1) - i;
+	}
+	return (uint32_t)i;
+}
+
+void color_gaussian_blur(struct rgb_image *im, unsigned kx, unsigned ky, double sx, double sy, float *tmp)
+{
+	float wx[256], wy[256];
+	const uint32_t w = im->width, h = im->height;
+	const int rx = (int)kx / 2, ry = (int)ky / 2;
+
+	if (!w || !h || kx > 255 || ky > 255)
+		return;
+	color_gaussian_weights(kx, sx, wx);
+	color_gaussian_weights(ky, sy, wy);
+	/* rows: tmp holds the horizontally filtered image, float, w * 3 a row */
+	for (uint32_t y = 0; y < h; y++) {
+		const uint8_t *p = im->px + y * im->stride;
+		float *o = tmp + (size_t)y * w * 3;
+
+		for (uint32_t x = 0; x < w; x++) {
+			float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f;
+
+			for (int k = 0; k < (int)kx; k++) {
+				const uint8_t *q = p + 3 * (size_t)reflect((int64_t)x + k - rx, w);
+
+				s0 += wx[k] * (float)q[0];
+				s1 += wx[k] * (float)q[1];
+				s2 += wx[k] * (float)q[2];
+			}
+			o[3 * x] = s0;
+			o[3 * x + 1] = s1;
+			o[3 * x + 2] = s2;
+		}
+	}
+	/* columns, a row at a time into acc (vectorises), rounded half to even (torch.round), clamped */
+	float *acc = tmp + (size_t)h * w * 3;
+
+	for (uint32_t y = 0; y < h; y++) {
+		uint8_t *p = im->px + y * im->stride;
+
+		for (uint32_t i = 0; i < w * 3; i++)
+			acc[i] = 0.0f;
+		for (int k = 0; k < (int)ky; k++) {
+			const float *row = tmp + (size_t)reflect((int64_t)y + k - ry, h) * w * 3, wk = wy[k];
+
+			for (uint32_t i = 0; i < w * 3; i++)
+				acc[i] += wk * row[i];
+		}
+		for (uint32_t i = 0; i < w * 3; i++) {
+			float s = nearbyintf(acc[i]);
+
+			p[i] = (uint8_t)(s <= 0.0f ? 0 : s >= 255.0f ? 255 : s);
+		}
+	}
+}
