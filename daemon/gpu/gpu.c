@@ -95,6 +95,8 @@ struct gpu {
 	struct gpu_device devices[GPU_MAX_DEVICES];
 	struct gpu_ring *watched; /* rings set up (ring_cuda.next) */
 	uint64_t watch_at_ns;
+	struct gpuwatch_policy watch;
+	bool fault_once; /* tests/gpu: the next float copy's kernel writes out of bounds */
 	/* Loop thread only. */
 	uint32_t rings;
 	bool freeing, finished;
@@ -648,12 +650,14 @@ static int ring_copy(struct gpu_ring *r, uint32_t slot, uint32_t count, uint64_t
 		unsigned long long plane = (unsigned long long)p->image_size * p->image_size;
 		unsigned long long pixels = plane * count;
 		CUdeviceptr lut = c->staging + c->staging_bytes - sizeof(p->lut);
-		void *args[] = {&c->staging, &dst, &lut, &plane, &pixels};
+		CUdeviceptr bad = 8;
+		void *args[] = {&c->staging, g->fault_once ? &bad : &dst, &lut, &plane, &pixels};
 		unsigned blocks = (unsigned)((pixels + 255) / 256 < 65535 ? (pixels + 255) / 256 : 65535);
 
 		CU(cuMemcpyHtoDAsync, c->staging, src, u8_bytes, c->stream);
 		CU(cuLaunchKernel, p->dtype == DTYPE_FLOAT16 ? c->dev->f16 : c->dev->f32, blocks, 1, 1, 256, 1, 1, 0,
 		   c->stream, args, NULL);
+		g->fault_once = false;
 	}
 	r->queued_ns[slot] = mono_ns();
 	r->target[slot] = target;
@@ -703,7 +707,7 @@ static int ring_drain(struct gpu_ring *r)
 static void watch_ring(struct gpu *g, struct gpu_ring *r, uint64_t now)
 {
 	struct ring_cuda *c = &r->cu;
-	const struct gpuwatch_policy *pol = &gpuwatch_default;
+	const struct gpuwatch_policy *pol = &g->watch;
 	struct gpuwatch_obs o = {.now_ns = now};
 	enum gpuwatch_verdict v;
 	uint32_t oldest = 0;
@@ -1031,6 +1035,27 @@ static const struct devring_ops gpu_devring_ops = {
 	.unblock = submit_unblock,
 };
 
+/*
+ * For tests/gpu/run.sh only, from the environment (never set by the units):
+ * STOKER_TEST_GPU_RELEASE_AFTER_S shortens the watchdog's wait for a
+ * client's release; STOKER_TEST_GPU_FAULT=illegal-address makes the first
+ * float copy's kernel write out of bounds, an asynchronous GPU error.
+ */
+static void gpu_test_knobs(struct gpu *g)
+{
+	const char *v = secure_getenv("STOKER_TEST_GPU_RELEASE_AFTER_S");
+
+	if (v && *v) {
+		g->watch.release_after_ns = strtoull(v, NULL, 10) * 1000000000ull;
+		log_warning("STOKER_TEST_GPU_RELEASE_AFTER_S: a client's release is awaited %s s at most", v);
+	}
+	v = secure_getenv("STOKER_TEST_GPU_FAULT");
+	if (v && !strcmp(v, "illegal-address")) {
+		g->fault_once = true;
+		log_warning("STOKER_TEST_GPU_FAULT: the first float copy will fault on the GPU");
+	}
+}
+
 int gpu_new(uv_loop_t *loop, struct gpu **out)
 {
 	struct gpu *g = calloc(1, sizeof(*g));
@@ -1040,6 +1065,8 @@ int gpu_new(uv_loop_t *loop, struct gpu **out)
 		return -ENOMEM;
 	g->loop = loop;
 	snprintf(g->status, sizeof(g->status), "unused");
+	g->watch = gpuwatch_default;
+	gpu_test_knobs(g);
 	r = -pthread_mutex_init(&g->lock, NULL);
 	if (r < 0)
 		goto fail;

@@ -20,6 +20,24 @@
  *   gpu_check SOCKET DATA.YAML detect       task=detect (letterbox, mosaic, rect letterbox): device images
  *                                           equal to host ones, boxes (host) equal
  *   gpu_check SOCKET DATASET child SEED DTYPE TAKE   (kill's child) attach, take, say "ready"
+ *   gpu_check SOCKET DATASET killed-release
+ *                                           a client SIGKILLed with its stream blocked before
+ *                                           its release (a copy waits on it): others keep
+ *                                           being served meanwhile, the daemon frees the ring,
+ *                                           free memory back to its baseline (issue 25, item 1)
+ *   gpu_check SOCKET DATASET stuck-child    (killed-release's child)
+ *   gpu_check SOCKET DATASET close-waits    closing with a read of the held batch still
+ *                                           queued waits for it before unmapping (item 3)
+ *   gpu_check SOCKET DATASET async-error    (a daemon with STOKER_TEST_GPU_FAULT=illegal-address)
+ *                                           the faulting copy fails the session with the reason,
+ *                                           the daemon recovers for the next client (items 4, 9)
+ *   gpu_check SOCKET DATASET release-timeout
+ *                                           (a daemon with STOKER_TEST_GPU_RELEASE_AFTER_S=3) a
+ *                                           release that never reaches the GPU fails the ring (item 4)
+ *   gpu_check SOCKET DATASET pin-context    pin_memory makes no context; uses the current one (item 7)
+ *   gpu_check SOCKET DATASET context-release
+ *                                           the daemon's context goes with its last ring; its size
+ *                                           against GPU_CONTEXT_BYTES (item 9)
  *
  * CUDA through the driver API, loaded at run time like libstoker does.
  */
@@ -27,6 +45,7 @@
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -46,6 +65,7 @@
 
 static const struct cudadrv *drv;
 static CUresult (*memcpy_dtoh)(void *, CUdeviceptr, size_t);
+static CUresult (*memcpy_dtod_async)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 static CUresult (*stream_sync)(CUstream);
 static CUstream stream;
 static CUcontext ctx;
@@ -87,7 +107,8 @@ static void cuda_init(void)
 		fail("CUDA: %s", why);
 	*(void **)&memcpy_dtoh = dlsym(drv->lib, "cuMemcpyDtoH_v2");
 	*(void **)&stream_sync = dlsym(drv->lib, "cuStreamSynchronize");
-	if (!memcpy_dtoh || !stream_sync)
+	*(void **)&memcpy_dtod_async = dlsym(drv->lib, "cuMemcpyDtoDAsync_v2");
+	if (!memcpy_dtoh || !stream_sync || !memcpy_dtod_async)
 		fail("the driver lacks cuMemcpyDtoH_v2 or cuStreamSynchronize");
 	if (drv->cuDeviceGet(&dev, 0) || drv->cuDevicePrimaryCtxRetain(&ctx, dev) || drv->cuCtxPushCurrent(ctx) ||
 	    drv->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING))
@@ -478,6 +499,326 @@ static void test_daemon_kill(pid_t daemon)
 	free(after);
 }
 
+/* A host word the GPU can wait on: `stream` blocks until it is set (a
+ * training step that never ends, as far as the GPU is concerned). */
+struct gate {
+	uint64_t *word;
+	CUdeviceptr dev;
+};
+
+static void gate_make(struct gate *g)
+{
+	g->word = aligned_alloc(4096, 4096);
+	if (!g->word)
+		fail("gate: out of memory");
+	memset(g->word, 0, 4096);
+	if (drv->cuMemHostRegister(g->word, 4096, CU_MEMHOSTREGISTER_DEVICEMAP) ||
+	    drv->cuMemHostGetDevicePointer(&g->dev, g->word, 0))
+		fail("gate: cannot register a host word");
+}
+
+static void gate_block(struct gate *g, CUstream s)
+{
+	if (drv->cuStreamWaitValue64(s, g->dev, 1, CU_STREAM_WAIT_VALUE_GEQ))
+		fail("cuStreamWaitValue64");
+}
+
+static void gate_open(struct gate *g)
+{
+	__atomic_store_n(g->word, 1, __ATOMIC_RELEASE);
+}
+
+static void warm_up_and_settle(void)
+{
+	struct stoker *s = attach("cuda:0", "float32", "1", "0", "1");
+	struct stoker_batch *b;
+
+	if (stoker_next(s, 60000, &b) < 0)
+		fail("warm-up next: %s", stoker_last_error(s));
+	stoker_release(b);
+	stoker_close(s);
+	wait_device_bytes_zero();
+}
+
+/* Free memory back to `base` (2 MiB of slack), waiting up to 30 s. */
+static size_t wait_free_memory(size_t base)
+{
+	size_t now = 0;
+
+	for (int i = 0; i < 300; i++) {
+		now = free_memory();
+		if (now + (2u << 20) >= base)
+			return now;
+		sleep_ms(100);
+	}
+	fail("GPU free memory %zu, baseline %zu: %zu bytes not given back", now, base, base - now);
+}
+
+/* killed-release's child: a float ring (staging buffer: stream-ordered
+ * free), one batch read on a stream that a gate blocks for ever, released
+ * behind the gate; the daemon refills the slot (its copy waits on the
+ * release word); then "ready" and wait to be killed. */
+static void stuck_child(void)
+{
+	const char *kv[] = {"device", "cuda:0", "dtype", "float32", "seed", "7", "batch_size", "16", "image_size",
+			    "64", "prefetch", "3", NULL};
+	struct stoker *s;
+	struct stoker_batch *b;
+	struct gate gate;
+
+	test_name = "stuck-child";
+	cuda_init();
+	gate_make(&gate);
+	s = attach_opts(kv, NULL);
+	if (stoker_next(s, 60000, &b) < 0)
+		fail("child next: %s", stoker_last_error(s));
+	gate_block(&gate, stream);
+	if (stoker_batch_wait(b, stream) < 0)
+		fail("child wait");
+	stoker_release(b);
+	/* The daemon refills the slot: its copy waits on our release word. */
+	for (int i = 0; i < 3; i++)
+		if (stoker_next(s, 60000, &b) == 0)
+			stoker_release(b);
+	sleep_ms(300);
+	printf("ready\n");
+	fflush(stdout);
+	pause();
+	exit(0);
+}
+
+static void test_killed_release(const char *self)
+{
+	struct stoker *other;
+	struct stoker_batch *b;
+	size_t base, now;
+	int pipefd[2], served = 0;
+	pid_t pid;
+	char line[64] = "";
+	struct pollfd p;
+
+	test_name = "killed-release";
+	cuda_init();
+	warm_up_and_settle();
+	base = free_memory();
+	other = attach("cuda:0", "uint8", "2", "0", "1");
+	if (pipe(pipefd) < 0)
+		fail("pipe");
+	pid = fork();
+	if (pid == 0) {
+		dup2(pipefd[1], 1);
+		close(pipefd[0]);
+		execl("/proc/self/exe", self, sock, dataset, "stuck-child", (char *)NULL);
+		_exit(127);
+	}
+	close(pipefd[1]);
+	p = (struct pollfd){.fd = pipefd[0], .events = POLLIN};
+	if (poll(&p, 1, 60000) <= 0 || read(pipefd[0], line, sizeof(line) - 1) <= 0 || strncmp(line, "ready", 5))
+		fail("the child never got its batches (%s)", line);
+	/* A ring whose stream is blocked must not hold up another's. */
+	for (int i = 0; i < 8; i++, served++) {
+		if (stoker_next(other, 30000, &b) < 0)
+			fail("another client stalled while a ring's copy waits on a release: %s", stoker_last_error(other));
+		stoker_release(b);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	close(pipefd[0]);
+	for (int i = 0; i < 8; i++, served++) {
+		if (stoker_next(other, 30000, &b) < 0)
+			fail("another client stalled after the kill: %s", stoker_last_error(other));
+		stoker_release(b);
+	}
+	stoker_close(other);
+	/* Without the daemon writing the dead client's release words, its
+	 * ring would never drain: device bytes would stay. */
+	wait_device_bytes_zero();
+	now = wait_free_memory(base);
+	pass("a client SIGKILLed behind a blocked release: its ring freed, %d batches served to another client "
+	     "meanwhile, free memory %zu vs baseline %zu",
+	     served, now, base);
+}
+
+/* Close while a read of the held batch is queued behind a gate: close
+ * returns only after the gate opens and the read has run. */
+struct closer {
+	struct stoker *s;
+	int done;
+};
+
+static void *close_thread(void *arg)
+{
+	struct closer *c = arg;
+
+	stoker_close(c->s);
+	__atomic_store_n(&c->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+static void test_close_waits(void)
+{
+	const char *kv[] = {"device", "cuda:0", "dtype", "uint8", "seed", "4", "batch_size", "16", "image_size",
+			    "64", NULL};
+	struct closer c = {0};
+	struct stoker_batch *b;
+	struct gate gate;
+	CUdeviceptr copy = 0;
+	uint8_t *want, *got;
+	size_t bytes;
+	pthread_t t;
+
+	test_name = "close-waits";
+	cuda_init();
+	gate_make(&gate);
+	c.s = attach_opts(kv, NULL);
+	if (stoker_next(c.s, 60000, &b) < 0)
+		fail("next: %s", stoker_last_error(c.s));
+	bytes = (size_t)stoker_batch_count(b) * 64 * 64 * 3;
+	want = malloc(bytes);
+	got = malloc(bytes);
+	if (!want || !got || drv->cuMemAlloc(&copy, bytes) ||
+	    memcpy_dtoh(want, (CUdeviceptr)stoker_batch_device_images(b), bytes))
+		fail("setting up");
+	gate_block(&gate, stream);
+	if (memcpy_dtod_async(copy, (CUdeviceptr)stoker_batch_device_images(b), bytes, stream) ||
+	    stoker_batch_wait(b, stream) < 0)
+		fail("queueing the read");
+	if (pthread_create(&t, NULL, close_thread, &c))
+		fail("pthread_create");
+	sleep_ms(500);
+	if (__atomic_load_n(&c.done, __ATOMIC_ACQUIRE))
+		fail("stoker_close returned while a read of the held batch was still queued");
+	gate_open(&gate);
+	pthread_join(t, NULL);
+	if (stream_sync(stream) || memcpy_dtoh(got, copy, bytes))
+		fail("the queued read failed (the ring was unmapped under it?)");
+	if (memcmp(want, got, bytes))
+		fail("the queued read saw other bytes than the batch");
+	drv->cuMemFree(copy);
+	pass("stoker_close waited for the read queued on the held batch, which saw the batch's bytes");
+}
+
+/* The daemon's first float copy faults (STOKER_TEST_GPU_FAULT): the
+ * session ends with the reason; the next client is served (a new context). */
+static void test_async_error(void)
+{
+	struct stoker *s = attach("cuda:0", "float32", "1", "0", "1");
+	struct stoker_batch *b;
+	int r = 0;
+
+	test_name = "async-error";
+	for (int i = 0; i < 20 && r == 0; i++) {
+		r = stoker_next(s, 60000, &b);
+		if (r == 0)
+			stoker_release(b);
+	}
+	if (r == 0 || r == -ETIMEDOUT || !strstr(stoker_last_error(s), "GPU"))
+		fail("a faulting copy gave %d (%s); expected the session to end with the GPU's error", r,
+		     stoker_last_error(s));
+	printf("the session ended: %s\n", stoker_last_error(s));
+	stoker_close(s);
+	wait_device_bytes_zero();
+	{
+		struct stoker *dev = attach("cuda:0", "float32", "5", "0", "1");
+		struct stoker *host = attach("cpu", "float32", "5", "0", "1");
+		unsigned worst = 0;
+
+		compare_epochs(&dev, &host, 1, &worst);
+		stoker_close(dev);
+		stoker_close(host);
+	}
+	pass("an asynchronous GPU error ended its session with \"%s\"-like reason; the next client got correct "
+	     "batches",
+	     "the GPU reported an error");
+}
+
+/* A release that never reaches the GPU (the client's stream blocked past
+ * STOKER_TEST_GPU_RELEASE_AFTER_S): the ring fails with the reason. */
+static void test_release_timeout(void)
+{
+	const char *kv[] = {"device", "cuda:0", "dtype", "uint8", "seed", "4", "batch_size", "16", "image_size",
+			    "64", "prefetch", "1", NULL};
+	struct stoker *s;
+	struct stoker_batch *b;
+	struct gate gate;
+	int r = 0;
+
+	test_name = "release-timeout";
+	gate_make(&gate);
+	s = attach_opts(kv, NULL);
+	if (stoker_next(s, 60000, &b) < 0)
+		fail("next: %s", stoker_last_error(s));
+	gate_block(&gate, stream);
+	stoker_batch_wait(b, stream);
+	stoker_release(b);
+	for (int i = 0; i < 50 && r == 0; i++) {
+		r = stoker_next(s, 60000, &b);
+		if (r == 0)
+			stoker_release(b);
+	}
+	if (r == 0 || !strstr(stoker_last_error(s), "release never reached the GPU"))
+		fail("gave %d (%s); expected the watchdog's reason", r, stoker_last_error(s));
+	printf("%s\n", stoker_last_error(s));
+	gate_open(&gate);
+	stoker_close(s);
+	wait_device_bytes_zero();
+	pass("a release that never reached the GPU failed its ring with the reason; the ring was freed");
+}
+
+static void test_pin_context(void)
+{
+	const char *try_kv[] = {"pin_memory", "try", "batch_size", "16", "image_size", "64", NULL};
+	const char *req_kv[] = {"pin_memory", "true", "batch_size", "16", "image_size", "64", NULL};
+	struct stoker *s;
+	const char *why;
+	unsigned flags = 0;
+	int active = 1;
+	CUdevice dev;
+
+	test_name = "pin-context";
+	if (cudadrv_get(&drv, &why) < 0)
+		fail("CUDA: %s", why);
+	/* No context in this process: pinning must not make one on GPU 0. */
+	s = attach_opts(try_kv, NULL);
+	if (stoker_pinned(s) || !strstr(stoker_last_error(s), "no CUDA context"))
+		fail("without a context: pinned %d (%s)", stoker_pinned(s), stoker_last_error(s));
+	stoker_close(s);
+	if (drv->cuDeviceGet(&dev, 0) || drv->cuDevicePrimaryCtxGetState(dev, &flags, &active) || active)
+		fail("pin_memory left a primary context active on cuda:0");
+	/* With the trainer's context current: pinned in it. */
+	cuda_init();
+	s = attach_opts(req_kv, NULL);
+	if (!stoker_pinned(s))
+		fail("with a current context: not pinned (%s)", stoker_last_error(s));
+	stoker_close(s);
+	pass("no context made without one; pinned in the current one");
+}
+
+static void test_context_release(void)
+{
+	struct stoker *s;
+	struct stoker_batch *b;
+	size_t base, held, now;
+	double ring;
+
+	test_name = "context-release";
+	cuda_init();
+	warm_up_and_settle();
+	base = free_memory();
+	s = attach("cuda:0", "float32", "1", "0", "1");
+	if (stoker_next(s, 60000, &b) < 0)
+		fail("next: %s", stoker_last_error(s));
+	held = free_memory();
+	ring = stat_number("device_bytes", -1, NULL);
+	stoker_release(b);
+	stoker_close(s);
+	wait_device_bytes_zero();
+	now = wait_free_memory(base);
+	pass("the daemon's context went with its last ring (free memory %zu vs %zu); while held, its context took "
+	     "about %.0f MiB beyond the %.0f MiB ring (gpu_memory_budget counts %u MiB)",
+	     now, base, ((double)(base - held) - ring) / 1048576.0, ring / 1048576.0, 512u);
+}
+
 static void test_refused(const char *device, int want_errno, const char *want_text)
 {
 	const char *kv[] = {"device", device, "batch_size", "16", "image_size", "64", NULL};
@@ -603,6 +944,22 @@ int main(int argc, char **argv)
 	} else if (!strcmp(argv[3], "detect")) {
 		cuda_init();
 		test_detect();
+	} else if (!strcmp(argv[3], "killed-release")) {
+		test_killed_release(argv[0]);
+	} else if (!strcmp(argv[3], "stuck-child")) {
+		stuck_child();
+	} else if (!strcmp(argv[3], "close-waits")) {
+		test_close_waits();
+	} else if (!strcmp(argv[3], "async-error")) {
+		cuda_init();
+		test_async_error();
+	} else if (!strcmp(argv[3], "release-timeout")) {
+		cuda_init();
+		test_release_timeout();
+	} else if (!strcmp(argv[3], "pin-context")) {
+		test_pin_context();
+	} else if (!strcmp(argv[3], "context-release")) {
+		test_context_release();
 	} else {
 		fprintf(stderr, "gpu_check: unknown test %s\n", argv[3]);
 		return 2;

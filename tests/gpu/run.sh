@@ -29,8 +29,27 @@
 #   gpu-budget     gpu_memory_budget refusal
 #   gpu-kill       KILL_CLIENTS CUDA clients SIGKILLed; free GPU memory back
 #                  to its baseline; the daemon still right
-#   gpu-daemon-kill  stokerd SIGKILLed under a client: a clear error
+#   gpu-daemon-kill  stokerd SIGKILLed under a client: a clear error; release
+#                  and close after it work (the release word is the client's own)
 #   torch-check    zero-copy torch CUDA tensors, side streams, pin_memory
+# The review of issue 25, one section per item that needs a device:
+#   gpu-arch       the fatbin holds compute_75 PTX and sm_80/sm_90 code (item 10;
+#                  needs cuobjdump)
+#   gpu-killed-release  a client SIGKILLed with its stream blocked before its
+#                  release while the daemon's copy waits on it: another client is
+#                  served meanwhile, the ring is freed, free memory back (items 1, 2)
+#   gpu-close-waits  closing with a read of the held batch queued waits for it
+#                  before unmapping; the read sees the batch (item 3)
+#   gpu-async-error  a copy faulting on the GPU (STOKER_TEST_GPU_FAULT) ends its
+#                  session with the reason; the next client is served (items 4, 9)
+#   gpu-release-timeout  a release that never reaches the GPU fails its ring
+#                  after STOKER_TEST_GPU_RELEASE_AFTER_S (item 4)
+#   gpu-pin-context  pin_memory makes no context; pins in the current one (item 7)
+#   gpu-context-release  stokerd's context goes with its last ring; its size
+#                  against what gpu_memory_budget counts (item 9)
+#   gpu-systemd    stokerd as a transient systemd service with the unit's sandbox
+#                  and the GPU drop-in serves a device attach (item 5; needs
+#                  systemd as PID 1 and root, else SKIP)
 # Measurements (recorded, never failing the run):
 #   env, dataset, copy-bench (device path vs cuMemcpyHtoDAsync from pinned),
 #   train-bench (ResNet-50 channels_last AMP batch 256: stoker device /
@@ -261,6 +280,52 @@ torch_check() {
 }
 export -f torch_check
 
+gpu_arch() {
+	local dump
+	dump=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
+	[ -x "$dump" ] || { echo "no cuobjdump here"; return 77; }
+	"$dump" -lptx -lelf "$ROOT/$B/daemon/gpu/gpu_convert.fatbin" || return 1
+	"$dump" -lptx "$ROOT/$B/daemon/gpu/gpu_convert.fatbin" | grep -q "sm_75" || { echo "no compute_75 PTX"; return 1; }
+	"$dump" -lelf "$ROOT/$B/daemon/gpu/gpu_convert.fatbin" | grep -q "sm_80" || { echo "no sm_80 code"; return 1; }
+	"$dump" -lelf "$ROOT/$B/daemon/gpu/gpu_convert.fatbin" | grep -q "sm_90" || { echo "no sm_90 code"; return 1; }
+}
+export -f gpu_arch
+
+gpu_with_env_daemon() { # name "VAR=value" test
+	(export "$2"; start_daemon "$1") || return 1
+	"$ROOT/$B/tests/gpu_check" "$WORK/$1.sock" "$WORK/small" "$3"
+	local rc=$?
+	grep -E "AddressSanitizer|runtime error" "$OUT/stokerd-$1.log" && rc=1
+	stop_daemon "$1" || rc=1
+	return $rc
+}
+export -f gpu_with_env_daemon
+
+gpu_systemd() {
+	[ "$(id -u)" = 0 ] && [ -d /run/systemd/system ] && command -v systemd-run >/dev/null ||
+		{ echo "no systemd as PID 1 (or not root) here"; return 77; }
+	local unit=stoker-gputest props=() line key
+	# The unit's sandbox, then the drop-in's lines, as transient properties.
+	while IFS= read -r line; do
+		case $line in '' | '#'* | '['*) continue ;; esac
+		key=${line%%=*}
+		case $key in ExecStart | ExecReload | Type | NotifyAccess | WatchdogSec | Restart | RestartSec | \
+			User | Group | Description | Documentation | Requires | After | WantedBy | CacheDirectory*) continue ;; esac
+		props+=(-p "$line")
+	done < <(cat "$ROOT/deploy/stoker.service" "$ROOT/deploy/stoker-gpu.conf")
+	mkdir -p "$WORK/sd" && chmod 755 "$WORK" "$WORK/sd"
+	systemd-run --unit "$unit" --collect -p ProtectHome=no -p ReadWritePaths="$WORK/sd" "${props[@]}" \
+		"$ROOT/$B/stokerd" --socket "$WORK/sd/stoker.sock" --workers 2 || return 1
+	for _ in $(seq 100); do [ -S "$WORK/sd/stoker.sock" ] && break; sleep 0.1; done
+	"$ROOT/$B/tests/gpu_check" "$WORK/sd/stoker.sock" "$WORK/small" identity
+	local rc=$?
+	systemctl show "$unit" -p MemoryDenyWriteExecute -p SystemCallFilter | cut -c1-200
+	journalctl -u "$unit" --no-pager | tail -20
+	systemctl stop "$unit"
+	return $rc
+}
+export -f gpu_systemd
+
 main_daemon_clean_stop() {
 	# The main daemon served every test above: it stops cleanly, with no
 	# device memory left.
@@ -310,10 +375,18 @@ if [ -x "$ROOT/$B/tests/gpu_check" ] && [ -d "$WORK/small" ]; then
 	section gpu-detect test 60 gpu_detect
 	section gpu-nodevice test 30 "check nodevice"
 	section torch-check test 90 torch_check
+	section gpu-arch test 20 gpu_arch
+	section gpu-close-waits test 40 "check close-waits"
+	section gpu-pin-context test 40 "check pin-context"
+	section gpu-context-release test 60 "check context-release"
+	section gpu-killed-release test 120 "check killed-release"
 	section gpu-kill test 150 gpu_kill
 	section gpu-main-stop test 40 main_daemon_clean_stop
 	section gpu-budget test 40 gpu_budget
 	section gpu-daemon-kill test 40 gpu_daemon_kill
+	section gpu-async-error test 90 "gpu_with_env_daemon fault STOKER_TEST_GPU_FAULT=illegal-address async-error"
+	section gpu-release-timeout test 60 "gpu_with_env_daemon late STOKER_TEST_GPU_RELEASE_AFTER_S=3 release-timeout"
+	section gpu-systemd test 60 gpu_systemd
 	section copy-bench info 60 copy_bench
 	section train-bench info 200 train_bench
 	section cpu-scaling info 150 cpu_scaling

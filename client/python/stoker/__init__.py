@@ -218,9 +218,11 @@ class DeviceArray:
     """A batch's images in GPU memory (Loader(device="cuda:N")), exposed with
     __cuda_array_interface__ (version 3): `torch.as_tensor(images,
     device="cuda:N")`, CuPy or Numba take it without a copy. Its "stream" is
-    the stream the loader made wait for the batch (the legacy default
-    stream unless Loader(stream=...)), so consumers on other streams order
-    themselves after it. Valid until the loader takes the next batch."""
+    None: the batch is complete on the GPU when it is handed out (the daemon
+    announces it once its copy has finished), so consumers need not
+    synchronise on any stream (naming the trainer's stream would make CuPy
+    and Numba wait on the host for the work queued there). Valid until the
+    loader takes the next batch."""
 
     __slots__ = ("__cuda_array_interface__", "shape", "dtype", "device")
 
@@ -234,8 +236,7 @@ class DeviceArray:
             "typestr": self.dtype.str,
             "data": (int(addr), False),
             "strides": None,  # C-contiguous
-            # 0 is not a stream there: 1 is the legacy default stream.
-            "stream": stream or 1,
+            "stream": None,  # complete when handed out: nothing to order on
         }
 
     def __len__(self):
@@ -407,10 +408,16 @@ class Loader:
                  device="cpu", pin_memory=False, stream=None, auto_start=None, **detect):
         """device: "cpu" or "cuda:N": with a GPU, .images is a DeviceArray in
         that GPU's memory (labels, indices and boxes stay numpy; docs/gpu.md).
-        stream: the CUstream handle (int) each batch is ordered on (None: the
-        legacy default stream). pin_memory: page-lock the host ring so that
-        tensor.cuda(non_blocking=True) is an asynchronous DMA; where CUDA is
-        not usable the batches stay pageable with a warning, as PyTorch's
+        stream: the CUstream handle (int) on which each batch's release is
+        ordered: the daemon refills the slot only after the work queued there
+        when the next batch is taken. None: the legacy default stream, which
+        work on non-blocking streams (torch's side streams, CuPy's) is NOT
+        ordered with: pass the stream the batch is used on, or use
+        stoker.torch, which takes torch's current stream. pin_memory:
+        page-lock the host ring so that tensor.cuda(non_blocking=True) is an
+        asynchronous DMA, in the calling thread's CUDA context (else one the
+        process already has; never a new one); where CUDA or a context is not
+        there the batches stay pageable with a warning, as PyTorch's
         DataLoader does (pin_memory="required" raises instead).
         auto_start: with no system daemon and no STOKER_SOCKET, start this
         user's own stokerd on this node if none runs (None: unless
@@ -452,6 +459,8 @@ class Loader:
         if dct_scaling is not None:  # None: the transform's default
             opts["dct_scaling"] = bool(dct_scaling)
         opts.update((k, v) for k, v in detect.items() if v is not None)
+        if pin_memory:
+            self._pin_context()
         h = _connect(socket, _userd.autostart_wanted(auto_start))
         self._h = h
         o = ctypes.c_void_p()
@@ -557,6 +566,11 @@ class Loader:
     def pinned(self):
         """True when the host ring is page-locked (pin_memory)."""
         return bool(_lib.stoker_pinned(self._handle()))
+
+    def _pin_context(self):
+        """pin_memory: make the framework's CUDA context current first (the
+        library pins in the current context and never creates one); a
+        framework layer knows which. The core binding has none to make."""
 
     def _wait_stream(self):
         """The CUstream (int) a device batch is ordered on before it is

@@ -27,14 +27,15 @@ Tensors are views of the daemon's ring, not copies:
 
 With device="cuda:N" (docs/gpu.md) images are CUDA tensors on that GPU,
 zero-copy views of the device ring's slot, in the same layouts; each batch
-is ordered on torch's current stream of that device at the time it is
-taken (the stream waits on the batch's ready event, no host wait), and its
-release is recorded on that stream, so the daemon refills the slot only
-after the work queued there has run. Labels, indices and boxes stay on the
-host. pin_memory=True page-locks the host ring: `.cuda(non_blocking=True)`
-is then an asynchronous DMA, which must finish before the next batch is
-taken (copy on a side stream and synchronise it), as the slot goes back
-to the daemon then.
+is complete on the GPU when it is handed out, and its release is ordered
+on torch's current stream of that device at the time it is taken (or the
+stream given), so the daemon refills the slot only after the work queued
+there has run. Labels, indices and boxes stay on the host.
+pin_memory=True page-locks the host ring in torch's context of the current
+device (made current first; no context on another GPU):
+`.cuda(non_blocking=True)` is then an asynchronous DMA, which must finish
+before the next batch is taken (copy on a side stream and synchronise it),
+as the slot goes back to the daemon then.
 
 What the caller may not do: write into them (the ring is mapped read-only:
 an in-place op such as `images.sub_(...)` or `labels[0] = 1` faults
@@ -107,8 +108,14 @@ class Loader(_core.Loader):
 
     _launcher_rank = staticmethod(distributed_rank)
 
+    def _pin_context(self):
+        # pin_memory pins in the current context: torch's, on its current
+        # device (cudaDeviceSynchronize makes it and makes it current here).
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+
     def _wait_stream(self):
-        # Device batches: ordered on torch's current stream for the device,
+        # Device batches: released on torch's current stream for the device,
         # unless a stream was given.
         if self._stream:
             return self._stream
