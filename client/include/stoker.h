@@ -173,18 +173,21 @@ uint32_t stoker_batch_replaced(const struct stoker_batch *b);
  * CUDA delivery (option device=cuda:N). The daemon copies each batch's
  * images into a ring in GPU memory that this process maps (CUDA's VMM API,
  * a file descriptor like the host ring's); for the float dtypes the GPU
- * converts them, with values equal to the CPU path's. Ordering is by CUDA
- * events, never a host wait:
+ * converts them, with values equal to the CPU path's. A batch is complete
+ * on the GPU when stoker_next() hands it out; its release is ordered on a
+ * stream, never a host wait:
  *
  *     stoker_next(s, -1, &b);
- *     stoker_batch_wait(b, stream);      // stream waits for the batch
+ *     stoker_batch_wait(b, stream);      // the stream the batch is used on
  *     launch(stream, stoker_batch_device_images(b), ...);
  *     stoker_release(b);                 // after the work queued on stream
  *
- * stoker_release() records the batch's release event on the stream given
- * to stoker_batch_wait() (the legacy default stream if none): the daemon
+ * stoker_release() advances the slot's release word on the stream given to
+ * stoker_batch_wait() (cuStreamWriteValue64; the legacy default stream if
+ * none, which non-blocking streams are not ordered with): the daemon
  * writes the slot again only after the work queued there before the
- * release has run. A CUstream is passed as void *; NULL is the legacy
+ * release has run. stoker_close() waits for the releases to land before it
+ * unmaps the ring. A CUstream is passed as void *; NULL is the legacy
  * default stream. stoker_batch_images() is NULL for device batches.
  */
 /* This handle's CUDA device (N of cuda:N), or -1 for host batches. */
@@ -192,8 +195,9 @@ int stoker_device(const struct stoker *s);
 /* The batch's images in GPU memory (a CUdeviceptr, valid in every context
  * of that GPU, until the batch is released); 0 for host batches. */
 uint64_t stoker_batch_device_images(const struct stoker_batch *b);
-/* Make `stream` (a CUstream; NULL: the legacy default stream) wait until
- * the batch's images are written. -EINVAL for a host batch. */
+/* Name the stream (a CUstream; NULL: the legacy default stream) the batch
+ * is used on: stoker_release() orders the release after its work. The
+ * images are already written: no wait is queued. -EINVAL for a host batch. */
 int stoker_batch_wait(struct stoker_batch *b, void *stream);
 /* 1 if the host ring is page-locked (pin_memory), else 0. */
 int stoker_pinned(const struct stoker *s);
