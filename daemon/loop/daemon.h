@@ -173,8 +173,11 @@ void conn_log(enum log_level level, const struct conn *c, const char *fmt, ...)
 void conn_log_cred(enum log_level level, const struct conn *c, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
-/* session.c: attach, epochs, slots. */
+/* attach.c: an Attach request, up to its session; a client that leaves
+ * while its data set is scanned is forgotten by the scan. */
 void session_handle_attach(struct conn *c, const Stoker__Attach *a);
+void attach_forget(struct conn *c);
+/* session.c: epochs, slots. */
 void session_handle_start_epoch(struct conn *c, const Stoker__StartEpoch *m);
 void session_handle_release(struct conn *c, const Stoker__Release *m);
 /* The file names of samples of the attached data set (a Names reply). */

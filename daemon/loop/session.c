@@ -7,7 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "cudadrv.h"
+#include "attach.h"
 #include "daemon.h"
 #include "dataset.h"
 #include "detect.h"
@@ -19,75 +19,17 @@
 #include "session.h"
 #include "workers.h"
 
-/* torchvision's ImageNet normalisation, the default for float output. */
-static const float imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
-static const float imagenet_std[3] = {0.229f, 0.224f, 0.225f};
 
 /* Class names sent with Attached, at most (a frame is 64 KiB by default). */
 #define SESSION_MAX_CLASS_NAMES_BYTES (32u << 10)
-/* Boxes per image a slot has room for: the default and the bound. */
-#define SESSION_DEFAULT_MAX_BOXES 1000u
-#define SESSION_MAX_BOXES 10000u
-/* Label errors logged per data set; the rest are counted. */
-#define SESSION_MAX_LABEL_LOGS 100u
 
 /* A Names reply holds at most this many names and about this much text. */
 #define SESSION_NAMES_MAX_COUNT STOKER__NAMES_LIMITS__NAMES_MAX_COUNT
 #define SESSION_NAMES_MAX_BYTES STOKER__NAMES_LIMITS__NAMES_MAX_BYTES
 
-/* Data sets larger than this are refused (the plan holds 8 bytes a sample). */
-#define SESSION_MAX_SAMPLES (1ull << 32)
-/* A shard-order shuffle buffer holds at most this many samples. */
-#define SESSION_MAX_SHUFFLE_BUFFER (1u << 22)
-
-struct attach_request {
-	uv_work_t work;
-	struct daemon *d;
-	struct conn *conn; /* NULL if the client left during the scan */
-	Stoker__Attach params; /* its arrays point into this request */
-	float mean[3], std[3];
-	char path[PATH_MAX];
-	/* Detection: the options, copied out of the message. */
-	struct detect_params detect;
-	uint32_t close_mosaic, max_boxes;
-	uint64_t train_epochs;
-	char split[64];
-	bool rect;
-	uint32_t stride;
-	double pad;
-	enum fit_resample resample;
-	char key[PATH_MAX + 96]; /* the data set's dataset->key */
-	struct dataset *existing; /* open already, but without the image sizes rect needs */
-	uint32_t *sizes;          /* read by the scan for rect */
-	struct s3_config s3; /* a copy: the scan runs off the loop thread */
-	/* device: "cpu" or "cuda:N" and the GPU's UUID, copied out too. */
-	char device[32];
-	uint8_t uuid[GPU_UUID_BYTES];
-	bool has_uuid;
-	struct dataset *result;
-	int err;
-	char errbuf[512];
-};
-
-static const char *transform_name(Stoker__Transform t)
-{
-	switch (t) {
-	case STOKER__TRANSFORM__RANDOM_RESIZED_CROP: return "random_resized_crop";
-	case STOKER__TRANSFORM__CENTER_CROP: return "center_crop";
-	case STOKER__TRANSFORM__LETTERBOX: return "letterbox";
-	case STOKER__TRANSFORM__MOSAIC: return "mosaic";
-	default: return "?";
-	}
-}
-
-static size_t align_up(size_t v, size_t a)
-{
-	return (v + a - 1) / a * a;
-}
-
 /* ---- data sets shared between sessions ---- */
 
-static struct dataset *datasets_find(struct daemon *d, const char *key)
+struct dataset *datasets_find(struct daemon *d, const char *key)
 {
 	uint64_t now = monotonic_ns(), ttl = (uint64_t)d->cfg.remote_listing_ttl_s * 1000000000ull;
 
@@ -109,7 +51,7 @@ static struct dataset *datasets_find(struct daemon *d, const char *key)
 	return NULL;
 }
 
-static int datasets_add(struct daemon *d, struct dataset *ds)
+int datasets_add(struct daemon *d, struct dataset *ds)
 {
 	struct dataset **v = realloc(d->datasets, (d->ndatasets + 1) * sizeof(*v));
 
@@ -123,7 +65,7 @@ static int datasets_add(struct daemon *d, struct dataset *ds)
 	return 0;
 }
 
-static void datasets_put(struct daemon *d, struct dataset *ds)
+void datasets_put(struct daemon *d, struct dataset *ds)
 {
 	if (!ds)
 		return;
@@ -156,15 +98,14 @@ uint64_t session_decode_error_files(const struct session *s)
 	return atomic_load_explicit(&s->ds->bad_files, memory_order_relaxed);
 }
 
-static bool session_on_device(const struct session *s)
+bool session_on_device(const struct session *s)
 {
 	return strcmp(s->device, "cpu") != 0;
 }
 
 static int device_send_ring(struct session *s);
-static int device_open(struct session *s, const struct attach_request *req);
 
-static void session_free(struct session *s)
+void session_free(struct session *s)
 {
 	if (!s)
 		return;
@@ -541,7 +482,7 @@ static int session_start_epoch(struct session *s, uint64_t epoch, uint32_t gen, 
 
 /* An epoch may start at any batch up to its end (resume at the end: the
  * epoch is over). Says why not to the client. */
-static bool first_batch_ok(struct conn *c, const struct session *s, uint64_t first)
+bool session_first_batch_ok(struct conn *c, const struct session *s, uint64_t first)
 {
 	if (first <= s->batches_per_epoch)
 		return true;
@@ -552,7 +493,7 @@ static bool first_batch_ok(struct conn *c, const struct session *s, uint64_t fir
 
 /* Send Attached with the host ring's fd (and for a CUDA client DeviceRing
  * with the device ring's), then start producing. */
-static void session_announce(struct session *s, int fd)
+void session_announce(struct session *s, int fd)
 {
 	struct conn *c = s->conn;
 	struct dataset *ds = s->ds;
@@ -609,7 +550,7 @@ static void session_announce(struct session *s, int fd)
 		goto out;
 	conn_log(LOG_LVL_INFO, c, "attached to %s (%llu samples), rank %u/%u, batch %u, %s %u, seed %llu%s%s",
 		 ds->root, (unsigned long long)ds->count, s->plan.rank,
-		 s->plan.world_size, s->plan.batch_size, transform_name(s->transform), s->spec.image_size,
+		 s->plan.world_size, s->plan.batch_size, attach_transform_name(s->transform), s->spec.image_size,
 		 (unsigned long long)s->plan.seed, s->gpu ? ", on " : "", s->gpu ? s->device : "");
 	r = session_start_epoch(s, s->attach_epoch, 0, s->attach_first);
 	if (r < 0)
@@ -723,9 +664,9 @@ out:
 
 static const struct gpu_callbacks device_callbacks = {.opened = device_opened};
 
-/* Ask the CUDA thread for the device ring; false once the client was told
- * why not. */
-static int device_open(struct session *s, const struct attach_request *req)
+/* Ask the CUDA thread for the device ring; a negative errno once the
+ * client was told why not. */
+int session_device_open(struct session *s, const uint8_t *uuid, bool has_uuid)
 {
 	struct daemon *d = s->d;
 	struct gpu_ring_params p;
@@ -733,8 +674,8 @@ static int device_open(struct session *s, const struct attach_request *req)
 
 	memset(&p, 0, sizeof(p));
 	snprintf(p.device, sizeof(p.device), "%s", s->device);
-	memcpy(p.uuid, req->uuid, sizeof(p.uuid));
-	p.has_uuid = req->has_uuid;
+	memcpy(p.uuid, uuid, sizeof(p.uuid));
+	p.has_uuid = has_uuid;
 	p.slot_count = s->ring->slot_count;
 	p.batch_size = s->plan.batch_size;
 	/* Rectangular batches (uint8 only): slots sized for the largest shape,
@@ -763,670 +704,6 @@ static int device_open(struct session *s, const struct attach_request *req)
 	return 0;
 }
 
-static void session_create(struct conn *c, struct attach_request *req, struct dataset *ds)
-{
-	struct daemon *d = c->d;
-	const Stoker__Attach *a = &req->params;
-	struct session *s;
-	uint64_t image_bytes, slot_bytes, ring_bytes, fit_bytes = 0;
-	uint32_t rect_side = req->rect ? (uint32_t)rect_max_side(a->image_size, req->stride, req->pad) : a->image_size;
-	uint32_t prefetch = a->prefetch ? a->prefetch : d->cfg.prefetch, slots;
-	int r, fd;
-
-	s = calloc(1, sizeof(*s));
-	if (!s) {
-		datasets_put(d, ds);
-		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
-		return;
-	}
-	s->d = d;
-	s->ds = ds;
-	s->pid = (uint32_t)c->pid;
-	s->pending_fd = -1;
-	s->image_side = rect_side;
-	snprintf(s->device, sizeof(s->device), "%s", req->device);
-	s->plan = (struct plan_spec){
-		.samples = ds->count,
-		.seed = a->seed,
-		.rank = a->rank,
-		.world_size = a->world_size,
-		.batch_size = a->batch_size,
-		.shuffle = a->shuffle,
-		.drop_last = a->drop_last,
-	};
-	if (a->shard_order && !ds->shards) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT,
-				"shard order needs a data set of tar shards; %s is loose files", ds->root);
-		goto fail;
-	}
-	if (a->shard_order) {
-		s->plan.shard_starts = ds->shards->starts;
-		s->plan.shards = ds->shards->n;
-		s->plan.shuffle_buffer = a->shuffle_buffer;
-	}
-	s->spec.kind = a->transform == STOKER__TRANSFORM__CENTER_CROP ? TRANSFORM_CENTER_CROP
-								       : TRANSFORM_RANDOM_RESIZED_CROP;
-	s->spec.image_size = a->image_size;
-	s->spec.dtype = (enum sample_dtype)a->dtype;
-	/* Training crops take the speed; evaluation keeps PIL's pixels. */
-	s->spec.dct_scaling = a->has_dct_scaling ? a->dct_scaling : s->spec.kind == TRANSFORM_RANDOM_RESIZED_CROP;
-	s->out_dtype = s->spec.dtype;
-	/* On a device, the GPU converts: the host ring carries uint8, 4x fewer
-	 * bytes over PCIe than float32. */
-	if (session_on_device(s))
-		s->spec.dtype = DTYPE_UINT8;
-	s->coordinated = a->coordinated;
-	s->detect = a->task == STOKER__TASK__DETECT;
-	if (s->detect) {
-		s->detect_transform = a->transform == STOKER__TRANSFORM__LETTERBOX ? DETECT_LETTERBOX : DETECT_TRAIN;
-		s->detect_params = req->detect;
-		s->close_mosaic = req->close_mosaic;
-		s->train_epochs = req->train_epochs;
-		s->max_boxes = req->max_boxes;
-		s->resample = req->resample;
-		s->rect = req->rect;
-	}
-	for (int ch = 0; ch < 3; ch++) {
-		s->spec.mean[ch] = a->n_mean == 3 ? a->mean[ch] : imagenet_mean[ch];
-		s->spec.std[ch] = a->n_std == 3 ? a->std[ch] : imagenet_std[ch];
-	}
-	if (s->rect) {
-		/* The plan's order: the data set by aspect ratio, fixed. */
-		if (rect_order(ds->sizes, ds->count, &s->rect_order) < 0) {
-			conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory for the rect order");
-			goto fail;
-		}
-		s->plan.fixed = s->rect_order;
-	}
-	if (plan_validate(&s->plan) < 0) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT,
-				"data set %s has %llu samples: with world_size %u, batch_size %u and drop_last, rank %u "
-				"gets no batch",
-				ds->root, (unsigned long long)ds->count, a->world_size, a->batch_size, a->rank);
-		goto fail;
-	}
-
-	/* Slot layout: images, then labels and indices, each 64-byte aligned;
-	 * slots page aligned. Rectangular batches: room for the largest shape. */
-	image_bytes = (uint64_t)a->batch_size * transform_output_bytes(&s->spec);
-	if (s->rect)
-		image_bytes = (uint64_t)a->batch_size * rect_side * rect_side * 3;
-	s->labels_offset = align_up(image_bytes, 64);
-	s->indices_offset = s->labels_offset + (size_t)a->batch_size * sizeof(int64_t);
-	slot_bytes = s->indices_offset + (size_t)a->batch_size * sizeof(int64_t);
-	if (s->detect) {
-		/* Then the boxes: room for max_boxes rows per image. */
-		s->boxes_offset = align_up(slot_bytes, 64);
-		slot_bytes = s->boxes_offset + (uint64_t)a->batch_size * s->max_boxes * DETECT_BOX_FLOATS * sizeof(float);
-		/* Then each image's shapes and ratio_pad. */
-		s->shapes_offset = align_up(slot_bytes, 64);
-		s->ratio_pad_offset = align_up(s->shapes_offset + (size_t)a->batch_size * 4 * sizeof(int32_t), 64);
-		slot_bytes = s->ratio_pad_offset + (size_t)a->batch_size * 4 * sizeof(double);
-	}
-	slot_bytes = align_up(slot_bytes, (size_t)sysconf(_SC_PAGESIZE));
-	slots = prefetch + 1; /* the batch the client holds, plus those ready ahead */
-	ring_bytes = slot_bytes * slots;
-	/* Mosaic: each slot's batch images, shared as partners (workers.c). */
-	if (s->detect && s->detect_transform == DETECT_TRAIN)
-		fit_bytes = (uint64_t)slots * a->batch_size * a->image_size * a->image_size * 3;
-	if (ring_bytes > d->cfg.max_ring_bytes) {
-		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
-				"a ring of %u slots x %llu bytes exceeds max_ring_bytes (%llu): lower batch_size, "
-				"image_size or prefetch",
-				slots, (unsigned long long)slot_bytes, (unsigned long long)d->cfg.max_ring_bytes);
-		goto fail;
-	}
-	/* One budget for the node: the cache's share plus every ring. */
-	if (d->ring_bytes + d->fit_bytes + ring_bytes + fit_bytes + d->cfg.cache_bytes > d->cfg.memory_budget) {
-		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
-				"a %llu-byte ring%s does not fit the node's memory_budget (%llu bytes): the cache takes %llu "
-				"and %u clients' rings %llu; lower batch_size, image_size or prefetch, or wait",
-				(unsigned long long)(ring_bytes + fit_bytes),
-				fit_bytes ? " (with the mosaic's partner images)" : "",
-				(unsigned long long)d->cfg.memory_budget, (unsigned long long)d->cfg.cache_bytes, d->nconns,
-				(unsigned long long)(d->ring_bytes + d->fit_bytes));
-		goto fail;
-	}
-	if (fit_bytes) {
-		/* Populated now, as rings are, so workers take no first-touch faults. */
-		void *m = mmap(NULL, fit_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-
-		if (m != MAP_FAILED) {
-			s->fit_pixels = m;
-			s->fit_bytes = fit_bytes; /* session_free() unmaps and gives it back */
-			d->fit_bytes += fit_bytes;
-		}
-		s->fit_tables = calloc(slots, sizeof(*s->fit_tables));
-		s->fit_entries = calloc((size_t)slots * a->batch_size, sizeof(*s->fit_entries));
-		if (!s->fit_pixels || !s->fit_tables || !s->fit_entries) {
-			conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
-					"out of memory for the mosaic's %llu bytes of partner images",
-					(unsigned long long)fit_bytes);
-			goto fail;
-		}
-		for (uint32_t i = 0; i < slots; i++)
-			s->fit_tables[i] = (struct fit_table){
-				.entries = s->fit_entries + (size_t)i * a->batch_size,
-				.pixels = s->fit_pixels + (size_t)i * a->batch_size * a->image_size * a->image_size * 3,
-			};
-	}
-	/* A device ring's release words ride in the host ring's tail (gpu.h). */
-	r = ring_create_tail(slots, slot_bytes, session_on_device(s) ? GPU_RELEASE_WORDS_BYTES(slots) : 0, &s->ring);
-	if (r < 0) {
-		conn_log(LOG_LVL_WARNING, c, "cannot create a %llu-byte ring: %s",
-			 (unsigned long long)ring_bytes, strerror(-r));
-		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "cannot create a %llu-byte ring: %s",
-				(unsigned long long)ring_bytes, strerror(-r));
-		goto fail;
-	}
-	d->ring_bytes += s->ring->bytes;
-	s->slot_state = calloc(slots, sizeof(*s->slot_state));
-	s->waiting_on = calloc(slots, sizeof(*s->waiting_on));
-	s->pins = calloc(slots, sizeof(*s->pins));
-	s->jobs = calloc(slots, sizeof(*s->jobs));
-	s->job_orders = calloc((size_t)slots * a->batch_size, sizeof(*s->job_orders));
-	if (ds->remote) {
-		s->fetches = calloc((size_t)slots * a->batch_size, sizeof(*s->fetches));
-		for (uint32_t i = 0; s->fetches && s->jobs && i < slots; i++)
-			s->jobs[i].fetches = s->fetches + (size_t)i * a->batch_size;
-	}
-	s->dataset_name = strdup(ds->root);
-	if (!s->slot_state || !s->waiting_on || !s->pins || !s->jobs || !s->job_orders || !s->dataset_name ||
-	    (ds->remote && !s->fetches)) {
-		conn_log(LOG_LVL_WARNING, c,
-			 "attach failed: out of memory for a session of %u slots x %u samples", slots,
-			 a->batch_size);
-		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
-				"out of memory for a session of %u slots x %u samples", slots, a->batch_size);
-		goto fail;
-	}
-	s->batches_per_epoch = plan_batches_per_epoch(&s->plan);
-	if (s->rect) {
-		uint64_t first, end;
-
-		s->rect_hw = calloc(s->batches_per_epoch, 2 * sizeof(*s->rect_hw));
-		if (!s->rect_hw) {
-			conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory for the batch shapes");
-			goto fail;
-		}
-		/* Each of this rank's batches lies in one batch of the whole
-		 * order (whole batches per rank), whose images set its shape. */
-		plan_fixed_range(&s->plan, &first, &end);
-		for (uint64_t b = 0; b < s->batches_per_epoch; b++) {
-			uint64_t g = (first + b * a->batch_size) / a->batch_size * a->batch_size;
-			uint64_t last = g + a->batch_size < ds->count ? g + a->batch_size - 1 : ds->count - 1;
-
-			rect_batch_shape(ds->sizes, s->rect_order, g, last, a->image_size, req->stride, req->pad,
-					 &s->rect_hw[2 * b], &s->rect_hw[2 * b + 1]);
-		}
-	}
-	if (a->expect_samples && a->expect_samples != ds->count) {
-		conn_send_error(c, STOKER__ERROR_CODE__FAILED_PRECONDITION,
-				"cannot resume: the checkpoint was taken on %llu samples, %s now has %llu",
-				(unsigned long long)a->expect_samples, ds->root, (unsigned long long)ds->count);
-		goto fail;
-	}
-	if (!first_batch_ok(c, s, a->first_batch))
-		goto fail;
-	fd = ring_reader_fd(s->ring);
-	if (fd < 0) {
-		conn_log(LOG_LVL_WARNING, c, "cannot reopen its ring read-only: %s", strerror(-fd));
-		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "cannot reopen the ring read-only: %s",
-				strerror(-fd));
-		goto fail;
-	}
-	s->attach_epoch = a->epoch;
-	s->attach_first = a->first_batch;
-	s->transform = a->transform;
-	s->conn = c;
-	c->session = s;
-	if (session_on_device(s)) {
-		/* Attached waits for the device ring (device_opened). */
-		s->pending_fd = fd;
-		if (device_open(s, req) < 0) {
-			c->session = NULL;
-			s->conn = NULL;
-			goto fail;
-		}
-		return;
-	}
-	session_announce(s, fd);
-	return;
-fail:
-	session_free(s);
-}
-
-struct label_log {
-	const char *dataset;
-	uint64_t errors;
-};
-
-/* label_report_fn: the first few errors of a scan, each with file and line. */
-static void log_label_error(void *ctx, const char *path, unsigned long line, const char *why)
-{
-	struct label_log *l = ctx;
-
-	if (l->errors++ < SESSION_MAX_LABEL_LOGS) {
-		if (line)
-			log_warning("data set %s: %s:%lu: %s; object dropped", l->dataset, path, line, why);
-		else
-			log_warning("data set %s: %s: %s; its objects dropped", l->dataset, path, why);
-	}
-}
-
-/* What a scan of tar shards found. */
-static void log_shards(const struct attach_request *req)
-{
-	const struct shardset *set = req->err == 0 ? req->result->shards : NULL;
-
-	if (set)
-		log_info("data set %s: %llu samples in %u tar shard%s (%llu indexed now, the rest from the index "
-			 "directory); %llu keys without an image skipped",
-			 req->path, (unsigned long long)req->result->count, set->n, set->n == 1 ? "" : "s",
-			 (unsigned long long)set->indexed, (unsigned long long)set->skipped);
-}
-
-/* Runs on libuv's thread pool: the scan, and for rect the image sizes
- * (of a data set already open, or of the one just scanned). */
-static void attach_scan(uv_work_t *w)
-{
-	struct attach_request *req = w->data;
-	struct label_log l = {.dataset = req->path};
-	const struct dataset *ds = req->existing;
-
-	if (!ds && url_is_remote(req->path) && req->params.task != STOKER__TASK__DETECT) {
-		req->err = dataset_open_remote(req->path, SESSION_MAX_SAMPLES, req->d->fetch, &req->s3, &req->result,
-					       req->errbuf, sizeof(req->errbuf));
-		if (req->err == 0)
-			log_info("data set %s: %llu objects listed", req->path, (unsigned long long)req->result->count);
-		return;
-	}
-	if (!ds && req->params.task != STOKER__TASK__DETECT) {
-		req->err = dataset_open(req->path, SESSION_MAX_SAMPLES, &req->result, req->errbuf, sizeof(req->errbuf));
-		log_shards(req);
-		return;
-	}
-	if (!ds) {
-		if (url_is_remote(req->path))
-			req->err = dataset_open_remote_detect(req->path, req->split, SESSION_MAX_SAMPLES,
-							      req->d->fetch, &req->s3, log_label_error, &l,
-							      &req->result, req->errbuf, sizeof(req->errbuf));
-		else
-			req->err = dataset_open_detect(req->path, req->split, SESSION_MAX_SAMPLES, log_label_error, &l,
-						       &req->result, req->errbuf, sizeof(req->errbuf));
-		log_shards(req);
-		if (req->err < 0)
-			return;
-		ds = req->result;
-		log_info("data set %s: %llu images, %llu objects, %u classes; %llu without a label file, %llu label "
-			 "errors%s",
-			 req->path, (unsigned long long)ds->count, (unsigned long long)ds->box_off[ds->count],
-			 ds->num_classes, (unsigned long long)ds->label_files_missing,
-			 (unsigned long long)ds->label_errors,
-			 l.errors > SESSION_MAX_LABEL_LOGS ? " (only the first ones logged)" : "");
-	}
-	if (req->rect) {
-		uint64_t unknown = 0;
-
-		req->err = dataset_read_sizes(ds, &req->sizes);
-		if (req->err < 0) {
-			snprintf(req->errbuf, sizeof(req->errbuf), "data set %.400s: out of memory for its image sizes",
-				 req->path);
-			return;
-		}
-		for (uint64_t i = 0; i < ds->count; i++)
-			unknown += req->sizes[2 * i] == 0;
-		log_info("data set %s: image sizes read for rectangular batches; %llu without a readable image header "
-			 "(taken as square)",
-			 req->path, (unsigned long long)unknown);
-	}
-}
-
-/* Drop the data set an attach request holds (it may be in the list). */
-static void request_put(struct attach_request *req, struct dataset *ds)
-{
-	if (ds == req->existing)
-		datasets_put(req->d, ds);
-	else
-		dataset_unref(ds);
-}
-
-static void attach_scanned(uv_work_t *w, int status)
-{
-	struct attach_request *req = w->data;
-	struct conn *c = req->conn;
-	struct dataset *ds = req->existing ? req->existing : req->result, *existing;
-
-	if (c)
-		c->attaching = NULL;
-	if (!c || c->closing || status < 0) {
-		request_put(req, ds);
-		goto out;
-	}
-	if (req->err < 0) {
-		conn_log(LOG_LVL_INFO, c, "attach failed: %s", req->errbuf);
-		conn_send_error(c, req->err == -ENOENT	   ? STOKER__ERROR_CODE__NOT_FOUND
-				   : req->err == -ENOMEM ? STOKER__ERROR_CODE__RESOURCE_EXHAUSTED
-				   : req->err == -EACCES ? STOKER__ERROR_CODE__PERMISSION_DENIED
-							 : STOKER__ERROR_CODE__INVALID_ARGUMENT,
-				"%s", req->errbuf);
-		request_put(req, ds); /* the sizes can fail after the scan worked */
-		goto out;
-	}
-	if (!req->existing) {
-		/* Another client may have opened the same data set meanwhile. */
-		existing = datasets_find(req->d, ds->key);
-		if (existing) {
-			dataset_unref(ds);
-			ds = existing;
-		} else if (datasets_add(req->d, ds) < 0) {
-			dataset_unref(ds);
-			conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
-			goto out;
-		}
-	}
-	/* The sizes are set once, then only read (on this thread). */
-	if (req->sizes && !ds->sizes) {
-		ds->sizes = req->sizes;
-		req->sizes = NULL;
-	}
-	if (req->rect && !ds->sizes) {
-		datasets_put(req->d, ds);
-		conn_send_error(c, STOKER__ERROR_CODE__INTERNAL, "the data set's image sizes are missing");
-		goto out;
-	}
-	session_create(c, req, ds);
-out:
-	free(req->sizes);
-	free(req->params.dataset);
-	free(req);
-}
-
-/* Ultralytics' defaults, overridden by what the client set. */
-static void detect_options(const Stoker__DetectOptions *o, struct detect_params *p)
-{
-	detect_params_default(p);
-	if (!o)
-		return;
-#define TAKE(name)               \
-	if (o->has_##name)       \
-		p->name = o->name;
-	TAKE(hsv_h) TAKE(hsv_s) TAKE(hsv_v) TAKE(degrees) TAKE(translate) TAKE(scale) TAKE(shear) TAKE(perspective)
-	TAKE(flipud) TAKE(fliplr) TAKE(mosaic) TAKE(mixup)
-#undef TAKE
-}
-
-/* The task, its transform and the options only it takes; false once the
- * client has been told what is wrong. */
-static bool attach_task_ok(struct conn *c, const Stoker__Attach *a)
-{
-	bool detect = a->task == STOKER__TASK__DETECT;
-	const Stoker__DetectOptions *o = a->detect;
-	struct detect_params p;
-	char why[160];
-
-	if (a->task != STOKER__TASK__CLASSIFY && !detect) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "unknown task %d", (int)a->task);
-		return false;
-	}
-	if (a->transform != STOKER__TRANSFORM__RANDOM_RESIZED_CROP && a->transform != STOKER__TRANSFORM__CENTER_CROP &&
-	    a->transform != STOKER__TRANSFORM__LETTERBOX && a->transform != STOKER__TRANSFORM__MOSAIC) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "unknown transform %d", (int)a->transform);
-		return false;
-	}
-	if (detect != (a->transform == STOKER__TRANSFORM__LETTERBOX || a->transform == STOKER__TRANSFORM__MOSAIC)) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "transform %s is not for task %s (%s)",
-				transform_name(a->transform), detect ? "detect" : "classify",
-				detect ? "detect takes letterbox or mosaic"
-				       : "classify takes random_resized_crop or center_crop");
-		return false;
-	}
-	if (!detect) {
-		if (o) {
-			conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT,
-					"detection options given for task classify");
-			return false;
-		}
-		return true;
-	}
-	if (a->has_dct_scaling) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "dct_scaling is an option of task classify");
-		return false;
-	}
-	if (a->dtype != STOKER__DTYPE__UINT8 || a->coordinated) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "task detect serves %s",
-				a->coordinated ? "no coordinated groups (each job draws its own mosaics)"
-					       : "uint8 images only");
-		return false;
-	}
-	detect_options(o, &p);
-	if (detect_params_check(&p, why, sizeof(why)) < 0) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "%s", why);
-		return false;
-	}
-	if (o && o->has_max_boxes && (o->max_boxes == 0 || o->max_boxes > SESSION_MAX_BOXES)) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "max_boxes %u is not in 1..%u", o->max_boxes,
-				SESSION_MAX_BOXES);
-		return false;
-	}
-	if (o && o->has_stride && (o->stride == 0 || o->stride > RECT_MAX_STRIDE)) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "stride %u is not in 1..%u", o->stride,
-				RECT_MAX_STRIDE);
-		return false;
-	}
-	if (o && o->has_pad && !(o->pad >= 0 && o->pad <= RECT_MAX_PAD)) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "pad %g is not in 0..%g", o->pad, RECT_MAX_PAD);
-		return false;
-	}
-	if (o && o->has_resample && o->resample != STOKER__RESAMPLE__RESAMPLE_DEFAULT &&
-	    o->resample != STOKER__RESAMPLE__RESAMPLE_ANTIALIAS && o->resample != STOKER__RESAMPLE__RESAMPLE_CV2) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "unknown resample %d", (int)o->resample);
-		return false;
-	}
-	if (o && o->rect) {
-		/* BaseDataset.set_rectangle's batches, for validation */
-		const char *no = a->transform != STOKER__TRANSFORM__LETTERBOX ? "takes transform letterbox"
-				  : a->shuffle				   ? "needs shuffle off (batches come in aspect-ratio order)"
-				  : a->drop_last			   ? "keeps every batch: drop_last must be off"
-				  : rect_max_side(a->image_size, o->stride, o->pad) > DETECT_MAX_SIZE
-					  ? "with this image_size, stride and pad makes batches over 16384 pixels"
-					  : NULL;
-
-		if (no) {
-			conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "rect %s", no);
-			return false;
-		}
-	}
-	if (o && o->split && (!o->split[0] || strlen(o->split) > 32 || strchr(o->split, '/'))) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "split '%.40s' is not a data.yaml key",
-				o->split);
-		return false;
-	}
-	return true;
-}
-
-/* "cpu" or "cuda:N" (N: 0..1023, the client's numbering), and a UUID of
- * the right size; false once the client has been told what is wrong. */
-static bool device_ok(struct conn *c, const Stoker__Attach *a)
-{
-	const char *dev = a->device;
-	int ordinal = -1;
-
-	if (dev && cudadrv_parse_device(dev, &ordinal) < 0) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "device '%.40s' is not cpu or cuda:N", dev);
-		return false;
-	}
-	if (ordinal < 0) {
-		if (a->has_device_uuid) {
-			conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "device_uuid given for device cpu");
-			return false;
-		}
-		return true;
-	}
-	if (a->has_device_uuid && a->device_uuid.len != GPU_UUID_BYTES) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "device_uuid has %zu bytes, not %u",
-				a->device_uuid.len, GPU_UUID_BYTES);
-		return false;
-	}
-	return true;
-}
-
-void session_handle_attach(struct conn *c, const Stoker__Attach *a)
-{
-	struct daemon *d = c->d;
-	struct attach_request *req;
-	char real[PATH_MAX];
-	struct dataset *ds;
-	uint32_t prefetch = a->prefetch ? a->prefetch : d->cfg.prefetch;
-	int r;
-
-	if (c->session || c->attaching) {
-		conn_send_error(c, STOKER__ERROR_CODE__FAILED_PRECONDITION, "already attached");
-		return;
-	}
-	if (!attach_task_ok(c, a))
-		return;
-	if (a->dtype != STOKER__DTYPE__UINT8 && a->dtype != STOKER__DTYPE__FLOAT32 && a->dtype != STOKER__DTYPE__FLOAT16) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "unknown dtype %d", (int)a->dtype);
-		return;
-	}
-	if ((a->n_mean != 0 && a->n_mean != 3) || (a->n_std != 0 && a->n_std != 3)) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "mean and std take 3 values each (one per channel)");
-		return;
-	}
-	for (size_t ch = 0; ch < a->n_std; ch++) {
-		if (!(a->std[ch] > 0.0f) || !isfinite(a->std[ch]) || (ch < a->n_mean && !isfinite(a->mean[ch]))) {
-			conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "std must be positive and finite");
-			return;
-		}
-	}
-	for (size_t ch = 0; ch < a->n_mean; ch++) {
-		if (!isfinite(a->mean[ch])) {
-			conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "mean must be finite");
-			return;
-		}
-	}
-	if (a->batch_size == 0 || a->batch_size > d->cfg.max_batch_size) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "batch_size %u is not in 1..%u (max_batch_size)",
-				a->batch_size, d->cfg.max_batch_size);
-		return;
-	}
-	if (a->image_size == 0 || a->image_size > d->cfg.max_image_size) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "image_size %u is not in 1..%u (max_image_size)",
-				a->image_size, d->cfg.max_image_size);
-		return;
-	}
-	if (a->world_size == 0 || a->rank >= a->world_size) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT,
-				"rank %u and world_size %u: need world_size >= 1 and rank < world_size", a->rank,
-				a->world_size);
-		return;
-	}
-	if (prefetch > d->cfg.max_prefetch) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "prefetch %u is over %u (max_prefetch)", prefetch,
-				d->cfg.max_prefetch);
-		return;
-	}
-	if (a->shard_order && a->shuffle_buffer > SESSION_MAX_SHUFFLE_BUFFER) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "shuffle_buffer %u is over %u samples",
-				a->shuffle_buffer, SESSION_MAX_SHUFFLE_BUFFER);
-		return;
-	}
-	if (!device_ok(c, a))
-		return;
-	if (!a->dataset || !a->dataset[0] || strlen(a->dataset) >= PATH_MAX) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "no data set path given");
-		return;
-	}
-	if (url_is_remote(a->dataset)) {
-		/* Objects: the URL is the data set's name (dataset.h). */
-		snprintf(real, sizeof(real), "%s", a->dataset);
-	} else if ((r = -dataset_realpath(a->dataset, real)) != 0) {
-		conn_send_error(c, r == ENOENT ? STOKER__ERROR_CODE__NOT_FOUND : STOKER__ERROR_CODE__INVALID_ARGUMENT,
-				"data set %s: %s", a->dataset, strerror(r));
-		return;
-	}
-
-	req = calloc(1, sizeof(*req));
-	if (!req) {
-		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
-		return;
-	}
-	req->d = d;
-	req->conn = c;
-	req->params = *a;
-	req->params.base.n_unknown_fields = 0;
-	req->params.base.unknown_fields = NULL;
-	/* n_mean and n_std are 0 or 3 (checked above). */
-	if (a->n_mean)
-		memcpy(req->mean, a->mean, sizeof(req->mean));
-	if (a->n_std)
-		memcpy(req->std, a->std, sizeof(req->std));
-	req->params.mean = req->mean;
-	req->params.std = req->std;
-	req->params.dataset = strdup(real);
-	req->params.detect = NULL;
-	snprintf(req->s3.endpoint, sizeof(req->s3.endpoint), "%s", d->cfg.s3_endpoint);
-	snprintf(req->s3.region, sizeof(req->s3.region), "%s", d->cfg.s3_region);
-	snprintf(req->s3.profile, sizeof(req->s3.profile), "%s", d->cfg.s3_profile);
-	snprintf(req->s3.credentials_file, sizeof(req->s3.credentials_file), "%s", d->cfg.s3_credentials_file);
-	s3_config_resolve(&req->s3);
-	snprintf(req->device, sizeof(req->device), "%s", a->device ? a->device : "cpu");
-	req->has_uuid = a->has_device_uuid;
-	if (req->has_uuid)
-		memcpy(req->uuid, a->device_uuid.data, GPU_UUID_BYTES);
-	req->params.device = NULL;
-	req->params.has_device_uuid = false;
-	req->params.device_uuid = (ProtobufCBinaryData){0, NULL};
-	snprintf(req->path, sizeof(req->path), "%s", real);
-	if (a->task == STOKER__TASK__DETECT) {
-		const Stoker__DetectOptions *o = a->detect;
-
-		detect_options(o, &req->detect);
-		req->close_mosaic = o ? o->close_mosaic : 10;
-		req->train_epochs = o ? o->epochs : 0;
-		req->max_boxes = o && o->has_max_boxes ? o->max_boxes : SESSION_DEFAULT_MAX_BOXES;
-		snprintf(req->split, sizeof(req->split), "%s", o && o->split ? o->split : "train");
-		req->rect = o && o->rect;
-		req->stride = o ? o->stride : 32;
-		req->pad = o ? o->pad : 0.5;
-		/* Evaluation defaults to Ultralytics' own resampling, training to the fast filter. */
-		req->resample = o && o->resample == STOKER__RESAMPLE__RESAMPLE_CV2 ? FIT_CV2
-				: o && o->resample == STOKER__RESAMPLE__RESAMPLE_ANTIALIAS ? FIT_ANTIALIAS
-				: a->transform == STOKER__TRANSFORM__LETTERBOX ? FIT_CV2
-									   : FIT_ANTIALIAS;
-		snprintf(req->key, sizeof(req->key), "detect:%s:%s", req->split, real);
-	} else {
-		snprintf(req->key, sizeof(req->key), "%s", real);
-	}
-	if (!req->params.dataset) {
-		free(req);
-		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
-		return;
-	}
-
-	ds = datasets_find(d, req->key);
-	if (ds && (!req->rect || ds->sizes)) {
-		session_create(c, req, ds);
-		free(req->params.dataset);
-		free(req);
-		return;
-	}
-	/* Scanning a large tree, or reading its image headers, takes
-	 * seconds: not on the loop thread. */
-	req->existing = ds;
-	req->work.data = req;
-	c->attaching = req;
-	r = uv_queue_work(d->loop, &req->work, attach_scan, attach_scanned);
-	if (r < 0) {
-		c->attaching = NULL;
-		datasets_put(d, ds);
-		free(req->params.dataset);
-		free(req);
-		conn_send_error(c, STOKER__ERROR_CODE__INTERNAL, "cannot queue the data set scan: %s", uv_strerror(r));
-	}
-}
-
 void session_handle_start_epoch(struct conn *c, const Stoker__StartEpoch *m)
 {
 	struct session *s = c->session;
@@ -1436,7 +713,7 @@ void session_handle_start_epoch(struct conn *c, const Stoker__StartEpoch *m)
 		conn_send_error(c, STOKER__ERROR_CODE__FAILED_PRECONDITION, "StartEpoch before Attached");
 		return;
 	}
-	if (!first_batch_ok(c, s, m->first_batch))
+	if (!session_first_batch_ok(c, s, m->first_batch))
 		return;
 	session_hold(s);
 	r = session_start_epoch(s, m->epoch, m->generation, m->first_batch);
@@ -1469,10 +746,7 @@ void session_detach(struct conn *c)
 {
 	struct session *s = c->session;
 
-	if (c->attaching) {
-		c->attaching->conn = NULL;
-		c->attaching = NULL;
-	}
+	attach_forget(c);
 	if (!s)
 		return;
 	c->session = NULL;

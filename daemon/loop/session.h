@@ -111,4 +111,26 @@ struct session {
 	char *dataset_name;
 };
 
+/* Between the attach path (attach.c) and the session's life (session.c). */
+struct conn;
+struct daemon;
+struct dataset;
+
+/* The registry of open data sets (remote listings kept remote_listing_ttl_s):
+ * find takes a reference; add hands the registry the caller's; put drops one. */
+struct dataset *datasets_find(struct daemon *d, const char *key);
+int datasets_add(struct daemon *d, struct dataset *ds);
+void datasets_put(struct daemon *d, struct dataset *ds);
+/* Everything a session holds; NULL is fine. */
+void session_free(struct session *s);
+bool session_on_device(const struct session *s);
+/* An epoch may start at any batch up to its end; else the client is told. */
+bool session_first_batch_ok(struct conn *c, const struct session *s, uint64_t first);
+/* Ask the CUDA thread for the device ring (session_announce follows when it
+ * is open); a negative errno once the client was told why not. */
+int session_device_open(struct session *s, const uint8_t *uuid, bool has_uuid);
+/* Send Attached with the host ring's fd (and DeviceRing for a device), then
+ * start producing. */
+void session_announce(struct session *s, int fd);
+
 #endif
