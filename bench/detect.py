@@ -165,6 +165,8 @@ def peer_stoker(a):
               image_size=IMAGE_SIZE, seed=0)
     if a.transform == "mosaic":
         kw.update(close_mosaic=0)  # mosaic in every epoch, as the Ultralytics dataset does
+    if a.resample:
+        kw.update(resample=a.resample)
     try:
         loader = stoker.Loader(a.dataset, **kw)
     except TypeError as e:
@@ -209,6 +211,7 @@ def peer_main(argv):
     p.add_argument("--dataset")
     p.add_argument("--nc", type=int, default=0)
     p.add_argument("--transform", default="mosaic")
+    p.add_argument("--resample", default="")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--seconds", type=float, default=20)
@@ -272,11 +275,18 @@ ROWS = [
     ("ultralytics_val", "Ultralytics val loader (LetterBox, rect=False)", "ultralytics", {"mode": "val"}),
     ("stoker_mosaic_decoded", "stoker mosaic-640, decoded cache tier [extra]", "stoker",
      {"transform": "mosaic", "decoded": True}),
+    # the resamplers side by side, and the cv2 one on its portable kernels (before issue 22's SIMD)
+    ("stoker_mosaic_cv2", "stoker mosaic-640, resample=cv2 [extra]", "stoker",
+     {"transform": "mosaic", "resample": "cv2"}),
+    ("stoker_letterbox_antialias", "stoker letterbox-640, resample=antialias [extra]", "stoker",
+     {"transform": "letterbox", "resample": "antialias"}),
+    ("stoker_letterbox_scalar", "stoker letterbox-640, portable resize [extra]", "stoker",
+     {"transform": "letterbox", "env": {"STOKER_RESIZE_ISA": "scalar"}}),
     ("ultralytics_train_ram", "Ultralytics train loader, cache=ram [extra]", "ultralytics",
      {"mode": "train", "cache": "ram"}),
 ]
 # Each Ultralytics row against the stoker row it is compared with, and the issue's target.
-COMPARE = {"ultralytics_train": ("stoker_mosaic", ">= 5x"), "ultralytics_val": ("stoker_letterbox", ""),
+COMPARE = {"ultralytics_train": ("stoker_mosaic", ">= 5x"), "ultralytics_val": ("stoker_letterbox", ">= 2x"),
            "ultralytics_train_ram": ("stoker_mosaic_decoded", "")}
 
 
@@ -296,12 +306,12 @@ def run_row(r, tmp, key, kind, opts, a, data, yaml, nc):
                        "--cache", opts.get("cache", ""), *common])
     extra = ["--set", f"cache_decoded_side={a.decoded_side}"] if opts.get("decoded") else []
     try:
-        dm = run.Daemon(r, tmp, a.cores, key, extra_args=extra)
+        dm = run.Daemon(r, tmp, a.cores, key, extra_env=opts.get("env"), extra_args=extra)
     except RuntimeError as e:
         return {"status": "failed", "reason": str(e)}
     try:
         row = r.peer([me, "peer", "stoker", "--socket", dm.sock, "--dataset", yaml, "--nc", str(nc),
-                      "--transform", opts["transform"], *common])
+                      "--transform", opts["transform"], "--resample", opts.get("resample", ""), *common])
         row["stokerd_vm_hwm_bytes"] = dm.status().get("VmHWM")
     finally:
         rc = dm.stop()
@@ -313,8 +323,10 @@ def run_row(r, tmp, key, kind, opts, a, data, yaml, nc):
 
 def table(res):
     rows, summary = res["rows"], {}
-    cols = "{:48} {:>9} {:>9} {:>11}  {:7} {:>5}  {}"
-    lines = [cols.format("row", "images/s", "boxes/img", "stoker/row", "target", "other", "note"), "-" * 104]
+    cols = "{:50} {:>9} {:>8} {:>9} {:>11}  {:7} {:>5}  {}"
+    lines = [cols.format("row", "images/s", "of limit", "boxes/img", "stoker/row", "target", "other", "note"),
+             "-" * 115]
+    limit = (rows.get("limit") or {}).get("images_per_second")
     for key, label, *_ in (x for x in ROWS if x[0] in rows):
         row = rows[key]
         ref, target = COMPARE.get(key, (None, ""))
@@ -332,16 +344,33 @@ def table(res):
             note += ("; " if note else "") + "PROBLEM: " + "; ".join(probs)
         other = row.get("foreign_cpu")
         bpi = row.get("boxes_per_image")
-        lines.append(cols.format(label, run.fmt_rate(row), "—" if bpi is None else bpi, run.fx(x, 11).strip(),
+        ips = row.get("images_per_second")
+        of_limit = ips / limit if ips and limit and key != "limit" else None
+        lines.append(cols.format(label, run.fmt_rate(row), "" if of_limit is None else f"{of_limit:.2f}",
+                                 "—" if bpi is None else bpi, run.fx(x, 11).strip(),
                                  target, "" if other is None else f"{other:.0%}", note[:200]))
-        summary[key] = {"images_per_second": row.get("images_per_second"), "stoker_over_row": x,
+        summary[key] = {"images_per_second": row.get("images_per_second"), "of_decode_limit": of_limit,
+                        "stoker_over_row": x,
                         "target": target or None, "status": row.get("status"), "boxes_per_image": bpi}
-    lines.append("-" * 104)
-    d, u = rows.get("stoker_mosaic_decoded"), rows.get("ultralytics_train")
-    x = run.ratio(d, u)
-    if x is not None:
-        lines.append(f"stoker mosaic-640 with the decoded cache tier / Ultralytics train loader: {x:.2f}x")
-    for key in ("stoker_mosaic", "stoker_letterbox", "stoker_mosaic_decoded", "ultralytics_train",
+    lines.append("-" * 115)
+    u = rows.get("ultralytics_train")
+    for key, what in (("stoker_mosaic_decoded", "with the decoded cache tier"), ("stoker_mosaic_cv2", "resample=cv2")):
+        x = run.ratio(rows.get(key), u)
+        if x is not None:
+            lines.append(f"stoker mosaic-640 {what} / Ultralytics train loader: {x:.2f}x")
+    for a_key, b_key, what in (("stoker_letterbox", "stoker_letterbox_antialias", "letterbox cv2 / antialias"),
+                               ("stoker_mosaic_cv2", "stoker_mosaic", "mosaic cv2 / antialias"),
+                               ("stoker_letterbox", "stoker_letterbox_scalar", "letterbox SIMD / portable resize")):
+        x = run.ratio(rows.get(a_key), rows.get(b_key))
+        if x is not None:
+            lines.append(f"{what}: {x:.2f}x")
+    if a_cores := res.get("cores"):
+        for key in ("stoker_mosaic", "stoker_letterbox", "stoker_mosaic_decoded"):
+            ips = (rows.get(key) or {}).get("images_per_second")
+            if ips:
+                lines.append(f"{key:22} per worker: {ips / a_cores:.0f} images/s ({a_cores} workers)")
+    for key in ("stoker_mosaic", "stoker_letterbox", "stoker_mosaic_decoded", "stoker_mosaic_cv2",
+                "stoker_letterbox_antialias", "stoker_letterbox_scalar", "ultralytics_train",
                 "ultralytics_val", "ultralytics_train_ram"):
         row = rows.get(key) or {}
         if row.get("stokerd_vm_hwm_bytes"):

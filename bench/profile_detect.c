@@ -169,6 +169,24 @@ static double time_transform(enum detect_transform t, const struct fitted *fits,
 	return t0;
 }
 
+/* ms per file of a full libturbojpeg decode to RGB (jpeg_limit's, the decode limit), or 0 for non-JPEG lists. */
+static double decode_limit_ms(const struct bench_file *files, size_t n, int epochs)
+{
+	tjhandle tj = tjInitDecompress();
+	unsigned char *buf = NULL;
+	size_t cap = 0;
+	double t0 = bench_now();
+	long long px = 0;
+
+	for (int e = 0; e < epochs && px >= 0; e++)
+		px = tj ? bench_decode_all(tj, files, n, &buf, &cap, "profile_detect") : -1;
+	t0 = bench_now() - t0;
+	if (tj)
+		tjDestroy(tj);
+	free(buf);
+	return px < 0 ? 0 : t0 / ((double)n * epochs) * 1e3;
+}
+
 static void profile(const struct bench_file *files, size_t n, int epochs, uint32_t size, const char *isa, bool first)
 {
 	struct fitted *fits = calloc(n, sizeof(*fits));
@@ -183,6 +201,7 @@ static void profile(const struct bench_file *files, size_t n, int epochs, uint32
 		if (!(fits[i].pixels = malloc((size_t)size * size * 3)))
 			die("out of memory");
 	time_fits(files, n, epochs, size, fits, fit);
+	double limit = decode_limit_ms(files, n, epochs);
 	for (int k = 0; k < 2; k++) {
 		double staged = 0, dm = time_transform(k ? DETECT_TRAIN : DETECT_LETTERBOX, fits, n, epochs, size, ns[k]);
 
@@ -206,8 +225,11 @@ static void profile(const struct bench_file *files, size_t n, int epochs, uint32
 	printf("%-30s %14.0f %6s %14.0f\n", "samples/s (one thread)", 1e3 / total[0], "", 1e3 / total[1]);
 	printf("%-30s %14.3f %6s %14.3f\n", "resample=antialias: total", aa[0], "", aa[1]);
 	printf("%-30s %13.2fx %6s %13.2fx\n", "cv2 / antialias speed", aa[0] / total[0], "", aa[1] / total[1]);
-	fprintf(stderr, "%s{\"isa\": \"%s\", \"files\": %zu, \"epochs\": %d, \"size\": %u", first ? "" : "\n", isa, n,
-		epochs, size);
+	if (limit > 0)
+		printf("%-30s %14.3f %6s %14s\n%-30s %14.2f %6s %14.2f\n", "decode limit (tjDecompress2 RGB)", limit, "",
+		       "", "of the decode limit", limit / total[0], "", limit / total[1]);
+	fprintf(stderr, "%s{\"isa\": \"%s\", \"files\": %zu, \"epochs\": %d, \"size\": %u, \"decode_limit_ms\": %.4f",
+		first ? "" : "\n", isa, n, epochs, size, limit);
 	for (int k = 0; k < 2; k++) {
 		fprintf(stderr, ", \"%s\": {\"total_ms\": %.4f, \"antialias_total_ms\": %.4f", k ? "mosaic" : "letterbox",
 			total[k], aa[k]);

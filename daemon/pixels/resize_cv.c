@@ -86,19 +86,6 @@ static inline void source_pos(uint32_t d, double scale, int32_t *s, float *f)
 	*f = fx - fl;
 }
 
-/* The 2x2 mean of an exact half-size shrink (resizeAreaFast). */
-static void area_half(const uint8_t *src, size_t src_stride, unsigned bpp, uint8_t *dst, uint32_t dst_w,
-		      uint32_t dst_h, size_t dst_stride)
-{
-	for (uint32_t y = 0; y < dst_h; y++) {
-		const uint8_t *a = src + (size_t)2 * y * src_stride, *b = a + src_stride;
-		uint8_t *o = dst + (size_t)y * dst_stride;
-
-		for (uint32_t x = 0; x < dst_w; x++, a += 2 * bpp, b += 2 * bpp, o += 3)
-			for (int c = 0; c < 3; c++)
-				o[c] = (uint8_t)((a[c] + a[bpp + c] + b[c] + b[bpp + c] + 2) >> 2);
-	}
-}
 
 /* HResizeLinear: output columns [dx, dst_w) of one source row, as sums of
  * 22 bits. Columns past the last pair (xmax on) take the edge pixel alone. */
@@ -255,6 +242,67 @@ TARGET_AVX512 static size_t vresize_avx512(const int32_t *s0, const int32_t *s1,
 }
 #endif
 
+#if CV_X86
+/*
+ * area_half's rows of 4-byte pixels, 8 outputs a step: each 128-bit lane's
+ * 4 source pixels shuffled so that neighbours' channels are adjacent bytes,
+ * pmaddubsw by 1s sums the pairs, the two rows added, (+ 2) >> 2 as the
+ * portable code. Returns the outputs done.
+ */
+TARGET_AVX2 static uint32_t area_half_avx2(const uint8_t *a, const uint8_t *b, uint32_t dst_w, uint8_t *o)
+{
+	const __m256i pairs = _mm256_broadcastsi128_si256(
+		_mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15));
+	const __m256i ones = _mm256_set1_epi8(1), two = _mm256_set1_epi16(2);
+	const __m256i rgb = _mm256_broadcastsi128_si256(
+		_mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1));
+	const __m256i pack = _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 7, 7);
+	uint32_t x = 0;
+
+	for (; x + 8 <= dst_w; x += 8) {
+		__m256i v[2], p;
+
+		for (int h = 0; h < 2; h++) {
+			const size_t at = (size_t)(x + 4 * h) * 8;
+			__m256i sa = _mm256_maddubs_epi16(
+				_mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(a + at)), pairs), ones);
+			__m256i sb = _mm256_maddubs_epi16(
+				_mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)(b + at)), pairs), ones);
+
+			v[h] = _mm256_srli_epi16(_mm256_add_epi16(_mm256_add_epi16(sa, sb), two), 2);
+		}
+		/* RGBX of outputs 0..7 in order, then 3 bytes each */
+		p = _mm256_permute4x64_epi64(_mm256_packus_epi16(v[0], v[1]), 0xD8);
+		p = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(p, rgb), pack);
+		_mm_storeu_si128((__m128i *)(o + 3 * (size_t)x), _mm256_castsi256_si128(p));
+		_mm_storel_epi64((__m128i *)(o + 3 * (size_t)x + 16), _mm256_extracti128_si256(p, 1));
+	}
+	return x;
+}
+#endif
+
+/* The 2x2 mean of an exact half-size shrink (resizeAreaFast). */
+static void area_half(const struct cv_resizer *r, const uint8_t *src, size_t src_stride, unsigned bpp, uint8_t *dst,
+		      uint32_t dst_w, uint32_t dst_h, size_t dst_stride)
+{
+	for (uint32_t y = 0; y < dst_h; y++) {
+		const uint8_t *a = src + (size_t)2 * y * src_stride, *b = a + src_stride;
+		uint8_t *o = dst + (size_t)y * dst_stride;
+		uint32_t x = 0;
+
+#if CV_X86
+		if (bpp == 4 && r->isa != RESIZE_ISA_SCALAR)
+			x = area_half_avx2(a, b, dst_w, o);
+#endif
+		a += (size_t)2 * x * bpp;
+		b += (size_t)2 * x * bpp;
+		o += (size_t)3 * x;
+		for (; x < dst_w; x++, a += 2 * bpp, b += 2 * bpp, o += 3)
+			for (int c = 0; c < 3; c++)
+				o[c] = (uint8_t)((a[c] + a[bpp + c] + b[c] + b[bpp + c] + 2) >> 2);
+	}
+}
+
 static void hresize(const struct cv_resizer *r, const uint8_t *row, unsigned bpp, uint32_t dst_w, uint32_t xmax,
 		    int32_t *out)
 {
@@ -304,7 +352,7 @@ int cv_resize_linear(struct cv_resizer *r, const uint8_t *src, uint32_t src_w, u
 	}
 	/* INTER_LINEAR at exactly half size in both directions is INTER_AREA */
 	if (fabs(scale_x - 2.0) < DBL_EPSILON && fabs(scale_y - 2.0) < DBL_EPSILON) {
-		area_half(src, src_stride, src_bpp, dst, dst_w, dst_h, dst_stride);
+		area_half(r, src, src_stride, src_bpp, dst, dst_w, dst_h, dst_stride);
 		return 0;
 	}
 	p = r->xofs;
