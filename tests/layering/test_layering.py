@@ -12,6 +12,8 @@ import re
 import shlex
 import subprocess
 
+import functools
+
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -19,6 +21,7 @@ BUILD = os.environ.get("STOKER_BUILD", str(ROOT / "build"))
 B = os.path.relpath(BUILD, ROOT)
 
 
+@functools.lru_cache(maxsize=None)
 def make_var(*args):
     out = subprocess.run(["make", "--no-print-directory", "-s", "-C", str(ROOT), "B=" + B, *args],
                          check=True, capture_output=True, text=True).stdout
@@ -41,6 +44,7 @@ def headers_of(layer):
     return sorted(p.name for p in (ROOT / "daemon" / layer).glob("*.h"))
 
 
+@functools.lru_cache(maxsize=None)
 def system_header(h):
     """True when the compiler finds a header of that name without any -I
     (glibc's tar.h): such a name proves nothing about the layering."""
