@@ -15,6 +15,7 @@
 
 #include "clock.h"
 #include "dataset.h"
+#include "dataset_priv.h"
 #include "errtext.h"
 #include "header.h"
 #include "grow.h"
@@ -23,15 +24,6 @@
 
 /* os.walk with followlinks can loop; real trees are nowhere near this deep. */
 #define DATASET_MAX_DEPTH 64
-
-/* Growing sample table under construction. */
-struct builder {
-	char *names;
-	size_t names_len, names_cap;
-	uint64_t *off;
-	int32_t *labels;
-	uint64_t n, cap, max;
-};
 
 static int builder_add_sample(struct builder *b, const char *name, int32_t label)
 {
@@ -69,7 +61,7 @@ static int builder_add_sample(struct builder *b, const char *name, int32_t label
 	return 0;
 }
 
-static void builder_free(struct builder *b)
+void ds_builder_free(struct builder *b)
 {
 	free(b->names);
 	free(b->off);
@@ -77,9 +69,7 @@ static void builder_free(struct builder *b)
 	memset(b, 0, sizeof(*b));
 }
 
-/* Whether `name`'s extension (after the last dot; the whole name if none,
- * as Ultralytics' rpartition has it) is one of `exts`. */
-static bool has_extension(const char *name, const char *const *exts, bool need_dot)
+bool ds_has_extension(const char *name, const char *const *exts, bool need_dot)
 {
 	const char *dot = strrchr(name, '.');
 
@@ -91,27 +81,22 @@ static bool has_extension(const char *name, const char *const *exts, bool need_d
 	return false;
 }
 
-/* torchvision's IMG_EXTENSIONS (ImageFolder), matched as its
- * name.lower().endswith(IMG_EXTENSIONS): the same files, so the same order. */
-static bool is_folder_image(const char *name)
+bool ds_is_folder_image(const char *name)
 {
 	static const char *const exts[] = {"jpg", "jpeg", "png", "ppm", "bmp", "pgm", "tif", "tiff", "webp", NULL};
 
-	return has_extension(name, exts, true);
+	return ds_has_extension(name, exts, true);
 }
 
-/* Ultralytics' IMG_FORMATS that stoker decodes (heic, heif, avif, jp2 and
- * dng need decoders it does not have; docs/detection.md). */
-static bool is_yolo_image(const char *name)
+bool ds_is_yolo_image(const char *name)
 {
 	static const char *const exts[] = {"bmp", "jpeg", "jpg", "mpo", "png", "tif", "tiff", "webp", NULL};
 
-	return has_extension(name, exts, false);
+	return ds_has_extension(name, exts, false);
 }
 
-/* builder_add_sample(), saying in errbuf why it failed. */
-static int builder_add(struct builder *b, const char *name, int32_t label, const char *path, char *errbuf,
-		       size_t errlen)
+int ds_builder_add(struct builder *b, const char *name, int32_t label, const char *path, char *errbuf,
+		   size_t errlen)
 {
 	int r = builder_add_sample(b, name, label);
 
@@ -149,11 +134,7 @@ static bool entry_is_dir(DIR *d, const char *name)
 	return fstatat(dirfd(d), name, &st, 0) == 0 && S_ISDIR(st.st_mode);
 }
 
-/*
- * Collect every directory under `rel` (itself included), depth first; the
- * caller sorts the list as full path strings, which is os.walk's sorted order.
- */
-static int walk_dirs(int rootfd, const char *rel, unsigned depth, struct strvec *dirs)
+int ds_walk_dirs(int rootfd, const char *rel, unsigned depth, struct strvec *dirs)
 {
 	struct dirent *e;
 	DIR *d = NULL;
@@ -176,7 +157,7 @@ static int walk_dirs(int rootfd, const char *rel, unsigned depth, struct strvec 
 			r = -ENAMETOOLONG;
 			goto out;
 		}
-		r = walk_dirs(rootfd, child, depth + 1, dirs);
+		r = ds_walk_dirs(rootfd, child, depth + 1, dirs);
 		if (r < 0)
 			goto out;
 	}
@@ -186,8 +167,7 @@ out:
 	return r;
 }
 
-/* The image files (by `accept`) directly in `rel`, sorted by name. */
-static int list_files(int rootfd, const char *rel, bool (*accept)(const char *), struct strvec *files)
+int ds_list_files(int rootfd, const char *rel, bool (*accept)(const char *), struct strvec *files)
 {
 	struct dirent *e;
 	DIR *d;
@@ -243,14 +223,14 @@ static int scan_image_folder(int rootfd, const char *path, struct builder *b, ui
 	for (size_t c = 0; c < classes.n; c++) {
 		uint64_t before = b->n;
 
-		r = walk_dirs(rootfd, classes.v[c], 0, &dirs);
+		r = ds_walk_dirs(rootfd, classes.v[c], 0, &dirs);
 		if (r < 0) {
 			set_err(errbuf, errlen, "%s/%s: %s", path, classes.v[c], strerror(-r));
 			goto out;
 		}
 		strvec_sort(&dirs);
 		for (size_t i = 0; i < dirs.n; i++) {
-			r = list_files(rootfd, dirs.v[i], is_folder_image, &files);
+			r = ds_list_files(rootfd, dirs.v[i], ds_is_folder_image, &files);
 			if (r < 0) {
 				set_err(errbuf, errlen, "%s/%s: %s", path, dirs.v[i], strerror(-r));
 				goto out;
@@ -262,7 +242,7 @@ static int scan_image_folder(int rootfd, const char *path, struct builder *b, ui
 					r = -ENAMETOOLONG;
 					goto out;
 				}
-				r = builder_add(b, rel, (int32_t)c, path, errbuf, errlen);
+				r = ds_builder_add(b, rel, (int32_t)c, path, errbuf, errlen);
 				if (r < 0)
 					goto out;
 			}
@@ -287,9 +267,8 @@ out:
 	return r;
 }
 
-/* `path label` lines from f (named `path` in messages). */
-static int scan_list_stream(FILE *f, const char *path, struct builder *b, uint32_t *num_classes, char *errbuf,
-			    size_t errlen)
+int ds_scan_list_stream(FILE *f, const char *path, struct builder *b, uint32_t *num_classes, char *errbuf,
+			size_t errlen)
 {
 	char *line = NULL;
 	size_t cap = 0;
@@ -331,7 +310,7 @@ static int scan_list_stream(FILE *f, const char *path, struct builder *b, uint32
 		while (sep > label_start && (sep[-1] == ' ' || sep[-1] == '\t'))
 			sep--;
 		*sep = '\0';
-		r = builder_add(b, label_start, (int32_t)label, path, errbuf, errlen);
+		r = ds_builder_add(b, label_start, (int32_t)label, path, errbuf, errlen);
 		if (r < 0)
 			goto out;
 		if (label > max_label)
@@ -358,13 +337,12 @@ static int scan_list_file(const char *path, struct builder *b, uint32_t *num_cla
 		set_err(errbuf, errlen, "%s: %s", path, strerror(errno));
 		return r;
 	}
-	r = scan_list_stream(f, path, b, num_classes, errbuf, errlen);
+	r = ds_scan_list_stream(f, path, b, num_classes, errbuf, errlen);
 	fclose(f);
 	return r;
 }
 
-/* The directory a list file's relative paths start from. */
-static int open_parent(const char *file, int *dirfd, char *errbuf, size_t errlen)
+int ds_open_parent(const char *file, int *dirfd, char *errbuf, size_t errlen)
 {
 	char dir[PATH_MAX];
 	char *slash;
@@ -410,11 +388,7 @@ int dataset_new(const char *root, const char *key, uint64_t count, struct datase
 	return 0;
 }
 
-/* The data set of shards just opened (shards.h): takes the table's arrays
- * over; the table is freed either way. `name` is what was opened, for the
- * message. */
-static int dataset_from_shards(const char *name, struct shard_table *t, struct dataset **out, char *errbuf,
-			       size_t errlen)
+int ds_from_shards(const char *name, struct shard_table *t, struct dataset **out, char *errbuf, size_t errlen)
 {
 	struct dataset *ds;
 	int r = dataset_new(t->root, t->key, t->count, &ds);
@@ -445,10 +419,8 @@ static int dataset_from_shards(const char *name, struct shard_table *t, struct d
 	return 0;
 }
 
-/* The data set the builder's samples make; takes over b's arrays and
- * dirfd on success. */
-static int dataset_make(struct builder *b, const char *root, const char *key, int dirfd, uint32_t num_classes,
-			struct dataset **out)
+int ds_make(struct builder *b, const char *root, const char *key, int dirfd, uint32_t num_classes,
+	    struct dataset **out)
 {
 	struct dataset *ds;
 	int r = dataset_new(root, key, b->n, &ds);
@@ -485,7 +457,7 @@ int dataset_open(const char *path, uint64_t max_samples, struct dataset **out, c
 		struct shard_table t;
 
 		r = shards_open(path, false, 0, max_samples, NULL, NULL, &t, errbuf, errlen);
-		return r < 0 ? r : dataset_from_shards(path, &t, out, errbuf, errlen);
+		return r < 0 ? r : ds_from_shards(path, &t, out, errbuf, errlen);
 	}
 	if (!realpath(path, real) || stat(real, &st) < 0) {
 		r = -errno;
@@ -501,7 +473,7 @@ int dataset_open(const char *path, uint64_t max_samples, struct dataset **out, c
 		}
 		r = scan_image_folder(dirfd, real, &b, &num_classes, errbuf, errlen);
 	} else if (S_ISREG(st.st_mode)) {
-		r = open_parent(real, &dirfd, errbuf, errlen);
+		r = ds_open_parent(real, &dirfd, errbuf, errlen);
 		if (r < 0)
 			goto fail;
 		r = scan_list_file(real, &b, &num_classes, errbuf, errlen);
@@ -515,7 +487,7 @@ int dataset_open(const char *path, uint64_t max_samples, struct dataset **out, c
 		goto fail;
 	}
 
-	r = dataset_make(&b, real, real, dirfd, num_classes, &ds);
+	r = ds_make(&b, real, real, dirfd, num_classes, &ds);
 	if (r < 0) {
 		set_err(errbuf, errlen, "dataset %s: out of memory", path);
 		goto fail;
@@ -523,7 +495,7 @@ int dataset_open(const char *path, uint64_t max_samples, struct dataset **out, c
 	*out = ds;
 	return 0;
 fail:
-	builder_free(&b);
+	ds_builder_free(&b);
 	if (dirfd >= 0)
 		close(dirfd);
 	return r;
@@ -538,9 +510,9 @@ static int scan_image_tree(int rootfd, const char *path, struct builder *b, char
 	struct strvec dirs = {0}, files = {0}, all = {0};
 	int r;
 
-	r = walk_dirs(rootfd, ".", 0, &dirs);
+	r = ds_walk_dirs(rootfd, ".", 0, &dirs);
 	for (size_t i = 0; r >= 0 && i < dirs.n; i++) {
-		r = list_files(rootfd, dirs.v[i], is_yolo_image, &files);
+		r = ds_list_files(rootfd, dirs.v[i], ds_is_yolo_image, &files);
 		for (size_t f = 0; r >= 0 && f < files.n; f++) {
 			char rel[PATH_MAX];
 			const char *d = dirs.v[i] + (strcmp(dirs.v[i], ".") == 0 ? 1 : 2);
@@ -558,7 +530,7 @@ static int scan_image_tree(int rootfd, const char *path, struct builder *b, char
 	}
 	strvec_sort(&all);
 	for (size_t i = 0; i < all.n; i++) {
-		r = builder_add(b, all.v[i], 0, path, errbuf, errlen);
+		r = ds_builder_add(b, all.v[i], 0, path, errbuf, errlen);
 		if (r < 0)
 			goto out;
 	}
@@ -573,9 +545,7 @@ out:
 	return r;
 }
 
-/* A .txt of image paths, one a line, relative to its directory, read from
- * f (named `path` in messages). */
-static int scan_image_list_stream(FILE *f, const char *path, struct builder *b, char *errbuf, size_t errlen)
+int ds_scan_image_list_stream(FILE *f, const char *path, struct builder *b, char *errbuf, size_t errlen)
 {
 	char *line = NULL;
 	size_t cap = 0;
@@ -593,7 +563,7 @@ static int scan_image_list_stream(FILE *f, const char *path, struct builder *b, 
 			continue;
 		if (strncmp(p, "./", 2) == 0)
 			p += 2;
-		r = builder_add(b, p, 0, path, errbuf, errlen);
+		r = ds_builder_add(b, p, 0, path, errbuf, errlen);
 		if (r < 0)
 			goto out;
 	}
@@ -616,17 +586,12 @@ static int scan_image_list(const char *path, struct builder *b, char *errbuf, si
 		set_err(errbuf, errlen, "%s: %s", path, strerror(-r));
 		return r;
 	}
-	r = scan_image_list_stream(f, path, b, errbuf, errlen);
+	r = ds_scan_image_list_stream(f, path, b, errbuf, errlen);
 	fclose(f);
 	return r;
 }
 
-/*
- * Read `path` (relative to dirfd) whole into *buf (grown as needed, never
- * beyond max_bytes): its length, -EFBIG over max_bytes, -EINVAL when it is
- * not a regular file, or -errno.
- */
-static int64_t read_bounded(int dirfd, const char *path, uint8_t **buf, size_t *cap, uint64_t max_bytes)
+int64_t ds_read_bounded(int dirfd, const char *path, uint8_t **buf, size_t *cap, uint64_t max_bytes)
 {
 	struct stat st;
 	size_t len = 0;
@@ -670,15 +635,6 @@ out:
 	return r < 0 ? r : (int64_t)len;
 }
 
-/*
- * Where read_labels gets sample i's label file: its text into *text (grown,
- * bounded by LABELS_MAX_FILE_BYTES), its length; -ENOENT when it has none
- * (no objects); another -errno, with the file's name in `label` and, but
- * for -ENOMEM, -ENAMETOOLONG and -EFBIG, why in `why`. Called for 0, 1, ...
- */
-typedef int64_t (*label_read_fn)(void *ctx, const struct dataset *ds, uint64_t i, char *label, size_t label_size,
-				 uint8_t **text, size_t *cap, char *why, size_t whylen);
-
 /* Local files: the label path Ultralytics derives from the image's. */
 static int64_t label_read_file(void *ctx, const struct dataset *ds, uint64_t i, char *label, size_t label_size,
 			       uint8_t **text, size_t *cap, char *why, size_t whylen)
@@ -694,15 +650,14 @@ static int64_t label_read_file(void *ctx, const struct dataset *ds, uint64_t i, 
 		snprintf(label, label_size, "%s", image);
 		return -ENAMETOOLONG;
 	}
-	len = read_bounded(AT_FDCWD, label, text, cap, LABELS_MAX_FILE_BYTES);
+	len = ds_read_bounded(AT_FDCWD, label, text, cap, LABELS_MAX_FILE_BYTES);
 	if (len < 0)
 		snprintf(why, whylen, "%s", strerror((int)-len));
 	return len;
 }
 
-/* Every sample's objects, in sample order. */
-static int read_labels(struct dataset *ds, label_read_fn read_fn, void *read_ctx, label_report_fn report,
-		       void *ctx, char *errbuf, size_t errlen)
+int ds_read_labels(struct dataset *ds, ds_label_read_fn read_fn, void *read_ctx, label_report_fn report,
+		   void *ctx, char *errbuf, size_t errlen)
 {
 	struct box_vec boxes = {0};
 	uint8_t *text = NULL;
@@ -760,12 +715,8 @@ out:
 	return r;
 }
 
-/* A detection data set of shards just opened (ds, dropped on failure): its
- * key says "detect", the split and `name` (what was opened: a remote yaml
- * and its shards' pattern are two data sets, with their own class names),
- * and the yaml's names (taken over) name its classes. */
-static int detect_shards_keyed(struct dataset *ds, const char *path, const char *split, const char *name,
-			       struct data_yaml *yaml, struct dataset **out, char *errbuf, size_t errlen)
+int ds_detect_shards_keyed(struct dataset *ds, const char *path, const char *split, const char *name,
+			   struct data_yaml *yaml, struct dataset **out, char *errbuf, size_t errlen)
 {
 	char *key;
 
@@ -795,10 +746,10 @@ static int detect_shards(const char *path, const char *split, struct data_yaml *
 
 	r = shards_open(path, true, yaml->nnames, max_samples, report, report_ctx, &t, errbuf, errlen);
 	if (r == 0)
-		r = dataset_from_shards(path, &t, &ds, errbuf, errlen);
+		r = ds_from_shards(path, &t, &ds, errbuf, errlen);
 	if (r < 0)
 		return r;
-	return detect_shards_keyed(ds, path, split, ds->key, yaml, out, errbuf, errlen);
+	return ds_detect_shards_keyed(ds, path, split, ds->key, yaml, out, errbuf, errlen);
 }
 
 int dataset_open_detect(const char *path, const char *split, uint64_t max_samples, label_report_fn report,
@@ -847,7 +798,7 @@ int dataset_open_detect(const char *path, const char *split, uint64_t max_sample
 		dirfd = open(images, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		r = dirfd < 0 ? -errno : scan_image_tree(dirfd, images, &b, errbuf, errlen);
 	} else if (S_ISREG(st.st_mode)) {
-		r = open_parent(images, &dirfd, errbuf, errlen);
+		r = ds_open_parent(images, &dirfd, errbuf, errlen);
 		if (r == 0)
 			r = scan_image_list(images, &b, errbuf, errlen);
 	} else {
@@ -866,7 +817,7 @@ int dataset_open_detect(const char *path, const char *split, uint64_t max_sample
 			*slash = '\0';
 	}
 	snprintf(key, sizeof(key), "detect:%s:%s", split, real);
-	r = dataset_make(&b, images, key, dirfd, yaml.nnames, &ds);
+	r = ds_make(&b, images, key, dirfd, yaml.nnames, &ds);
 	if (r < 0) {
 		set_err(errbuf, errlen, "dataset %s: out of memory", path);
 		goto fail;
@@ -876,7 +827,7 @@ int dataset_open_detect(const char *path, const char *split, uint64_t max_sample
 	ds->class_names = yaml.names;
 	yaml.names = NULL;
 	yaml.nnames = 0;
-	r = read_labels(ds, label_read_file, NULL, report, report_ctx, errbuf, errlen);
+	r = ds_read_labels(ds, label_read_file, NULL, report, report_ctx, errbuf, errlen);
 	if (r < 0)
 		goto fail;
 	data_yaml_clear(&yaml);
@@ -885,7 +836,7 @@ int dataset_open_detect(const char *path, const char *split, uint64_t max_sample
 fail:
 	dataset_unref(ds);
 	data_yaml_clear(&yaml);
-	builder_free(&b);
+	ds_builder_free(&b);
 	if (dirfd >= 0)
 		close(dirfd);
 	return r;
@@ -893,9 +844,7 @@ fail:
 
 /* ---- remote data sets (s3://, http://, https://) ---- */
 
-/* The HTTP URL of `name`: absolute (http(s)://, s3://, /path) or relative
- * to the data set's base. */
-static int remote_object_url(const struct dataset_remote *rm, const char *name, char *out, size_t size)
+int ds_remote_object_url(const struct dataset_remote *rm, const char *name, char *out, size_t size)
 {
 	int n;
 
@@ -920,8 +869,8 @@ static int remote_object_url(const struct dataset_remote *rm, const char *name, 
 int dataset_url(const struct dataset *ds, uint64_t index, char *out, size_t size)
 {
 	if (ds->shards)
-		return remote_object_url(ds->remote, ds->shards->v[ds->shards->sample_shard[index]].loc, out, size);
-	return remote_object_url(ds->remote, dataset_name(ds, index), out, size);
+		return ds_remote_object_url(ds->remote, ds->shards->v[ds->shards->sample_shard[index]].loc, out, size);
+	return ds_remote_object_url(ds->remote, dataset_name(ds, index), out, size);
 }
 
 void dataset_range(const struct dataset *ds, uint64_t index, uint64_t *offset, uint64_t *length)
@@ -936,7 +885,7 @@ static int remote_shard_stat(void *ctx, const char *loc, uint64_t *size, int64_t
 	const struct dataset_remote *rm = ctx;
 	struct fetch_req req = {.head = true, .auth = dataset_remote_auth(rm)};
 	char url[8192];
-	int r = remote_object_url(rm, loc, url, sizeof(url));
+	int r = ds_remote_object_url(rm, loc, url, sizeof(url));
 
 	if (r < 0)
 		return r;
@@ -962,7 +911,7 @@ static int64_t remote_shard_read(void *ctx, const char *loc, uint64_t off, void 
 
 	if (len == 0)
 		return 0;
-	r = remote_object_url(rm, loc, url, sizeof(url));
+	r = ds_remote_object_url(rm, loc, url, sizeof(url));
 	if (r < 0)
 		return r;
 	req.url = url;
@@ -973,9 +922,7 @@ static int64_t remote_shard_read(void *ctx, const char *loc, uint64_t off, void 
 	return r < 0 ? r : (int64_t)req.len;
 }
 
-/* A worker's fetch of one sample, when the fetch stage did not bring it
- * (a replacement candidate): blocking, through the I/O thread. */
-static int64_t remote_read(const struct dataset *ds, uint64_t index, uint8_t **buf, size_t *cap, uint64_t max_bytes)
+int64_t ds_remote_read(const struct dataset *ds, uint64_t index, uint8_t **buf, size_t *cap, uint64_t max_bytes)
 {
 	struct fetch_req req = {0};
 	char url[8192];
@@ -998,25 +945,7 @@ static int64_t remote_read(const struct dataset *ds, uint64_t index, uint8_t **b
 	return (int64_t)req.len;
 }
 
-/* One object of an S3 ImageFolder listing. */
-struct listed {
-	char *rel; /* the key after the prefix: class/.../file.jpg */
-	size_t class_len, dir_len; /* lengths of "class" and "class/.../" */
-	uint64_t size;
-};
-
-struct listing {
-	struct listed *v;
-	size_t n, cap;
-	size_t prefix_len;
-	uint64_t max;
-	char *errbuf;
-	size_t errlen;
-	const char *url, *bucket;
-	struct strvec tars; /* s3:// URLs of the .tar objects at the prefix's top level */
-};
-
-static void listing_free(struct listing *l)
+void ds_listing_free(struct listing *l)
 {
 	for (size_t i = 0; i < l->n; i++)
 		free(l->v[i].rel);
@@ -1024,7 +953,7 @@ static void listing_free(struct listing *l)
 	strvec_free(&l->tars);
 }
 
-static int listing_push(struct listing *l, const char *rel, size_t class_len, size_t dir_len, uint64_t size)
+int ds_listing_push(struct listing *l, const char *rel, size_t class_len, size_t dir_len, uint64_t size)
 {
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? 2 * l->cap : 1024;
@@ -1061,7 +990,7 @@ static int listing_add(void *ctx, const char *key, uint64_t size)
 	last = strrchr(rel, '/');
 	/* Tar shards beside the folders make a shard data set, as a local
 	 * directory of them does. */
-	if (!slash && has_extension(rel, (const char *const[]){"tar", NULL}, true)) {
+	if (!slash && ds_has_extension(rel, (const char *const[]){"tar", NULL}, true)) {
 		char loc[4096];
 
 		if ((size_t)snprintf(loc, sizeof(loc), "s3://%s/%s", l->bucket, key) >= sizeof(loc))
@@ -1071,7 +1000,7 @@ static int listing_add(void *ctx, const char *key, uint64_t size)
 	/* Other objects beside the class folders, and folder markers, are not samples. */
 	if (!slash || !last[1])
 		return 0;
-	return listing_push(l, rel, (size_t)(slash - rel), (size_t)(last - rel) + 1, size);
+	return ds_listing_push(l, rel, (size_t)(slash - rel), (size_t)(last - rel) + 1, size);
 }
 
 static int cmp_part(const char *a, size_t alen, const char *b, size_t blen)
@@ -1132,9 +1061,9 @@ static int scan_s3_folder(struct dataset_remote *rm, const char *url, const char
 			classes++;
 			class_start = b->n;
 		}
-		if (!is_folder_image(l.v[i].rel + l.v[i].dir_len))
+		if (!ds_is_folder_image(l.v[i].rel + l.v[i].dir_len))
 			continue;
-		r = builder_add(b, l.v[i].rel, (int32_t)(classes - 1), url, errbuf, errlen);
+		r = ds_builder_add(b, l.v[i].rel, (int32_t)(classes - 1), url, errbuf, errlen);
 		if (r < 0)
 			goto out;
 		if (b->n > sizes_cap) {
@@ -1158,20 +1087,18 @@ static int scan_s3_folder(struct dataset_remote *rm, const char *url, const char
 	*num_classes = classes;
 	r = 0;
 out:
-	listing_free(&l);
+	ds_listing_free(&l);
 	return r;
 }
 
-/* The object at `loc` (an absolute location: http(s)://, s3://) whole, in
- * req (the caller frees req->data); on failure, why in errbuf. */
-static int remote_get(const struct dataset_remote *rm, const char *loc, struct fetch_req *req, char *errbuf,
-		      size_t errlen)
+int ds_remote_get(const struct dataset_remote *rm, const char *loc, struct fetch_req *req, char *errbuf,
+		  size_t errlen)
 {
 	char url[8192];
 	int r;
 
 	memset(req, 0, sizeof(*req));
-	r = remote_object_url(rm, loc, url, sizeof(url));
+	r = ds_remote_object_url(rm, loc, url, sizeof(url));
 	if (r < 0) {
 		set_err(errbuf, errlen, "%s: %s", loc, strerror(-r));
 		return r;
@@ -1201,7 +1128,7 @@ static int scan_remote_list(struct dataset_remote *rm, const char *url, struct b
 	FILE *f;
 	int r;
 
-	r = remote_get(rm, url, &req, errbuf, errlen);
+	r = ds_remote_get(rm, url, &req, errbuf, errlen);
 	if (r < 0)
 		goto out;
 	f = req.len ? fmemopen(req.data, req.len, "r") : NULL;
@@ -1211,7 +1138,7 @@ static int scan_remote_list(struct dataset_remote *rm, const char *url, struct b
 		goto out;
 	}
 	if (shards_list_first_entry(f, first, sizeof(first)) &&
-	    has_extension(first, (const char *const[]){"tar", NULL}, true)) {
+	    ds_has_extension(first, (const char *const[]){"tar", NULL}, true)) {
 		/* A list of shards: relative to the list's own location. */
 		char dir[4096];
 
@@ -1222,7 +1149,7 @@ static int scan_remote_list(struct dataset_remote *rm, const char *url, struct b
 			r = 1;
 	} else {
 		rewind(f);
-		r = scan_list_stream(f, url, b, num_classes, errbuf, errlen);
+		r = ds_scan_list_stream(f, url, b, num_classes, errbuf, errlen);
 	}
 	fclose(f);
 out:
@@ -1230,10 +1157,8 @@ out:
 	return r;
 }
 
-/* A remote data set's state for `url`: its fetch, its S3 settings and,
- * for s3://, the credentials. */
-static int remote_new(const char *url, struct fetch *f, const struct s3_config *s3, struct dataset_remote **out,
-		      char *errbuf, size_t errlen)
+int ds_remote_new(const char *url, struct fetch *f, const struct s3_config *s3, struct dataset_remote **out,
+		  char *errbuf, size_t errlen)
 {
 	struct dataset_remote *rm;
 	int r;
@@ -1260,10 +1185,8 @@ static int remote_new(const char *url, struct fetch *f, const struct s3_config *
 	return 0;
 }
 
-/* The data set of b's names, relative to rm->base (set), with the listed
- * *sizes (taken over; NULL: none); it takes rm over. */
-static int remote_finish(struct dataset_remote *rm, struct builder *b, uint64_t **sizes, const char *root,
-			 const char *key, uint32_t num_classes, struct dataset **out, char *errbuf, size_t errlen)
+int ds_remote_finish(struct dataset_remote *rm, struct builder *b, uint64_t **sizes, const char *root,
+		     const char *key, uint32_t num_classes, struct dataset **out, char *errbuf, size_t errlen)
 {
 	const char *p = strstr(rm->base, "://"), *slash = p ? strchr(p + 3, '/') : NULL;
 	struct dataset *ds;
@@ -1272,7 +1195,7 @@ static int remote_finish(struct dataset_remote *rm, struct builder *b, uint64_t 
 	snprintf(rm->origin, sizeof(rm->origin), "%.*s", slash ? (int)(slash - rm->base) : (int)strlen(rm->base),
 		 rm->base);
 	rm->listed_ns = monotonic_ns();
-	if (dataset_make(b, root, key, -1, num_classes, &ds) < 0) {
+	if (ds_make(b, root, key, -1, num_classes, &ds) < 0) {
 		set_err(errbuf, errlen, "dataset %s: out of memory", root);
 		return -ENOMEM;
 	}
@@ -1283,18 +1206,9 @@ static int remote_finish(struct dataset_remote *rm, struct builder *b, uint64_t 
 	return 0;
 }
 
-/* Detection shards: the classes, and where label errors go. */
-struct shard_detect {
-	uint32_t num_classes;
-	label_report_fn report;
-	void *report_ctx;
-};
-
-/* The shards at `locs` (NULL: the pattern `url`), read through rm, which
- * the data set takes over (freed here on failure); det: detection shards. */
-static int open_remote_shards(struct dataset_remote *rm, const char *url, struct strvec *locs,
-			      const struct shard_detect *det, uint64_t max_samples, struct dataset **out, char *errbuf,
-			      size_t errlen)
+int ds_open_remote_shards(struct dataset_remote *rm, const char *url, struct strvec *locs,
+			  const struct shard_detect *det, uint64_t max_samples, struct dataset **out, char *errbuf,
+			  size_t errlen)
 {
 	struct shard_table t;
 	struct dataset *ds;
@@ -1305,7 +1219,7 @@ static int open_remote_shards(struct dataset_remote *rm, const char *url, struct
 	r = shards_open_source(url, locs, &rm->shard_src, det != NULL, det ? det->num_classes : 0, max_samples,
 			       det ? det->report : NULL, det ? det->report_ctx : NULL, &t, errbuf, errlen);
 	if (r == 0)
-		r = dataset_from_shards(url, &t, &ds, errbuf, errlen);
+		r = ds_from_shards(url, &t, &ds, errbuf, errlen);
 	if (r < 0) {
 		free(rm);
 		return r;
@@ -1328,11 +1242,11 @@ int dataset_open_remote(const char *url, uint64_t max_samples, struct fetch *f, 
 	const char *key, *slash;
 	int r;
 
-	r = remote_new(url, f, s3, &rm, errbuf, errlen);
+	r = ds_remote_new(url, f, s3, &rm, errbuf, errlen);
 	if (r < 0)
 		return r;
 	if (shards_url_spec(url))
-		return open_remote_shards(rm, url, NULL, NULL, max_samples, out, errbuf, errlen);
+		return ds_open_remote_shards(rm, url, NULL, NULL, max_samples, out, errbuf, errlen);
 	if (strncmp(url, "s3://", 5) == 0) {
 		const char *last;
 
@@ -1355,7 +1269,7 @@ int dataset_open_remote(const char *url, uint64_t max_samples, struct fetch *f, 
 				r = scan_s3_folder(rm, url, bucket, prefix, &b, &sizes, &num_classes, &tars, errbuf,
 						   errlen);
 			if (r == 1)
-				return open_remote_shards(rm, url, &tars, NULL, max_samples, out, errbuf, errlen);
+				return ds_open_remote_shards(rm, url, &tars, NULL, max_samples, out, errbuf, errlen);
 		} else {
 			char dir[2048];
 
@@ -1376,11 +1290,11 @@ int dataset_open_remote(const char *url, uint64_t max_samples, struct fetch *f, 
 		r = scan_remote_list(rm, url, &b, &num_classes, &shard_locs, errbuf, errlen);
 	}
 	if (r == 1)
-		return open_remote_shards(rm, url, &shard_locs, NULL, max_samples, out, errbuf, errlen);
+		return ds_open_remote_shards(rm, url, &shard_locs, NULL, max_samples, out, errbuf, errlen);
 	strvec_free(&shard_locs);
 	if (r < 0)
 		goto fail;
-	r = remote_finish(rm, &b, &sizes, url, url, num_classes, out, errbuf, errlen);
+	r = ds_remote_finish(rm, &b, &sizes, url, url, num_classes, out, errbuf, errlen);
 	if (r < 0)
 		goto fail;
 	return 0;
@@ -1389,7 +1303,7 @@ fail:
 		set_err(errbuf, errlen, "dataset %s: %s", url, strerror(-r));
 	free(sizes);
 	free(rm);
-	builder_free(&b);
+	ds_builder_free(&b);
 	return r;
 }
 
@@ -1436,7 +1350,7 @@ static int remote_yaml(const struct dataset_remote *rm, const char *url, const c
 	struct fetch_req req;
 	int n, r;
 
-	r = remote_get(rm, url, &req, errbuf, errlen);
+	r = ds_remote_get(rm, url, &req, errbuf, errlen);
 	if (r < 0)
 		return r;
 	r = data_yaml_parse(req.data ? (const char *)req.data : "", req.len, url, split, yaml, errbuf, errlen);
@@ -1465,9 +1379,9 @@ static int yolo_listing_add(void *ctx, const char *key, uint64_t size)
 {
 	struct listing *l = ctx;
 
-	if (strlen(key) <= l->prefix_len || !is_yolo_image(key + l->prefix_len))
+	if (strlen(key) <= l->prefix_len || !ds_is_yolo_image(key + l->prefix_len))
 		return 0;
-	return listing_push(l, key + l->prefix_len, 0, 0, size);
+	return ds_listing_push(l, key + l->prefix_len, 0, 0, size);
 }
 
 static int cmp_listed_rel(const void *pa, const void *pb)
@@ -1495,7 +1409,7 @@ static int scan_s3_images(struct dataset_remote *rm, const char *url, const char
 		goto out;
 	}
 	for (size_t i = 0; i < l.n; i++) {
-		r = builder_add(b, l.v[i].rel, 0, url, errbuf, errlen);
+		r = ds_builder_add(b, l.v[i].rel, 0, url, errbuf, errlen);
 		if (r < 0)
 			goto out;
 		(*sizes)[i] = l.v[i].size;
@@ -1505,7 +1419,7 @@ static int scan_s3_images(struct dataset_remote *rm, const char *url, const char
 		r = -ENOENT;
 	}
 out:
-	listing_free(&l);
+	ds_listing_free(&l);
 	return r;
 }
 
@@ -1533,22 +1447,22 @@ static int scan_remote_images(struct dataset_remote *rm, const char *url, struct
 		r = s3_object_url(&rm->s3, bucket, prefix, rm->base, sizeof(rm->base));
 		return r < 0 ? r : scan_s3_images(rm, url, bucket, prefix, b, sizes, errbuf, errlen);
 	}
-	if (folder || !has_extension(last, (const char *const[]){"txt", NULL}, true)) {
+	if (folder || !ds_has_extension(last, (const char *const[]){"txt", NULL}, true)) {
 		set_err(errbuf, errlen, "%s: %s", url,
 			folder ? "HTTP servers have no listing to scan: give a .txt list of the images"
 			       : "expected a directory (an S3 prefix) or a .txt list of images");
 		return -EINVAL;
 	}
-	r = remote_object_url(rm, url, rm->base, sizeof(rm->base));
+	r = ds_remote_object_url(rm, url, rm->base, sizeof(rm->base));
 	if (r < 0)
 		return r;
 	strrchr(rm->base, '/')[1] = '\0'; /* the list's directory */
-	r = remote_get(rm, url, &req, errbuf, errlen);
+	r = ds_remote_get(rm, url, &req, errbuf, errlen);
 	if (r < 0)
 		return r;
 	f = req.len ? fmemopen(req.data, req.len, "r") : NULL;
 	if (f) {
-		r = scan_image_list_stream(f, url, b, errbuf, errlen);
+		r = ds_scan_image_list_stream(f, url, b, errbuf, errlen);
 		fclose(f);
 	} else {
 		set_err(errbuf, errlen, "%s: no images listed", url);
@@ -1644,7 +1558,7 @@ static int64_t label_read_remote(void *ctx, const struct dataset *ds, uint64_t i
 	return r;
 }
 
-/* read_labels over the network: a 404 is a missing label file. */
+/* ds_read_labels over the network: a 404 is a missing label file. */
 static int remote_read_labels(struct dataset *ds, label_report_fn report, void *ctx, char *errbuf, size_t errlen)
 {
 	struct label_fetches lf = {.rm = ds->remote};
@@ -1659,8 +1573,8 @@ static int remote_read_labels(struct dataset *ds, label_report_fn report, void *
 	pthread_cond_init(&lf.cond, NULL);
 	for (uint64_t k = 0; k < LABEL_FETCH_WINDOW && k < ds->count; k++)
 		label_submit(&lf, ds, k);
-	r = read_labels(ds, label_read_remote, &lf, report, ctx, errbuf, errlen);
-	/* Requests still out when read_labels stopped early point into lf. */
+	r = ds_read_labels(ds, label_read_remote, &lf, report, ctx, errbuf, errlen);
+	/* Requests still out when ds_read_labels stopped early point into lf. */
 	pthread_mutex_lock(&lf.lock);
 	for (uint32_t k = 0; k < LABEL_FETCH_WINDOW; k++)
 		while (lf.slot[k].submitted && !lf.slot[k].done)
@@ -1686,14 +1600,14 @@ int dataset_open_remote_detect(const char *url, const char *split, uint64_t max_
 	char images[4096], key[4096 + 64];
 	int r;
 
-	r = remote_new(url, f, s3, &rm, errbuf, errlen);
+	r = ds_remote_new(url, f, s3, &rm, errbuf, errlen);
 	if (r < 0)
 		return r;
 	if ((size_t)snprintf(images, sizeof(images), "%s", url) >= sizeof(images)) {
 		r = -ENAMETOOLONG;
 		goto fail;
 	}
-	if (has_extension(url, (const char *const[]){"yaml", "yml", NULL}, true)) {
+	if (ds_has_extension(url, (const char *const[]){"yaml", "yml", NULL}, true)) {
 		r = remote_yaml(rm, url, split, &yaml, images, sizeof(images), errbuf, errlen);
 		if (r < 0)
 			goto fail;
@@ -1708,9 +1622,9 @@ int dataset_open_remote_detect(const char *url, const char *split, uint64_t max_
 	if (shards_url_spec(images)) {
 		struct shard_detect det = {.num_classes = yaml.nnames, .report = report, .report_ctx = report_ctx};
 
-		r = open_remote_shards(rm, images, NULL, &det, max_samples, &ds, errbuf, errlen);
+		r = ds_open_remote_shards(rm, images, NULL, &det, max_samples, &ds, errbuf, errlen);
 		if (r == 0)
-			r = detect_shards_keyed(ds, url, split, url, &yaml, out, errbuf, errlen);
+			r = ds_detect_shards_keyed(ds, url, split, url, &yaml, out, errbuf, errlen);
 		data_yaml_clear(&yaml);
 		return r;
 	}
@@ -1718,7 +1632,7 @@ int dataset_open_remote_detect(const char *url, const char *split, uint64_t max_
 	if (r < 0)
 		goto fail;
 	snprintf(key, sizeof(key), "detect:%s:%s", split, url);
-	r = remote_finish(rm, &b, &sizes, images, key, yaml.nnames, &ds, errbuf, errlen);
+	r = ds_remote_finish(rm, &b, &sizes, images, key, yaml.nnames, &ds, errbuf, errlen);
 	if (r < 0)
 		goto fail;
 	rm = NULL; /* the data set's now */
@@ -1738,7 +1652,7 @@ fail:
 	dataset_unref(ds);
 	free(rm);
 	free(sizes);
-	builder_free(&b);
+	ds_builder_free(&b);
 	data_yaml_clear(&yaml);
 	return r;
 }
@@ -1781,8 +1695,8 @@ int64_t dataset_read(const struct dataset *ds, uint64_t index, uint8_t **buf, si
 	if (ds->shards)
 		return shards_read(ds->shards, index, buf, cap, max_bytes);
 	if (ds->remote)
-		return remote_read(ds, index, buf, cap, max_bytes);
-	return read_bounded(ds->dirfd, dataset_name(ds, index), buf, cap, max_bytes);
+		return ds_remote_read(ds, index, buf, cap, max_bytes);
+	return ds_read_bounded(ds->dirfd, dataset_name(ds, index), buf, cap, max_bytes);
 }
 
 /* The size Ultralytics sees (its exif_size()): stored, then oriented. */
