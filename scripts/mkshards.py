@@ -27,7 +27,8 @@ import os
 import sys
 import tarfile
 
-# The files each loose-file loader lists (daemon/data/dataset.c): torchvision's
+# The files each loose-file loader lists (daemon/data/dataset_local.c and
+# dataset_yolo.c): torchvision's
 # IMG_EXTENSIONS, and the Ultralytics IMG_FORMATS stoker decodes.
 IMAGEFOLDER_EXTS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 YOLO_EXTS = (".bmp", ".jpeg", ".jpg", ".mpo", ".png", ".tif", ".tiff", ".webp")

@@ -46,7 +46,7 @@
 #define SHARDS_MAX_MEMBERS (64u << 20)
 
 /*
- * Shards that are not local files (objects over HTTP/S3: dataset.c): how
+ * Shards that are not local files (objects over HTTP/S3: dataset_remote.c): how
  * to stat and read a location. Kept by the caller for the data set's life.
  */
 struct source_reader;

@@ -128,3 +128,16 @@ def test_client_cannot_include_the_daemon(tmp_path):
             probe.write_text('#include "%s"\n' % h)
             r = subprocess.run(cmd + ["-fsyntax-only", str(probe)], cwd=ROOT, capture_output=True, text=True)
             assert r.returncode != 0 and "No such file" in r.stderr, "client/ reached daemon/%s/%s" % (layer, h)
+
+
+def test_private_headers_stay_in_their_folder():
+    # x_priv.h holds what the files of one part share (data/dataset_priv.h
+    # for the data-set files): no file of another folder includes it.
+    privs = {h: layer for layer in LAYERS for h in headers_of(layer) if h.endswith("_priv.h")}
+    assert "dataset_priv.h" in privs
+    sources = [p for top in ("daemon", "client", "tests", "bench") for p in (ROOT / top).rglob("*.[ch]")]
+    for path in sources:
+        text = path.read_text(errors="replace")
+        for h, layer in privs.items():
+            if '#include "%s"' % h in text:
+                assert path.parent == ROOT / "daemon" / layer, "%s includes %s/%s" % (path, layer, h)
