@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,21 +118,24 @@ int client_gpu_resolve(int ordinal, uint8_t uuid[CLIENT_GPU_UUID_BYTES], char *w
 	return 0;
 }
 
-/* The release words, mapped read-write from the host ring's fd. */
-static int map_words(struct client_gpu *cg, int ring_fd, const Stoker__DeviceRing *dr, char *why, size_t whysize)
+/* The release words, mapped read-write from their memfd (sealed: it
+ * cannot shrink under us). */
+static int map_words(struct client_gpu *cg, int words_fd, const Stoker__DeviceRing *dr, char *why, size_t whysize)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	struct stat st;
+	int seals;
 	void *p;
 
 	cg->words_bytes = ((size_t)dr->slot_count * sizeof(uint64_t) + page - 1) / page * page;
-	if (!dr->has_release_words_offset || dr->release_words_offset % page || fstat(ring_fd, &st) < 0 ||
-	    (uint64_t)st.st_size < dr->release_words_offset ||
+	seals = fcntl(words_fd, F_GET_SEALS);
+	if (!dr->has_release_words_offset || dr->release_words_offset % page || seals < 0 ||
+	    !(seals & F_SEAL_SHRINK) || fstat(words_fd, &st) < 0 || (uint64_t)st.st_size < dr->release_words_offset ||
 	    (uint64_t)st.st_size - dr->release_words_offset < cg->words_bytes) {
-		snprintf(why, whysize, "the daemon described impossible release words (an older stokerd?)");
+		snprintf(why, whysize, "the daemon sent impossible release words (an older stokerd?)");
 		return -EPROTO;
 	}
-	p = mmap(NULL, cg->words_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, ring_fd, (off_t)dr->release_words_offset);
+	p = mmap(NULL, cg->words_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, words_fd, (off_t)dr->release_words_offset);
 	if (p == MAP_FAILED) {
 		snprintf(why, whysize, "cannot map the device ring's release words: %s", strerror(errno));
 		return -errno;
@@ -142,7 +146,7 @@ static int map_words(struct client_gpu *cg, int ring_fd, const Stoker__DeviceRin
 
 #define CU(fn, ...) CUDADRV_TRY(cg->drv, fn, __VA_ARGS__)
 
-int client_gpu_import(int ordinal, int fd, int ring_fd, const Stoker__DeviceRing *dr, struct client_gpu **out,
+int client_gpu_import(int ordinal, int fd, int words_fd, const Stoker__DeviceRing *dr, struct client_gpu **out,
 		      char *why, size_t whysize)
 {
 	struct client_gpu *cg;
@@ -173,13 +177,12 @@ int client_gpu_import(int ordinal, int fd, int ring_fd, const Stoker__DeviceRing
 		client_gpu_free(cg);
 		return -ENOMEM;
 	}
-	r = map_words(cg, ring_fd, dr, why, whysize);
+	r = map_words(cg, words_fd, dr, why, whysize);
 	if (r < 0) {
 		client_gpu_free(cg);
 		return r;
 	}
-	/* The words start where this process's count does: at what the
-	 * daemon zeroed them to. */
+	/* This process's counts start at the words' values (zero). */
 	for (uint32_t i = 0; i < cg->slot_count; i++)
 		cg->released[i] = __atomic_load_n(&cg->words[i], __ATOMIC_ACQUIRE);
 	r = enter(ordinal, &drv, &cg->dev, &cg->ctx, why, whysize);
@@ -404,7 +407,7 @@ int client_gpu_resolve(int ordinal, uint8_t uuid[CLIENT_GPU_UUID_BYTES], char *w
 	return unavailable(why, whysize);
 }
 
-int client_gpu_import(int ordinal, int fd, int ring_fd, const Stoker__DeviceRing *dr, struct client_gpu **out,
+int client_gpu_import(int ordinal, int fd, int words_fd, const Stoker__DeviceRing *dr, struct client_gpu **out,
 		      char *why, size_t whysize)
 {
 	return unavailable(why, whysize);

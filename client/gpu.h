@@ -33,8 +33,8 @@ int client_gpu_resolve(int ordinal, uint8_t uuid[CLIENT_GPU_UUID_BYTES], char *w
 
 /* Import the ring the daemon sent (`fd` stays the caller's), map it on
  * `ordinal` (which must be the GPU the ring is on), and map its release
- * words from the host ring's `ring_fd` (also the caller's). */
-int client_gpu_import(int ordinal, int fd, int ring_fd, const Stoker__DeviceRing *dr, struct client_gpu **out,
+ * words from `words_fd` (also the caller's). */
+int client_gpu_import(int ordinal, int fd, int words_fd, const Stoker__DeviceRing *dr, struct client_gpu **out,
 		      char *why, size_t whysize);
 /* Waits for every release written so far to land (the work queued before
  * them has run), then unmaps. Release the batches still held first

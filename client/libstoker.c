@@ -994,20 +994,21 @@ static int map_ring(struct stoker *s, const Stoker__Attached *at, int fd)
 }
 
 /* device cuda:N: the DeviceRing that follows Attached, imported. */
-static int attach_device(struct stoker *s, const Stoker__Attached *at, int ring_fd)
+static int attach_device(struct stoker *s, const Stoker__Attached *at)
 {
 	Stoker__Message *reply = NULL;
 	const Stoker__DeviceRing *dr;
 	char why[384];
-	int fd = -1, r;
+	int fd = -1, words_fd = -1, r;
 
 	r = await_reply(s, STOKER__MESSAGE__BODY_DEVICE_RING, HANDSHAKE_TIMEOUT_MS, &reply);
 	if (r < 0)
 		return fail_connection(s, r, NULL);
 	dr = reply->device_ring;
 	fd = frame_in_take_fd(&s->in);
-	if (fd < 0) {
-		r = fail_connection(s, -EPROTO, "the daemon sent the device ring without its descriptor");
+	words_fd = frame_in_take_fd(&s->in);
+	if (fd < 0 || words_fd < 0) {
+		r = fail_connection(s, -EPROTO, "the daemon sent the device ring without its two descriptors");
 		goto out;
 	}
 	if (dr->slot_count != at->slot_count || dr->slot_count == 0 || dr->slot_bytes == 0 ||
@@ -1017,7 +1018,7 @@ static int attach_device(struct stoker *s, const Stoker__Attached *at, int ring_
 		r = fail_connection(s, -EPROTO, "the daemon described an impossible device ring");
 		goto out;
 	}
-	r = client_gpu_import(s->ordinal, fd, ring_fd, dr, &s->gpu, why, sizeof(why));
+	r = client_gpu_import(s->ordinal, fd, words_fd, dr, &s->gpu, why, sizeof(why));
 	if (r < 0) {
 		set_error(s, r, "%s", why);
 		fail_connection(s, r, NULL);
@@ -1025,6 +1026,8 @@ static int attach_device(struct stoker *s, const Stoker__Attached *at, int ring_
 out:
 	if (fd >= 0)
 		close(fd);
+	if (words_fd >= 0)
+		close(words_fd);
 	stoker__message__free_unpacked(reply, NULL);
 	return r;
 }
@@ -1107,7 +1110,7 @@ STOKER_API int stoker_attach(struct stoker *s, const char *dataset, const struct
 		goto out;
 	}
 	if (s->ordinal >= 0)
-		r = attach_device(s, at, fd);
+		r = attach_device(s, at);
 	else if (opts && opts->pin != PIN_NO)
 		r = attach_pin(s, opts->pin == PIN_YES);
 	if (r < 0)

@@ -168,8 +168,9 @@ void frame_out_release(struct frame_out *out)
 		return;
 	for (p = out->head; p; p = next) {
 		next = p->next;
-		if (p->fd >= 0)
-			close(p->fd);
+		for (int i = 0; i < 2; i++)
+			if (p->fd[i] >= 0)
+				close(p->fd[i]);
 		free(p);
 	}
 	out->head = out->tail = NULL;
@@ -177,6 +178,11 @@ void frame_out_release(struct frame_out *out)
 }
 
 int frame_out_push(struct frame_out *out, const Stoker__Message *msg, int fd)
+{
+	return frame_out_push2(out, msg, fd, -1);
+}
+
+int frame_out_push2(struct frame_out *out, const Stoker__Message *msg, int fd, int fd2)
 {
 	size_t body = stoker__message__get_packed_size(msg);
 	struct frame_pending *p = NULL;
@@ -198,7 +204,8 @@ int frame_out_push(struct frame_out *out, const Stoker__Message *msg, int fd)
 	p->next = NULL;
 	p->len = FRAME_HEADER_BYTES + body;
 	p->sent = 0;
-	p->fd = fd;
+	p->fd[0] = fd >= 0 ? fd : fd2;
+	p->fd[1] = fd >= 0 ? fd2 : -1;
 	p->data[0] = (uint8_t)body;
 	p->data[1] = (uint8_t)(body >> 8);
 	p->data[2] = (uint8_t)(body >> 16);
@@ -215,30 +222,33 @@ int frame_out_push(struct frame_out *out, const Stoker__Message *msg, int fd)
 fail:
 	if (fd >= 0)
 		close(fd);
+	if (fd2 >= 0)
+		close(fd2);
 	return r;
 }
 
 static ssize_t frame_send_one(int sock, const struct frame_pending *p)
 {
 	union {
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(2 * sizeof(int))];
 		struct cmsghdr align;
 	} control;
 	struct iovec iov = {.iov_base = (void *)(p->data + p->sent), .iov_len = p->len - p->sent};
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
 	ssize_t n;
 
-	if (p->sent == 0 && p->fd >= 0) {
+	if (p->sent == 0 && p->fd[0] >= 0) {
+		unsigned n_fds = p->fd[1] >= 0 ? 2 : 1;
 		struct cmsghdr *c;
 
 		memset(&control, 0, sizeof(control));
 		mh.msg_control = control.buf;
-		mh.msg_controllen = sizeof(control.buf);
+		mh.msg_controllen = CMSG_SPACE(n_fds * sizeof(int));
 		c = CMSG_FIRSTHDR(&mh);
 		c->cmsg_level = SOL_SOCKET;
 		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &p->fd, sizeof(int));
+		c->cmsg_len = CMSG_LEN(n_fds * sizeof(int));
+		memcpy(CMSG_DATA(c), p->fd, n_fds * sizeof(int));
 	}
 	do
 		n = sendmsg(sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -256,10 +266,12 @@ int frame_out_flush(struct frame_out *out, int sock)
 
 		if (n < 0)
 			return (int)n;
-		if (p->sent == 0 && p->fd >= 0) {
-			/* The fd went with the first byte. */
-			close(p->fd);
-			p->fd = -1;
+		if (p->sent == 0 && p->fd[0] >= 0) {
+			/* The fds went with the first byte. */
+			for (int i = 0; i < 2; i++)
+				if (p->fd[i] >= 0)
+					close(p->fd[i]);
+			p->fd[0] = p->fd[1] = -1;
 		}
 		p->sent += (size_t)n;
 		if (p->sent < p->len)

@@ -37,7 +37,7 @@ struct frame_in {
 struct frame_pending {
 	struct frame_pending *next;
 	size_t len, sent;
-	int fd; /* sent with the first byte, then closed; -1 for none */
+	int fd[2]; /* sent with the first byte, then closed; -1 for none */
 	uint8_t data[];
 };
 
@@ -77,6 +77,9 @@ void frame_out_release(struct frame_out *out);
  * bound, -ENOMEM. On error `fd` is closed too.
  */
 int frame_out_push(struct frame_out *out, const Stoker__Message *msg, int fd);
+/* The same with a second fd (-1 for none), sent after `fd` in the same
+ * control message (a device ring's allocation and its release words). */
+int frame_out_push2(struct frame_out *out, const Stoker__Message *msg, int fd, int fd2);
 
 /* Write as much as the socket takes. 0 when the queue is empty, -EAGAIN when
  * frames remain, or another -errno (the connection is unusable). */

@@ -105,7 +105,9 @@ void devring_close(struct devring *r)
 	if (r->closing)
 		return;
 	r->closing = true;
-	if (r->copying > 0 && r->ops->unblock)
+	/* Even with no copy in flight here: the backend may have given up on
+	 * one (its watchdog) that still waits on the GPU, and would never drain. */
+	if (r->ops->unblock)
 		r->ops->unblock(r->backend);
 	maybe_close_backend(r);
 }

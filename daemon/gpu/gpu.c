@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -118,6 +119,9 @@ struct gpu_ring {
 	atomic_bool *pending;                 /* [slot_count] */
 	atomic_bool drain_claimed;
 	uint64_t *queued_ns, *target;         /* [slot_count]: CUDA thread */
+	uint64_t *words;   /* [slot_count]: the release words, mapped from words_fd */
+	size_t words_bytes;
+	int words_fd;
 	uint64_t image_bytes, u8_image_bytes;
 	char why[320];
 	char failure[320]; /* CUDA thread writes it before failing copies; the loop reads it after */
@@ -319,7 +323,7 @@ static void ring_teardown(struct gpu_ring *r)
 		for (uint32_t i = 0; i < c->slots_registered; i++)
 			g->drv->cuMemHostUnregister(r->p.host_base + (size_t)i * r->p.host_slot_bytes);
 		if (c->words_registered)
-			g->drv->cuMemHostUnregister(r->p.release_words);
+			g->drv->cuMemHostUnregister(r->words);
 		/* Stream-ordered: a cuMemFree here could wait for every stream on
 		 * the GPU, other clients' among them. */
 		if (c->staging && c->stream)
@@ -514,17 +518,15 @@ static int setup_memory(struct gpu_ring *r)
 	}
 	CU(cuStreamCreate, &c->stream, CU_STREAM_NON_BLOCKING);
 	/* The release words: the client writes them, the stream waits on them. */
-	CU(cuMemHostRegister, p->release_words,
-	   align_up(GPU_RELEASE_WORDS_BYTES(p->slot_count), (size_t)sysconf(_SC_PAGESIZE)), CU_MEMHOSTREGISTER_DEVICEMAP);
+	CU(cuMemHostRegister, r->words, r->words_bytes, CU_MEMHOSTREGISTER_DEVICEMAP);
 	c->words_registered = true;
-	CU(cuMemHostGetDevicePointer, &c->words, p->release_words, 0);
+	CU(cuMemHostGetDevicePointer, &c->words, r->words, 0);
 	if (c->staging_bytes) {
 		CU(cuMemAllocAsync, &c->staging, c->staging_bytes, c->stream);
 		CU(cuMemcpyHtoDAsync, c->staging + c->staging_bytes - sizeof(p->lut), &p->lut, sizeof(p->lut),
 		   c->stream);
 	}
 	g->drv->cuCtxPopCurrent(&popped);
-	r->ex.release_words_offset = p->release_words_offset;
 	return 0;
 fail:
 	snprintf(r->why, sizeof(r->why), "%s: %s: %s", p->device, what, cudadrv_error(g->drv, res));
@@ -730,7 +732,7 @@ static void watch_ring(struct gpu *g, struct gpu_ring *r, uint64_t now)
 			c->watch = (struct gpuwatch_state){0};
 		return;
 	}
-	o.released = devring_word_reached(__atomic_load_n(&r->p.release_words[oldest], __ATOMIC_ACQUIRE),
+	o.released = devring_word_reached(__atomic_load_n(&r->words[oldest], __ATOMIC_ACQUIRE),
 					  r->target[oldest]);
 	if (g->drv->cuCtxPushCurrent(c->dev->ctx) == CUDA_SUCCESS) {
 		res = g->drv->cuStreamQuery(c->stream);
@@ -925,6 +927,45 @@ static void *gpu_thread(void *arg)
 
 /* ---- the loop side ---- */
 
+/* The release words: a sealed memfd (it cannot shrink under either side)
+ * mapped read-write here; its fd goes to the client. */
+static int words_create(struct gpu_ring *r)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	int fd, err;
+	void *m;
+
+	r->words_bytes = (GPU_RELEASE_WORDS_BYTES(r->p.slot_count) + page - 1) / page * page;
+	fd = memfd_create("stoker-release-words", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)r->words_bytes) < 0 ||
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	m = mmap(NULL, r->words_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	if (m == MAP_FAILED) {
+		err = -errno;
+		close(fd);
+		return err;
+	}
+	r->words = m;
+	r->ex.words_fd = fd;
+	return 0;
+}
+
+static void words_free(struct gpu_ring *r)
+{
+	if (r->words)
+		munmap(r->words, r->words_bytes);
+	if (r->ex.words_fd >= 0)
+		close(r->ex.words_fd);
+	r->words = NULL;
+	r->ex.words_fd = -1;
+}
+
 static void gpu_ring_free(struct gpu_ring *r)
 {
 	struct gpu *g = r->g;
@@ -932,6 +973,7 @@ static void gpu_ring_free(struct gpu_ring *r)
 	devring_release_state(&r->dr);
 	if (r->ex.fd >= 0)
 		close(r->ex.fd);
+	words_free(r);
 	free(r->copy_req);
 	free(r->copy_done);
 	free(r->pending);
@@ -1014,7 +1056,7 @@ static void submit_unblock(void *backend)
 
 	for (uint32_t i = 0; i < r->p.slot_count; i++) {
 		uint64_t target = devring_release_target(&r->dr, i);
-		uint64_t *w = &r->p.release_words[i];
+		uint64_t *w = &r->words[i];
 
 		if (!devring_word_reached(__atomic_load_n(w, __ATOMIC_ACQUIRE), target))
 			__atomic_store_n(w, target, __ATOMIC_RELEASE);
@@ -1155,7 +1197,7 @@ int gpu_ring_open(struct gpu *g, const struct gpu_ring_params *p, const struct g
 
 	if (g->freeing)
 		return -ESHUTDOWN;
-	if (!p->release_words || p->slot_count == 0)
+	if (p->slot_count == 0)
 		return -EINVAL;
 	r = calloc(1, sizeof(*r));
 	if (!r)
@@ -1164,7 +1206,7 @@ int gpu_ring_open(struct gpu *g, const struct gpu_ring_params *p, const struct g
 	r->owner = owner;
 	r->cb = *cb;
 	r->p = *p;
-	r->ex.fd = -1;
+	r->ex.fd = r->ex.words_fd = -1;
 	r->u8_image_bytes = (uint64_t)p->image_size * p->image_size * 3;
 	r->image_bytes = r->u8_image_bytes * sample_dtype_bytes(p->dtype);
 	r->copy_req = calloc(p->slot_count, sizeof(*r->copy_req));
@@ -1176,6 +1218,9 @@ int gpu_ring_open(struct gpu *g, const struct gpu_ring_params *p, const struct g
 		err = -ENOMEM;
 		goto fail;
 	}
+	err = words_create(r);
+	if (err < 0)
+		goto fail;
 	err = devring_init(&r->dr, p->slot_count, &gpu_devring_ops, r);
 	if (err < 0)
 		goto fail;
@@ -1196,6 +1241,7 @@ int gpu_ring_open(struct gpu *g, const struct gpu_ring_params *p, const struct g
 	return 0;
 fail:
 	devring_release_state(&r->dr);
+	words_free(r);
 	free(r->copy_req);
 	free(r->copy_done);
 	free(r->pending);

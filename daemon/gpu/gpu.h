@@ -9,10 +9,10 @@
  *
  * A client's device ring (struct gpu_ring): one allocation from CUDA's VMM
  * API (cuMemCreate, POSIX fd handle, exported once, sent to the client like
- * the memfd ring) of slot_count image slots; a release word per slot in the
- * host ring's tail (devring.h: the client advances it on its stream, the
- * ring's copies wait on it, the daemon writes it from the CPU when the client
- * has gone); a stream of its own (a client that never releases stalls only
+ * the memfd ring) of slot_count image slots; a release word per slot in a
+ * small sealed memfd both sides map (devring.h: the client advances it on
+ * its stream, the ring's copies wait on it, the daemon writes it from the
+ * CPU when the client has gone); a stream of its own (a client that never releases stalls only
  * its own stream); the host ring page-locked (cuMemHostRegister, slot by
  * slot) for DMA; for float output a uint8 staging buffer (stream-ordered:
  * cuMemAllocAsync/cuMemFreeAsync, never a device-wide cuMemFree) and the
@@ -39,7 +39,7 @@
 #include "devring.h"
 
 #define GPU_UUID_BYTES 16
-/* A device ring's release words: one uint64_t per slot, in the host ring's tail. */
+/* A device ring's release words: one uint64_t per slot, at offset 0 of their memfd. */
 #define GPU_RELEASE_WORDS_BYTES(slots) ((size_t)(slots) * sizeof(uint64_t))
 
 struct gpu;
@@ -56,17 +56,15 @@ struct gpu_ring_params {
 	union transform_lut lut;           /* float dtypes */
 	uint8_t *host_base;                /* the host ring, page aligned */
 	size_t host_bytes, host_slot_bytes;
-	uint64_t *release_words;           /* [slot_count], page aligned, zeroed: the host ring's tail */
-	uint64_t release_words_offset;     /* where they are in the host ring's fd */
 	uint64_t budget;                   /* gpu_memory_budget; 0: free memory only */
 };
 
 /* What the client is sent (DeviceRing) once the ring is open. */
 struct gpu_ring_export {
-	int fd; /* the allocation's POSIX fd; the caller takes it (-1 after) */
+	int fd;       /* the allocation's POSIX fd; the caller takes it (-1 after) */
+	int words_fd; /* the release words' memfd (read-write, sealed against resizing); likewise */
 	uint64_t slot_bytes, ring_bytes, device_bytes;
 	uint8_t uuid[GPU_UUID_BYTES];
-	uint64_t release_words_offset;
 };
 
 /* Results, on the loop thread. */

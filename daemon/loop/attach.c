@@ -432,9 +432,7 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 				.pixels = s->fit_pixels + (size_t)i * a->batch_size * a->image_size * a->image_size * 3,
 			};
 	}
-	/* A device ring's release words ride in the host ring's tail (gpu.h). */
-	r = ring_create_tail(slots, lay->slot_bytes, session_on_device(s) ? GPU_RELEASE_WORDS_BYTES(slots) : 0,
-			     &s->ring);
+	r = ring_create(slots, lay->slot_bytes, &s->ring);
 	if (r < 0) {
 		conn_log(LOG_LVL_WARNING, c, "cannot create a %llu-byte ring: %s",
 			 (unsigned long long)lay->ring_bytes, strerror(-r));

@@ -161,6 +161,8 @@ void server_close_all(struct daemon *d, bool force);
 /* Queue a message (and fd, ownership passes) and flush what the socket
  * takes. On failure the connection is closed. */
 int conn_send(struct conn *c, const Stoker__Message *msg, int fd);
+/* With two fds (a device ring's allocation and release words). */
+int conn_send2(struct conn *c, const Stoker__Message *msg, int fd, int fd2);
 int conn_send_error(struct conn *c, Stoker__ErrorCode code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 /* Flush then close; the struct is freed later by libuv. */

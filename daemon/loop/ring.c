@@ -10,24 +10,13 @@
 
 int ring_create(uint32_t slot_count, size_t slot_bytes, struct ring **out)
 {
-	return ring_create_tail(slot_count, slot_bytes, 0, out);
-}
-
-int ring_create_tail(uint32_t slot_count, size_t slot_bytes, size_t tail_bytes, struct ring **out)
-{
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	struct ring *r;
 	size_t bytes;
 	int fd, err;
 
-	if (slot_count == 0 || slot_bytes == 0 || slot_bytes > SIZE_MAX / slot_count || tail_bytes > SIZE_MAX / 2)
+	if (slot_count == 0 || slot_bytes == 0 || slot_bytes > SIZE_MAX / slot_count)
 		return -EINVAL;
 	bytes = slot_bytes * slot_count;
-	/* The tail starts on a page of its own: the client maps it apart. */
-	tail_bytes = (tail_bytes + page - 1) / page * page;
-	if (tail_bytes && (bytes % page || bytes > SIZE_MAX - tail_bytes))
-		return -EINVAL;
-	bytes += tail_bytes;
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return -ENOMEM;
@@ -55,9 +44,7 @@ int ring_create_tail(uint32_t slot_count, size_t slot_bytes, size_t tail_bytes, 
 		goto fail;
 	}
 	r->fd = fd;
-	r->bytes = bytes - tail_bytes;
-	r->tail = tail_bytes ? r->base + r->bytes : NULL;
-	r->tail_bytes = tail_bytes;
+	r->bytes = bytes;
 	r->slot_bytes = slot_bytes;
 	r->slot_count = slot_count;
 	*out = r;
@@ -75,7 +62,7 @@ void ring_free(struct ring *r)
 {
 	if (!r)
 		return;
-	munmap(r->base, r->bytes + r->tail_bytes);
+	munmap(r->base, r->bytes);
 	close(r->fd);
 	free(r);
 }

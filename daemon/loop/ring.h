@@ -4,8 +4,6 @@
  * read-write by the daemon (populated at creation, so workers never take
  * first-touch faults) and handed to the client as a separate read-only fd.
  * Seals: no grow, no shrink, no further seals; the client can check them.
- * A ring may carry a tail after its slots (page aligned, zeroed): a device
- * ring's release words (daemon/gpu/gpu.h), which the client maps writable.
  */
 #ifndef STOKER_RING_H
 #define STOKER_RING_H
@@ -16,17 +14,12 @@
 struct ring {
 	int fd;
 	uint8_t *base;
-	size_t bytes; /* the slots */
+	size_t bytes;
 	size_t slot_bytes;
-	uint8_t *tail; /* at base + bytes; NULL without one */
-	size_t tail_bytes;
 	uint32_t slot_count;
 };
 
 int ring_create(uint32_t slot_count, size_t slot_bytes, struct ring **out);
-/* With a tail of tail_bytes (rounded up to pages; the slots must end on a
- * page boundary). */
-int ring_create_tail(uint32_t slot_count, size_t slot_bytes, size_t tail_bytes, struct ring **out);
 void ring_free(struct ring *r);
 /* A new O_RDONLY descriptor of the ring for the client (O_CLOEXEC). */
 int ring_reader_fd(const struct ring *r);

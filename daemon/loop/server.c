@@ -105,14 +105,21 @@ static void conn_protocol_error(struct conn *c, const char *fmt, ...)
 
 int conn_send(struct conn *c, const Stoker__Message *msg, int fd)
 {
+	return conn_send2(c, msg, fd, -1);
+}
+
+int conn_send2(struct conn *c, const Stoker__Message *msg, int fd, int fd2)
+{
 	int r;
 
 	if (c->closed) {
 		if (fd >= 0)
 			close(fd);
+		if (fd2 >= 0)
+			close(fd2);
 		return -ENOTCONN;
 	}
-	r = frame_out_push(&c->out, msg, fd);
+	r = frame_out_push2(&c->out, msg, fd, fd2);
 	if (r < 0) {
 		/* Waiting to flush a peer that does not read would hold its fd
 		 * and memory for ever: drop it now, unsent replies and all. */

@@ -561,26 +561,27 @@ out:
 
 /* ---- CUDA delivery (gpu.h) ---- */
 
-/* The device ring's fd, and where its release words are (right after Attached). */
+/* The device ring's fd and its release words' (right after Attached). */
 static int device_send_ring(struct session *s)
 {
 	struct gpu_ring_export *ex = gpu_ring_export(s->gpu);
 	Stoker__Message msg = STOKER__MESSAGE__INIT;
 	Stoker__DeviceRing dr = STOKER__DEVICE_RING__INIT;
-	int fd;
+	int fd, words_fd;
 
 	dr.device = s->device;
 	dr.slot_count = s->ring->slot_count;
 	dr.slot_bytes = ex->slot_bytes;
 	dr.ring_bytes = ex->ring_bytes;
 	dr.has_release_words_offset = true;
-	dr.release_words_offset = ex->release_words_offset;
+	dr.release_words_offset = 0; /* in the second fd */
 	dr.device_uuid = (ProtobufCBinaryData){GPU_UUID_BYTES, ex->uuid};
 	msg.body_case = STOKER__MESSAGE__BODY_DEVICE_RING;
 	msg.device_ring = &dr;
-	fd = ex->fd; /* the frame queue takes it */
-	ex->fd = -1;
-	return conn_send(s->conn, &msg, fd);
+	fd = ex->fd; /* the frame queue takes them */
+	words_fd = ex->words_fd;
+	ex->fd = ex->words_fd = -1;
+	return conn_send2(s->conn, &msg, fd, words_fd);
 }
 
 /* A copy into the device slot is done: the batch is ready, in order. */
@@ -691,8 +692,6 @@ int session_device_open(struct session *s, const uint8_t *uuid, bool has_uuid)
 	p.host_base = s->ring->base;
 	p.host_bytes = s->ring->bytes;
 	p.host_slot_bytes = s->ring->slot_bytes;
-	p.release_words = (uint64_t *)s->ring->tail;
-	p.release_words_offset = s->ring->bytes;
 	p.budget = d->cfg.gpu_memory_budget;
 	r = d->gpu ? gpu_ring_open(d->gpu, &p, &device_callbacks, s) : -ENOSYS;
 	if (r < 0) {

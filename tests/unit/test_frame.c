@@ -167,6 +167,58 @@ static void test_fd_passing(void **state)
 	frame_out_release(&out);
 }
 
+/* Two fds with one frame (a device ring's allocation, then its release
+ * words): both arrive, in order; the sender's copies are closed. */
+static void test_two_fds(void **state)
+{
+	Stoker__Message m = STOKER__MESSAGE__INIT, *got;
+	Stoker__Release rel = STOKER__RELEASE__INIT;
+	struct frame_out out;
+	struct frame_in in;
+	int a[2], b[2], fa, fb;
+	char ch = 0;
+
+	(void)state;
+	assert_int_equal(pipe2(a, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(b, O_CLOEXEC), 0);
+	frame_out_init(&out, 1 << 20);
+	frame_in_init(&in, 1024);
+	m.body_case = STOKER__MESSAGE__BODY_RELEASE;
+	m.release = &rel;
+	assert_int_equal(frame_out_push2(&out, &m, a[0], b[0]), 0);
+	assert_int_equal(frame_out_flush(&out, sp[0]), 0);
+	assert_int_equal(fcntl(a[0], F_GETFD), -1);
+	assert_int_equal(fcntl(b[0], F_GETFD), -1);
+	assert_true(frame_in_fill(&in, sp[1]) > 0);
+	assert_int_equal(frame_in_next(&in, &got), 1);
+	stoker__message__free_unpacked(got, NULL);
+	fa = frame_in_take_fd(&in);
+	fb = frame_in_take_fd(&in);
+	assert_true(fa >= 0 && fb >= 0);
+	assert_int_equal(write(b[1], "b", 1), 1);
+	assert_int_equal(read(fb, &ch, 1), 1);
+	assert_int_equal(ch, 'b'); /* the second fd is the second one pushed */
+	assert_int_equal(write(a[1], "a", 1), 1);
+	assert_int_equal(read(fa, &ch, 1), 1);
+	assert_int_equal(ch, 'a');
+	assert_int_equal(frame_in_take_fd(&in), -1);
+	close(fa);
+	close(fb);
+	close(a[1]);
+	close(b[1]);
+	/* Refused pushes close both. */
+	assert_int_equal(pipe2(a, O_CLOEXEC), 0);
+	assert_int_equal(pipe2(b, O_CLOEXEC), 0);
+	out.max_queued_bytes = 0;
+	assert_int_equal(frame_out_push2(&out, &m, a[0], b[0]), -ENOBUFS);
+	assert_int_equal(fcntl(a[0], F_GETFD), -1);
+	assert_int_equal(fcntl(b[0], F_GETFD), -1);
+	close(a[1]);
+	close(b[1]);
+	frame_in_release(&in);
+	frame_out_release(&out);
+}
+
 /* More fds than FRAME_MAX_FDS in one message: refused, none leak. */
 static void test_too_many_fds(void **state)
 {
@@ -234,6 +286,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_oversize_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_garbage_body, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fd_passing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_two_fds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_too_many_fds, setup, teardown),
 		cmocka_unit_test(test_queue_bound),
 	};
