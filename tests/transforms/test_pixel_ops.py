@@ -158,3 +158,218 @@ def test_probability_draws(op, params, p):
     # torchvision's _RandomApplyTransform: skipped when torch.rand(1) >= p
     ref = (torch.rand(N_DRAWS) < p).int().tolist()
     close_freqs({0: got.count(0), 1: got.count(1)}, {0: ref.count(0), 1: ref.count(1)}, op)
+
+
+# ---- the policies' ops at fixed magnitudes ----
+
+def _tv_policy_ref(interp, fill):
+    from torchvision.transforms import InterpolationMode
+    return T.RandAugment(interpolation=getattr(InterpolationMode, interp.upper()), fill=fill)
+
+
+TV_OPS = [("ShearX", 0.27), ("ShearY", -0.3), ("ShearX", 0.99), ("TranslateX", -67.2), ("TranslateY", 31.0),
+          ("Rotate", 21.0), ("Rotate", -135.0), ("Rotate", 90.0), ("Rotate", 180.0), ("Brightness", 0.5),
+          ("Color", -0.6), ("Contrast", 0.9), ("Sharpness", -0.9), ("Posterize", 5), ("Solarize", 0.5333333),
+          ("AutoContrast", 0.0), ("Equalize", 0.0), ("Invert", 0.0)]
+GEOMETRIC = {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate"}
+
+
+@pytest.mark.parametrize("interp", ["nearest", "bilinear", "bicubic"])
+@pytest.mark.parametrize("fill", [None, [10, 200, 30]])
+def test_torchvision_policy_ops(photos, interp, fill):
+    """Each op of torchvision's policies at a fixed magnitude, as its own
+    _apply_image_or_video_transform computes it on a PIL image."""
+    ra = _tv_policy_ref(interp, fill)
+    params = {"interpolation": interp}
+    if fill:
+        params["fill"] = fill
+    worst = {}
+    for path, im in photos[:3]:
+        for op, m in TV_OPS:
+            if interp != "nearest" and op not in GEOMETRIC:
+                continue
+            got = apply("RandAugment", params, path, forced=f"{op}:{m}")
+            want = np.asarray(ra._apply_image_or_video_transform(im, op, m, interpolation=ra.interpolation,
+                                                                   fill=ra._fill))
+            worst[op] = max(worst.get(op, 0), max_diff(got, want))
+    print(f"parity torchvision policy ops ({interp}, fill {fill}): {worst}")
+    assert max(worst.values()) == 0, worst
+
+
+TIMM_OPS = [("Rotate", -21.0), ("ShearX", 0.27), ("ShearY", -0.12), ("TranslateXRel", 0.3),
+            ("TranslateYRel", -0.405), ("Posterize", 2), ("Solarize", 100), ("SolarizeAdd", 77), ("Color", 1.9),
+            ("Contrast", 0.2), ("Brightness", 1.5), ("Sharpness", 1.72), ("AutoContrast", 0), ("Equalize", 0),
+            ("Invert", 0)]
+
+
+@pytest.mark.parametrize("interp", ["bilinear", "bicubic", "nearest"])
+def test_timm_policy_ops(photos, interp):
+    """timm's op functions (auto_augment.NAME_TO_OP) with their own fill and resample."""
+    aa = pytest.importorskip("timm.data.auto_augment")
+    from PIL import Image
+    rs = {"bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC, "nearest": Image.NEAREST}[interp]
+    mean = (124, 116, 104)
+    worst = {}
+    for path, im in photos[:3]:
+        for op, arg in TIMM_OPS:
+            got = apply("rand_augment_transform", {"config_str": "rand-m9-n2", "img_mean": list(mean)}, path,
+                        forced=f"{op}:{arg}:{interp}")
+            fn = aa.NAME_TO_OP[op]
+            want = np.asarray(fn(im) if op in ("AutoContrast", "Equalize", "Invert")
+                              else fn(im, arg, fillcolor=mean, resample=rs))
+            worst[op] = max(worst.get(op, 0), max_diff(got, want))
+    print(f"parity timm policy ops ({interp}): {worst}")
+    assert max(worst.values()) == 0, worst
+
+
+def test_policies_refused():
+    for op, params, word in [("RandAugment", {"magnitude": 31}, "magnitude"),
+                             ("RandAugment", {"num_ops": -1}, "num_ops"),
+                             ("RandAugment", {"num_magnitude_bins": 1}, "num_magnitude_bins"),
+                             ("RandAugment", {"interpolation": "lanczos"}, "interpolation"),
+                             ("TrivialAugmentWide", {"fill": [1, 2]}, "fill"),
+                             ("AutoAugment", {"policy": "cifar10"}, "policy"),
+                             ("AugMix", {}, "not built"),
+                             ("rand_augment_transform", {"config_str": "rand-m9-x3"}, "config_str"),
+                             ("rand_augment_transform", {"config_str": "rand-m9-tweights"}, "config_str"),
+                             ("rand_augment_transform", {}, "config_str"),
+                             ("auto_augment_transform", {"config_str": "v1"}, "config_str"),
+                             ("auto_augment_transform", {"config_str": "v0", "img_mean": [300, 0, 0]}, "img_mean")]:
+        msg = refused(op, params)
+        assert msg and op in msg and word in msg, (op, params, msg)
+
+
+# ---- the policies' draws ----
+
+TV_PRIMS = ["Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color",
+            "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize", "Invert"]
+
+
+def _tv_ours(op, params, n):
+    """Per sample, the tuple of (op, magnitude) applied, from stoker's trace."""
+    out = []
+    for d in draws(op, params, n, size="8x8"):
+        steps, cur = [], None
+        for name, v in d:
+            if name == "op":
+                cur = TV_PRIMS[int(v)]
+            elif name == "magnitude":
+                steps.append((cur, round(v + 0.0, 4) + 0.0))
+        out.append(tuple(steps))
+    return out
+
+
+def _tv_ref(policy, n):
+    """The same from torchvision's own forward (its op application recorded, the image left alone)."""
+    from PIL import Image
+    rec = []
+    policy._apply_image_or_video_transform = \
+        lambda img, tid, mag, interpolation, fill: (rec.append((tid, round(mag + 0.0, 4) + 0.0)), img)[1]
+    im = Image.new("RGB", (8, 8))
+    torch.manual_seed(0)
+    out = []
+    for _ in range(n):
+        rec.clear()
+        policy(im)
+        out.append(tuple(rec))
+    return out
+
+
+def _counts(xs):
+    c = {}
+    for x in xs:
+        c[x] = c.get(x, 0) + 1
+    return c
+
+
+@pytest.mark.parametrize("name,params,ref", [
+    ("RandAugment", {"num_ops": 1, "magnitude": 9}, lambda: T.RandAugment(num_ops=1, magnitude=9)),
+    ("TrivialAugmentWide", {}, lambda: T.TrivialAugmentWide()),
+    ("AutoAugment", {}, lambda: T.AutoAugment()),
+])
+def test_torchvision_policy_draws(name, params, ref):
+    ours = _tv_ours(name, params, N_DRAWS)
+    theirs = _tv_ref(ref(), N_DRAWS)
+    # op choice, magnitude bin and sign together, per sample
+    close_freqs(_counts(ours), _counts(theirs), name)
+    # and each op alone
+    close_freqs(_counts(s[0] for t in ours for s in t), _counts(s[0] for t in theirs for s in t), name + " ops")
+
+
+TIMM_NAMES = ["AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "PosterizeIncreasing",
+              "PosterizeOriginal", "Solarize", "SolarizeIncreasing", "SolarizeAdd", "Color", "ColorIncreasing",
+              "Contrast", "ContrastIncreasing", "Brightness", "BrightnessIncreasing", "Sharpness",
+              "SharpnessIncreasing", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel"]
+
+
+def _timm_ours(op, params, n):
+    out = []
+    for d in draws(op, params, n, size="8x8"):
+        steps, cur, arg = [], None, None
+        for name, v in d:
+            if name == "op":
+                cur = TIMM_NAMES[int(v)]
+            elif name == "arg":
+                arg = v
+                steps.append([cur, arg, None])
+            elif name == "resample":
+                steps[-1][2] = int(v)
+        out.append(tuple(tuple(s) for s in steps))
+    return out
+
+
+def _timm_ref(tf, n):
+    import random
+    rec = []
+    ops = tf.ops if hasattr(tf, "ops") else [op for sub in tf.policy for op in sub]
+    for op in ops:
+        def fn(img, *args, _name=op.name, _orig=op.aug_fn, **kw):
+            from timm.data.auto_augment import _interpolation
+            rs = _interpolation(dict(kw)) if _name in ("Rotate", "ShearX", "ShearY", "TranslateXRel",
+                                                       "TranslateYRel") else None
+            rec.append((_name, args[0] if args else 0.0, int(rs) if rs is not None and isinstance(
+                kw.get("resample"), (list, tuple)) else None))
+            return img
+        op.aug_fn = fn
+    from PIL import Image
+    im = Image.new("RGB", (8, 8))
+    random.seed(0)
+    np.random.seed(0)
+    out = []
+    for _ in range(n):
+        rec.clear()
+        tf(im)
+        out.append(tuple(rec))
+    return out
+
+
+def _timm_tf(kind, cfg):
+    aa = pytest.importorskip("timm.data.auto_augment")
+    hp = dict(translate_const=100, img_mean=(124, 116, 104))
+    return aa.rand_augment_transform(cfg, hp) if kind == "rand" else aa.auto_augment_transform(cfg, hp)
+
+
+@pytest.mark.parametrize("kind,cfg", [("rand", "rand-m9-mstd0.5-inc1"), ("rand", "rand-m7-n3-mstd0"),
+                                      ("auto", "original"), ("auto", "v0")])
+def test_timm_policy_draws(kind, cfg):
+    op = "rand_augment_transform" if kind == "rand" else "auto_augment_transform"
+    ours = _timm_ours(op, {"config_str": cfg, "img_mean": [124, 116, 104]}, N_DRAWS)
+    theirs = _timm_ref(_timm_tf(kind, cfg), N_DRAWS)
+    # which ops ran (choice x probability), how many per sample
+    close_freqs(_counts(s[0] for t in ours for s in t), _counts(s[0] for t in theirs for s in t), cfg + " ops")
+    close_freqs(_counts(len(t) for t in ours), _counts(len(t) for t in theirs), cfg + " ops per sample")
+    # resample choice (bilinear 2 / bicubic 3) of the geometric ops
+    close_freqs(_counts(s[2] for t in ours for s in t if s[2] is not None),
+                _counts(s[2] for t in theirs for s in t if s[2] is not None), cfg + " resample")
+    # the arguments: discrete ones exactly by value, continuous ones (magnitude noise) by histogram
+    for name in ("Rotate", "ShearX", "ColorIncreasing", "PosterizeIncreasing", "SolarizeIncreasing", "Color",
+                 "PosterizeOriginal", "Solarize", "SolarizeAdd", "TranslateYRel"):
+        a = [s[1] for t in ours for s in t if s[0] == name]
+        b = [s[1] for t in theirs for s in t if s[0] == name]
+        if len(a) < 1000 or len(b) < 1000:
+            continue
+        if "mstd0." in cfg and name in ("Rotate", "ShearX", "ColorIncreasing", "TranslateYRel"):
+            lo, hi = min(min(a), min(b)), max(max(a), max(b))
+            close_values(a, b, f"{cfg} {name}", lo, hi)
+        else:
+            close_freqs(_counts(round(x, 6) for x in a), _counts(round(float(x), 6) for x in b), f"{cfg} {name}")

@@ -105,6 +105,20 @@ static void test_bounds_refused(void **state)
 	refused("RandomAdjustSharpness", "sharpness_factor", 1, "sharpness_factor=-1");
 	refused("RandomEqualize", "p", 1, "p=text");
 	refused("RandomInvert", "p", 2, "p=0.5", "p=0.5");
+	refused("RandAugment", "magnitude", 1, "magnitude=31");
+	refused("RandAugment", "magnitude", 2, "num_magnitude_bins=5", "magnitude=5");
+	refused("RandAugment", "num_ops", 1, "num_ops=-1");
+	refused("RandAugment", "fill", 1, "fill=1,2");
+	refused("RandAugment", "fill", 1, "fill=256");
+	refused("TrivialAugmentWide", "interpolation", 1, "interpolation=lanczos");
+	refused("AutoAugment", "policy", 1, "policy=svhn");
+	refused("AugMix", "not built", 0);
+	refused("rand_augment_transform", "config_str", 0);
+	refused("rand_augment_transform", "config_str", 1, "config_str=augmix-m5");
+	refused("rand_augment_transform", "config_str", 1, "config_str=rand-m9-q4");
+	refused("rand_augment_transform", "config_str", 1, "config_str=rand-m9-n99");
+	refused("auto_augment_transform", "config_str", 1, "config_str=v1");
+	refused("auto_augment_transform", "interpolation", 2, "config_str=v0", "interpolation=box");
 }
 
 static void apply_once(const char *name, size_t n, ...)
@@ -231,6 +245,51 @@ static void test_blur_constant(void **state)
 }
 
 /* Same stream, same draws, same pixels; another sample, other draws. */
+/* Every policy runs on a small image, many samples, the image keeping its size. */
+static void test_policies_run(void **state)
+{
+	const char *cases[][3] = {
+		{ "RandAugment", "num_ops=3", "interpolation=bilinear" },
+		{ "TrivialAugmentWide", "fill=1,2,3", "interpolation=bicubic" },
+		{ "AutoAugment", "policy=imagenet", "fill=128" },
+		{ "rand_augment_transform", "config_str=rand-m9-mstd0.5-inc1", "img_mean=124,116,104" },
+		{ "rand_augment_transform", "config_str=rand-m15-n4-mstd101-mmax20", "interpolation=random" },
+		{ "auto_augment_transform", "config_str=original-mstd0.5", "interpolation=bilinear" },
+		{ "auto_augment_transform", "config_str=v0", "translate_pct=0.3" },
+	};
+	struct rgb_image im = { .px = px, .width = W, .height = H, .stride = W * 3 };
+	struct pixel_scratch *s = NULL;
+
+	(void)state;
+	assert_int_equal(pixel_scratch_new(&s), 0);
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		struct op_param ps[2];
+		double nums[2][4];
+		struct pixel_op *op = NULL;
+		char err[256];
+		int changed = 0;
+
+		params_of(ps, nums, &cases[c][1], 2);
+		if (pixel_op_parse(cases[c][0], ps, 2, &op, err, sizeof(err)) < 0)
+			fail_msg("%s", err);
+		for (uint64_t i = 0; i < 200; i++) {
+			struct rng rng;
+
+			gradient();
+			rng_init(&rng, 3, 0, i, RNG_AUGMENT);
+			assert_int_equal(pixel_op_apply(op, &im, &rng, s), 0);
+			assert_int_equal(im.width, W);
+			assert_int_equal(im.height, H);
+			changed += memcmp(px, orig, sizeof(px)) != 0;
+		}
+		/* most samples change (a few draw the identity or skip every op) */
+		if (changed < 100)
+			fail_msg("%s: %d of 200 changed", cases[c][0], changed);
+		pixel_op_free(op);
+	}
+	pixel_scratch_free(s);
+}
+
 static void test_deterministic(void **state)
 {
 	struct op_param ps[4];
@@ -277,6 +336,7 @@ int main(void)
 		cmocka_unit_test(test_tables),
 		cmocka_unit_test(test_enhance),
 		cmocka_unit_test(test_blur_constant),
+		cmocka_unit_test(test_policies_run),
 		cmocka_unit_test(test_deterministic),
 	};
 
