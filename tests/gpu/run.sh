@@ -36,8 +36,9 @@
 #   gpu-arch       the fatbin holds compute_75 PTX and sm_80/sm_90 code (item 10;
 #                  needs cuobjdump)
 #   gpu-killed-release  a client SIGKILLed with its stream blocked before its
-#                  release while the daemon's copy waits on it: another client is
-#                  served meanwhile, the ring is freed, free memory back (items 1, 2)
+#                  release while the daemon's copy waits on it: 12 other clients
+#                  (more rings than the default 8 hardware queues) are served
+#                  meanwhile, the ring is freed, free memory back (items 1, 2)
 #   gpu-close-waits  closing with a read of the held batch queued waits for it
 #                  before unmapping; the read sees the batch (item 3)
 #   gpu-async-error  a copy faulting on the GPU (STOKER_TEST_GPU_FAULT) ends its
@@ -99,7 +100,8 @@ start_daemon() { # name [stokerd flags...]
 	shift
 	local sock="$WORK/$name.sock"
 	# Its own output to its log: never to a section's pipe (tee would wait for it).
-	"$ROOT/$B/stokerd" --socket "$sock" --workers "$CORES" "$@" </dev/null >>"$OUT/stokerd-$name.log" 2>&1 &
+	# CUDA_DEVICE_MAX_CONNECTIONS as deploy/stoker-gpu.conf sets it.
+	CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32} "$ROOT/$B/stokerd" --socket "$sock" --workers "$CORES" "$@" </dev/null >>"$OUT/stokerd-$name.log" 2>&1 &
 	echo $! >"$WORK/$name.pid"
 	for _ in $(seq 200); do
 		[ -S "$sock" ] && "$ROOT/$B/stokerctl" --socket "$sock" stats >/dev/null 2>&1 && return 0

@@ -192,6 +192,7 @@ def test_gpu_dropin_properties(tmp_path):
     assert props["MemoryDenyWriteExecute"] == ["no"]
     allowed = " ".join(props.get("SystemCallFilter", [])).split()
     assert {"mbind", "set_mempolicy"} <= set(allowed) and not any(a.startswith("~") for a in allowed)
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=32" in props["Environment"]
     for dev in ("/dev/nvidiactl rw", "/dev/nvidia-uvm rw", "char-nvidia-uvm rw", "char-nvidia rw"):
         assert dev in props["DeviceAllow"], dev
     # systemd parses it: the unit plus the drop-in as a unit directory.
