@@ -21,10 +21,12 @@
  *                                           equal to host ones, boxes (host) equal
  *   gpu_check SOCKET DATASET child SEED DTYPE TAKE   (kill's child) attach, take, say "ready"
  *   gpu_check SOCKET DATASET killed-release
- *                                           a client SIGKILLed with its stream blocked before
- *                                           its release (a copy waits on it): others keep
- *                                           being served meanwhile, the daemon frees the ring,
- *                                           free memory back to its baseline (issue 25, item 1)
+ *                                           two float clients with their streams blocked before
+ *                                           their releases (copies wait on them): 12 others keep
+ *                                           being served; the first SIGKILLed, its ring freed
+ *                                           while the second's stream is still blocked (no
+ *                                           device-wide sync); then the second; free memory
+ *                                           back to its baseline (issue 25, items 1, 2)
  *   gpu_check SOCKET DATASET stuck-child    (killed-release's child)
  *   gpu_check SOCKET DATASET close-waits    closing with a read of the held batch still
  *                                           queued waits for it before unmapping (item 3)
@@ -589,26 +591,14 @@ static void stuck_child(void)
 
 #define OTHERS 12 /* more rings than the default 8 hardware queues (run.sh sets 32, as the drop-in does) */
 
-static void test_killed_release(const char *self)
+/* A stuck-child, started; returns its pid once it said "ready". */
+static pid_t spawn_stuck(const char *self)
 {
-	struct stoker *other[OTHERS];
-	struct stoker_batch *b;
-	size_t base, now;
-	int pipefd[2], served = 0;
-	pid_t pid;
+	int pipefd[2];
 	char line[64] = "";
 	struct pollfd p;
+	pid_t pid;
 
-	test_name = "killed-release";
-	cuda_init();
-	warm_up_and_settle();
-	base = free_memory();
-	for (int k = 0; k < OTHERS; k++) {
-		char seed[16];
-
-		snprintf(seed, sizeof(seed), "%d", 20 + k);
-		other[k] = attach("cuda:0", "uint8", seed, "0", "1");
-	}
 	if (pipe(pipefd) < 0)
 		fail("pipe");
 	pid = fork();
@@ -621,32 +611,83 @@ static void test_killed_release(const char *self)
 	close(pipefd[1]);
 	p = (struct pollfd){.fd = pipefd[0], .events = POLLIN};
 	if (poll(&p, 1, 60000) <= 0 || read(pipefd[0], line, sizeof(line) - 1) <= 0 || strncmp(line, "ready", 5))
-		fail("the child never got its batches (%s)", line);
+		fail("a stuck child never got its batches (%s)", line);
+	close(pipefd[0]);
+	return pid;
+}
+
+/* Wait (bounded) until every device byte the daemon holds is an attached
+ * client's: no ring of a gone client left. */
+static void wait_no_orphan_ring(void)
+{
+	double total = 0, sum = 0;
+
+	for (int i = 0; i < 600; i++) {
+		int n = (int)stat_number("clients", -1, NULL);
+
+		sum = 0;
+		for (int k = 0; k < n; k++)
+			sum += stat_number("", k, "device_bytes");
+		total = stat_number("device_bytes", -1, NULL);
+		if (total == sum)
+			return;
+		sleep_ms(100);
+	}
+	fail("a gone client's ring is still held after 60 s (%.0f device bytes, %.0f of them attached clients')",
+	     total, sum);
+}
+
+static void test_killed_release(const char *self)
+{
+	struct stoker *other[OTHERS];
+	struct stoker_batch *b;
+	size_t base, now;
+	int served = 0;
+	pid_t a, z;
+
+	test_name = "killed-release";
+	cuda_init();
+	warm_up_and_settle();
+	base = free_memory();
+	for (int k = 0; k < OTHERS; k++) {
+		char seed[16];
+
+		snprintf(seed, sizeof(seed), "%d", 20 + k);
+		other[k] = attach("cuda:0", "uint8", seed, "0", "1");
+	}
+	a = spawn_stuck(self);
+	z = spawn_stuck(self);
 	/* A ring whose stream is blocked must not hold up another's. */
 	for (int i = 0; i < 8; i++)
 		for (int k = 0; k < OTHERS; k++, served++) {
 			if (stoker_next(other[k], 30000, &b) < 0)
-				fail("client %d stalled while another ring's copy waits on a release: %s", k,
+				fail("client %d stalled while other rings' copies wait on releases: %s", k,
 				     stoker_last_error(other[k]));
 			stoker_release(b);
 		}
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
-	close(pipefd[0]);
-	for (int k = 0; k < OTHERS; k++) {
+	/* The first stuck client dies: its float ring (its staging buffer
+	 * among it) is freed while the second's stream is still blocked, which
+	 * a device-wide synchronisation (cuMemFree) would wait on for ever. */
+	kill(a, SIGKILL);
+	waitpid(a, NULL, 0);
+	wait_no_orphan_ring();
+	for (int k = 0; k < OTHERS; k++)
 		for (int i = 0; i < 4; i++, served++) {
 			if (stoker_next(other[k], 30000, &b) < 0)
 				fail("client %d stalled after the kill: %s", k, stoker_last_error(other[k]));
 			stoker_release(b);
 		}
+	kill(z, SIGKILL);
+	waitpid(z, NULL, 0);
+	for (int k = 0; k < OTHERS; k++)
 		stoker_close(other[k]);
-	}
-	/* Without the daemon writing the dead client's release words, its
-	 * ring would never drain: device bytes would stay. */
+	/* Without the daemon writing the dead clients' release words, their
+	 * rings would never drain: device bytes would stay. */
 	wait_device_bytes_zero();
 	now = wait_free_memory(base);
-	pass("a client SIGKILLed behind a blocked release: its ring freed, %d batches served to %d other clients "
-	     "meanwhile, free memory %zu vs baseline %zu",
+	pass("two clients SIGKILLed behind blocked releases: the first's ring freed while the second's stream was "
+	     "still blocked, both freed; %d batches served to %d other clients meanwhile; free memory %zu vs "
+	     "baseline %zu",
 	     served, OTHERS, now, base);
 }
 

@@ -35,10 +35,12 @@
 # The review of issue 25, one section per item that needs a device:
 #   gpu-arch       the fatbin holds compute_75 PTX and sm_80/sm_90 code (item 10;
 #                  needs cuobjdump)
-#   gpu-killed-release  a client SIGKILLed with its stream blocked before its
-#                  release while the daemon's copy waits on it: 12 other clients
-#                  (more rings than the default 8 hardware queues) are served
-#                  meanwhile, the ring is freed, free memory back (items 1, 2)
+#   gpu-killed-release  two float clients with streams blocked before their
+#                  releases while the daemon's copies wait on them: 12 other clients
+#                  (more rings than the default 8 hardware queues) are served; the
+#                  first SIGKILLed and its ring freed while the second's stream is
+#                  still blocked (no device-wide sync in teardown), then the second;
+#                  free memory back (items 1, 2)
 #   gpu-close-waits  closing with a read of the held batch queued waits for it
 #                  before unmapping; the read sees the batch (item 3)
 #   gpu-async-error  a copy faulting on the GPU (STOKER_TEST_GPU_FAULT) ends its
