@@ -131,6 +131,7 @@ def stoker_device(a):
 
 
 def stoker_pinned(a):
+    torch.cuda.synchronize()  # pin_memory pins in the current context: torch's, made current here
     ld = stoker.Loader(a.data, socket=a.socket, batch_size=a.batch, image_size=224, dtype="float16",
                        pin_memory="required", drop_last=True, prefetch=4, seed=1)
     copy = torch.cuda.Stream()

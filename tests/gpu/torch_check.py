@@ -92,6 +92,7 @@ def _():
 def _():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.from_numpy on a read-only view
+        torch.cuda.synchronize()  # pin_memory pins in the current context (torch's): never makes one
         with stoker.Loader(DATA, dtype="uint8", pin_memory="required", **COMMON) as ld:
             assert ld.pinned
             copy = torch.cuda.Stream()
