@@ -313,12 +313,16 @@ gpu_systemd() {
 	while IFS= read -r line; do
 		case $line in '' | '#'* | '['*) continue ;; esac
 		key=${line%%=*}
-		case $key in ExecStart | ExecReload | Type | NotifyAccess | WatchdogSec | Restart | RestartSec | \
-			User | Group | Description | Documentation | Requires | After | WantedBy | CacheDirectory*) continue ;; esac
+		# Not the sandbox: how it starts, and the private /tmp ($WORK is there).
+		case $key in ExecStart | ExecStartPre | ExecReload | Type | NotifyAccess | WatchdogSec | Restart | RestartSec | \
+			User | Group | Description | Documentation | Requires | After | WantedBy | CacheDirectory* | \
+			PrivateTmp | ProtectHome) continue ;; esac
 		props+=(-p "$line")
 	done < <(cat "$ROOT/deploy/stoker.service" "$ROOT/deploy/stoker-gpu.conf")
+	# What the drop-in's ExecStartPre does, before the start.
+	command -v nvidia-modprobe >/dev/null && nvidia-modprobe -u -c=0
 	mkdir -p "$WORK/sd" && chmod 755 "$WORK" "$WORK/sd"
-	systemd-run --unit "$unit" --collect -p ProtectHome=no -p ReadWritePaths="$WORK/sd" "${props[@]}" \
+	systemd-run --unit "$unit" --collect "${props[@]}" -p ReadWritePaths="$WORK/sd" \
 		"$ROOT/$B/stokerd" --socket "$WORK/sd/stoker.sock" --workers 2 || return 1
 	for _ in $(seq 100); do [ -S "$WORK/sd/stoker.sock" ] && break; sleep 0.1; done
 	"$ROOT/$B/tests/gpu_check" "$WORK/sd/stoker.sock" "$WORK/small" identity
