@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -682,7 +683,6 @@ static int parse_float3(const char *v, float out[3], bool positive)
 	return 0;
 }
 
-/* Detection's options (Ultralytics' hyper-parameters under their names). */
 /* A finite number, all of `v`. */
 static int parse_double(const char *v, double *out)
 {
@@ -697,248 +697,301 @@ static int parse_double(const char *v, double *out)
 	return 0;
 }
 
-static int opts_set_detect(struct stoker_opts *o, const char *key, const char *value)
-{
-	Stoker__DetectOptions *d = &o->detect;
-	uint64_t v;
-	int r = -EINVAL;
+/* ---- attach options: one table of keys ---- */
 
-#define SET_FLOAT(name)                                                 \
-	if (!strcmp(key, #name)) {                                      \
-		double x;                                               \
-		if (parse_double(value, &x) < 0)                        \
-			return -EINVAL;                                 \
-		d->name = (float)x;                                     \
-		d->has_##name = true;                                   \
-		r = 0;                                                  \
+/* How a key's value is read. */
+enum opt_type {
+	OPT_U32,    /* decimal, 0..UINT32_MAX */
+	OPT_U64,    /* decimal, 0..UINT64_MAX */
+	OPT_BOOL,   /* true|false|1|0|yes|no|True|False */
+	OPT_FLOAT,  /* a finite number, kept as float */
+	OPT_DOUBLE, /* a finite number */
+	OPT_CHOICE, /* one of `kind`'s '|'-separated words: the field gets its position */
+	OPT_CUSTOM, /* `set` reads it */
+};
+
+struct opt_key;
+typedef int (*opt_set_fn)(struct stoker_opts *o, const struct opt_key *k, const char *value);
+
+/* One key stoker_opts_set() takes: its name, type and bounds, and the field
+ * it sets (in Stoker__Attach, or Stoker__DetectOptions for `detect` keys,
+ * which then go with the request), with its has_ flag. */
+struct opt_key {
+	const char *name;
+	enum opt_type type;
+	bool detect;
+	size_t field, has;   /* offsets; has: NO_HAS when the field has none */
+	const char *kind;    /* stoker_opts_key's; the words of an OPT_CHOICE */
+	opt_set_fn set;      /* OPT_CUSTOM */
+};
+
+#define NO_HAS SIZE_MAX
+#define A(f) offsetof(Stoker__Attach, f), offsetof(Stoker__Attach, has_##f)
+#define D(f) offsetof(Stoker__DetectOptions, f), offsetof(Stoker__DetectOptions, has_##f)
+#define KEY(name, type, f, kind) {#name, type, false, A(f), kind, NULL}
+#define DKEY(name, type, kind) {#name, type, true, D(name), kind, NULL}
+#define CUSTOM(name, detect, kind, fn) {#name, OPT_CUSTOM, detect, 0, NO_HAS, kind, fn}
+
+/* An OPT_CHOICE's words are the enum's values in order. */
+_Static_assert(STOKER__DTYPE__UINT8 == 0 && STOKER__DTYPE__FLOAT32 == 1 && STOKER__DTYPE__FLOAT16 == 2, "dtype");
+_Static_assert(STOKER__TRANSFORM__RANDOM_RESIZED_CROP == 0 && STOKER__TRANSFORM__CENTER_CROP == 1 &&
+		       STOKER__TRANSFORM__LETTERBOX == 2 && STOKER__TRANSFORM__MOSAIC == 3,
+	       "transform");
+_Static_assert(STOKER__TASK__CLASSIFY == 0 && STOKER__TASK__DETECT == 1, "task");
+_Static_assert(STOKER__RESAMPLE__RESAMPLE_DEFAULT == 0 && STOKER__RESAMPLE__RESAMPLE_ANTIALIAS == 1 &&
+		       STOKER__RESAMPLE__RESAMPLE_CV2 == 2,
+	       "resample");
+_Static_assert(sizeof(Stoker__DType) == sizeof(int) && sizeof(Stoker__Transform) == sizeof(int) &&
+		       sizeof(Stoker__Task) == sizeof(int) && sizeof(Stoker__Resample) == sizeof(int) &&
+		       sizeof(protobuf_c_boolean) == sizeof(int),
+	       "choices and booleans are stored as int");
+
+static int opt_set_task(struct stoker_opts *o, const struct opt_key *k, const char *value);
+static int opt_set_float3(struct stoker_opts *o, const struct opt_key *k, const char *value);
+static int opt_set_device(struct stoker_opts *o, const struct opt_key *k, const char *value);
+static int opt_set_pin(struct stoker_opts *o, const struct opt_key *k, const char *value);
+static int opt_set_resume(struct stoker_opts *o, const struct opt_key *k, const char *value);
+static int opt_set_split(struct stoker_opts *o, const struct opt_key *k, const char *value);
+
+static const struct opt_key opt_keys[] = {
+	KEY(batch_size, OPT_U32, batch_size, "u32"),
+	KEY(image_size, OPT_U32, image_size, "u32"),
+	KEY(rank, OPT_U32, rank, "u32"),
+	KEY(world_size, OPT_U32, world_size, "u32"),
+	KEY(prefetch, OPT_U32, prefetch, "u32"),
+	KEY(shuffle_buffer, OPT_U32, shuffle_buffer, "u32"),
+	KEY(order, OPT_CHOICE, shard_order, "samples|shards"),
+	KEY(seed, OPT_U64, seed, "u64"),
+	KEY(epoch, OPT_U64, epoch, "u64"),
+	KEY(shuffle, OPT_BOOL, shuffle, "bool"),
+	KEY(coordinated, OPT_BOOL, coordinated, "bool"),
+	KEY(dct_scaling, OPT_BOOL, dct_scaling, "bool"),
+	KEY(drop_last, OPT_BOOL, drop_last, "bool"),
+	CUSTOM(device, false, "device", opt_set_device),
+	CUSTOM(pin_memory, false, "false|true|try", opt_set_pin),
+	KEY(dtype, OPT_CHOICE, dtype, "uint8|float32|float16"),
+	CUSTOM(mean, false, "float3", opt_set_float3),
+	CUSTOM(std, false, "float3>0", opt_set_float3),
+	CUSTOM(resume, false, "token", opt_set_resume),
+	KEY(transform, OPT_CHOICE, transform, "random_resized_crop|center_crop|letterbox|mosaic"),
+	{"task", OPT_CUSTOM, false, A(task), "classify|detect", opt_set_task},
+	/* Detection's (Ultralytics' hyper-parameters under their names). */
+	DKEY(hsv_h, OPT_FLOAT, "number"),
+	DKEY(hsv_s, OPT_FLOAT, "number"),
+	DKEY(hsv_v, OPT_FLOAT, "number"),
+	DKEY(degrees, OPT_FLOAT, "number"),
+	DKEY(translate, OPT_FLOAT, "number"),
+	DKEY(scale, OPT_FLOAT, "number"),
+	DKEY(shear, OPT_FLOAT, "number"),
+	DKEY(perspective, OPT_FLOAT, "number"),
+	DKEY(flipud, OPT_FLOAT, "number"),
+	DKEY(fliplr, OPT_FLOAT, "number"),
+	DKEY(mosaic, OPT_FLOAT, "number"),
+	DKEY(mixup, OPT_FLOAT, "number"),
+	DKEY(close_mosaic, OPT_U32, "u32"),
+	DKEY(max_boxes, OPT_U32, "u32"),
+	DKEY(epochs, OPT_U64, "u64"),
+	DKEY(rect, OPT_BOOL, "bool"),
+	DKEY(stride, OPT_U32, "u32"),
+	DKEY(pad, OPT_DOUBLE, "number"),
+	DKEY(resample, OPT_CHOICE, "default|antialias|cv2"),
+	CUSTOM(split, true, "text", opt_set_split),
+};
+
+#undef A
+#undef D
+#undef KEY
+#undef DKEY
+#undef CUSTOM
+
+/* The position of `value` among the '|'-separated words of `words`, or -1. */
+static int choice_index(const char *words, const char *value)
+{
+	size_t len = strlen(value);
+	int i = 0;
+
+	for (const char *w = words;; i++) {
+		const char *bar = strchr(w, '|');
+		size_t wl = bar ? (size_t)(bar - w) : strlen(w);
+
+		if (len && wl == len && !memcmp(w, value, len))
+			return i;
+		if (!bar)
+			return -1;
+		w = bar + 1;
 	}
-	SET_FLOAT(hsv_h) SET_FLOAT(hsv_s) SET_FLOAT(hsv_v) SET_FLOAT(degrees) SET_FLOAT(translate) SET_FLOAT(scale)
-	SET_FLOAT(shear) SET_FLOAT(perspective) SET_FLOAT(flipud) SET_FLOAT(fliplr) SET_FLOAT(mosaic) SET_FLOAT(mixup)
-#undef SET_FLOAT
-	if (!strcmp(key, "close_mosaic") || !strcmp(key, "max_boxes")) {
-		r = parse_u64(value, UINT32_MAX, &v);
-		if (r < 0)
-			return r;
-		if (key[0] == 'c') {
-			d->close_mosaic = (uint32_t)v;
-			d->has_close_mosaic = true;
-		} else {
-			d->max_boxes = (uint32_t)v;
-			d->has_max_boxes = true;
-		}
-	} else if (!strcmp(key, "epochs")) {
-		r = parse_u64(value, UINT64_MAX, &v);
-		if (r < 0)
-			return r;
-		d->epochs = v;
-		d->has_epochs = true;
-	} else if (!strcmp(key, "rect")) {
-		r = parse_bool(value, &d->rect);
-		d->has_rect = d->has_rect || r == 0;
-	} else if (!strcmp(key, "stride")) {
-		r = parse_u64(value, UINT32_MAX, &v);
-		if (r < 0)
-			return r;
-		d->stride = (uint32_t)v;
-		d->has_stride = true;
-	} else if (!strcmp(key, "pad")) {
-		r = parse_double(value, &d->pad);
-		d->has_pad = d->has_pad || r == 0;
-	} else if (!strcmp(key, "resample")) {
-		if (!strcmp(value, "cv2"))
-			d->resample = STOKER__RESAMPLE__RESAMPLE_CV2;
-		else if (!strcmp(value, "antialias"))
-			d->resample = STOKER__RESAMPLE__RESAMPLE_ANTIALIAS;
-		else if (!strcmp(value, "default"))
-			d->resample = STOKER__RESAMPLE__RESAMPLE_DEFAULT;
-		else
-			return -EINVAL;
-		d->has_resample = true;
-		r = 0;
-	} else if (!strcmp(key, "split")) {
-		if (!value[0] || strlen(value) >= sizeof(o->split))
-			return -EINVAL;
-		snprintf(o->split, sizeof(o->split), "%s", value);
-		d->split = o->split;
-		r = 0;
+}
+
+static int opt_set_task(struct stoker_opts *o, const struct opt_key *k, const char *value)
+{
+	Stoker__Attach *a = &o->attach;
+	int i = choice_index(k->kind, value);
+
+	if (i < 0)
+		return -EINVAL;
+	a->task = (Stoker__Task)i;
+	a->has_task = true;
+	/* Detection's usual transform, unless one was chosen. */
+	if (a->task == STOKER__TASK__DETECT && !a->has_transform)
+		a->transform = STOKER__TRANSFORM__MOSAIC;
+	return 0;
+}
+
+/* mean and std: three finite floats each, std's positive. */
+static int opt_set_float3(struct stoker_opts *o, const struct opt_key *k, const char *value)
+{
+	Stoker__Attach *a = &o->attach;
+	bool is_mean = k->name[0] == 'm';
+	float v3[3];
+	int r;
+
+	r = parse_float3(value, v3, !is_mean);
+	if (r < 0)
+		return r;
+	memcpy(is_mean ? o->mean : o->std, v3, sizeof(v3));
+	if (is_mean) {
+		a->n_mean = 3;
+		a->mean = o->mean;
+	} else {
+		a->n_std = 3;
+		a->std = o->std;
 	}
+	return 0;
+}
+
+static int opt_set_device(struct stoker_opts *o, const struct opt_key *k, const char *value)
+{
+	if (cudadrv_parse_device(value, &o->ordinal) < 0)
+		return -EINVAL;
+	snprintf(o->device, sizeof(o->device), "%s", value);
+	o->attach.device = o->device;
+	return 0;
+}
+
+static int opt_set_pin(struct stoker_opts *o, const struct opt_key *k, const char *value)
+{
+	protobuf_c_boolean b;
+	int r;
+
+	if (!strcmp(value, "try")) {
+		o->pin = PIN_TRY;
+		return 0;
+	}
+	r = parse_bool(value, &b);
 	if (r == 0)
-		o->attach.detect = d;
+		o->pin = b ? PIN_YES : PIN_NO;
 	return r;
+}
+
+static int opt_set_split(struct stoker_opts *o, const struct opt_key *k, const char *value)
+{
+	if (!value[0] || strlen(value) >= sizeof(o->split))
+		return -EINVAL;
+	snprintf(o->split, sizeof(o->split), "%s", value);
+	o->detect.split = o->split;
+	return 0;
+}
+
+static int opt_set_resume(struct stoker_opts *o, const struct opt_key *k, const char *value)
+{
+	Stoker__Attach *a = &o->attach;
+	struct checkpoint c;
+	int r;
+
+	r = checkpoint_parse(value, &c);
+	if (r < 0)
+		return r;
+	a->epoch = c.epoch;
+	a->first_batch = c.batch;
+	a->seed = c.seed;
+	a->rank = c.rank;
+	a->world_size = c.world_size;
+	a->batch_size = c.batch_size;
+	a->shuffle = c.shuffle;
+	a->drop_last = c.drop_last;
+	a->expect_samples = c.samples;
+	a->shard_order = c.shard_buffer != 0;
+	a->shuffle_buffer = c.shard_buffer ? c.shard_buffer - 1 : a->shuffle_buffer;
+	a->has_shard_order = a->has_shuffle_buffer = true;
+	/* The rect order and batch shapes as they were. */
+	o->detect.rect = c.rect_stride != 0;
+	o->detect.has_rect = c.rect_stride || a->detect;
+	if (c.rect_stride) {
+		o->detect.stride = c.rect_stride;
+		o->detect.pad = c.rect_pad;
+		o->detect.has_stride = o->detect.has_pad = true;
+		a->detect = &o->detect;
+	}
+	a->has_epoch = a->has_first_batch = a->has_seed = a->has_rank = a->has_world_size = true;
+	a->has_batch_size = a->has_shuffle = a->has_drop_last = a->has_expect_samples = true;
+	return 0;
+}
+
+STOKER_API int stoker_opts_key(size_t i, const char **name, const char **task, const char **kind)
+{
+	if (i >= sizeof(opt_keys) / sizeof(opt_keys[0]))
+		return -ENOENT;
+	if (name)
+		*name = opt_keys[i].name;
+	if (task)
+		*task = opt_keys[i].detect ? "detect" : "";
+	if (kind)
+		*kind = opt_keys[i].kind;
+	return 0;
 }
 
 STOKER_API int stoker_opts_set(struct stoker_opts *o, const char *key, const char *value)
 {
-	Stoker__Attach *a;
+	const struct opt_key *k = NULL;
+	uint8_t *base;
 	uint64_t v;
-	int r;
+	double x;
+	int r, i;
 
 	if (!o || !key || !value)
 		return -EINVAL;
-	a = &o->attach;
-#define SET_U32(name)                                           \
-	if (!strcmp(key, #name)) {                              \
-		r = parse_u64(value, UINT32_MAX, &v);           \
-		if (r == 0) {                                   \
-			a->name = (uint32_t)v;                  \
-			a->has_##name = true;                   \
-		}                                               \
-		return r;                                       \
-	}
-	SET_U32(batch_size)
-	SET_U32(image_size)
-	SET_U32(rank)
-	SET_U32(world_size)
-	SET_U32(prefetch)
-	SET_U32(shuffle_buffer)
-#undef SET_U32
-	if (!strcmp(key, "order")) {
-		if (strcmp(value, "samples") && strcmp(value, "shards"))
-			return -EINVAL;
-		a->shard_order = value[1] == 'h';
-		a->has_shard_order = true;
-		return 0;
-	}
-	if (!strcmp(key, "seed") || !strcmp(key, "epoch")) {
-		r = parse_u64(value, UINT64_MAX, &v);
-		if (r < 0)
-			return r;
-		if (key[0] == 's') {
-			a->seed = v;
-			a->has_seed = true;
-		} else {
-			a->epoch = v;
-			a->has_epoch = true;
-		}
-		return 0;
-	}
-	if (!strcmp(key, "shuffle")) {
-		r = parse_bool(value, &a->shuffle);
-		a->has_shuffle = a->has_shuffle || r == 0;
-		return r;
-	}
-	if (!strcmp(key, "coordinated")) {
-		r = parse_bool(value, &a->coordinated);
-		a->has_coordinated = a->has_coordinated || r == 0;
-		return r;
-	}
-	if (!strcmp(key, "dct_scaling")) {
-		r = parse_bool(value, &a->dct_scaling);
-		a->has_dct_scaling = a->has_dct_scaling || r == 0;
-		return r;
-	}
-	if (!strcmp(key, "drop_last")) {
-		r = parse_bool(value, &a->drop_last);
-		a->has_drop_last = a->has_drop_last || r == 0;
-		return r;
-	}
-	if (!strcmp(key, "device")) {
-		if (cudadrv_parse_device(value, &o->ordinal) < 0)
-			return -EINVAL;
-		snprintf(o->device, sizeof(o->device), "%s", value);
-		a->device = o->device;
-		return 0;
-	}
-	if (!strcmp(key, "pin_memory")) {
-		protobuf_c_boolean b;
-
-		if (!strcmp(value, "try")) {
-			o->pin = PIN_TRY;
-			return 0;
-		}
-		r = parse_bool(value, &b);
+	for (size_t j = 0; j < sizeof(opt_keys) / sizeof(opt_keys[0]) && !k; j++)
+		if (!strcmp(key, opt_keys[j].name))
+			k = &opt_keys[j];
+	if (!k)
+		return -EINVAL;
+	base = k->detect ? (uint8_t *)&o->detect : (uint8_t *)&o->attach;
+	switch (k->type) {
+	case OPT_U32:
+	case OPT_U64:
+		r = parse_u64(value, k->type == OPT_U32 ? UINT32_MAX : UINT64_MAX, &v);
+		if (r == 0 && k->type == OPT_U32)
+			*(uint32_t *)(base + k->field) = (uint32_t)v;
+		else if (r == 0)
+			*(uint64_t *)(base + k->field) = v;
+		break;
+	case OPT_BOOL:
+		r = parse_bool(value, (protobuf_c_boolean *)(base + k->field));
+		break;
+	case OPT_FLOAT:
+		r = parse_double(value, &x);
 		if (r == 0)
-			o->pin = b ? PIN_YES : PIN_NO;
-		return r;
+			*(float *)(base + k->field) = (float)x;
+		break;
+	case OPT_DOUBLE:
+		r = parse_double(value, (double *)(base + k->field));
+		break;
+	case OPT_CHOICE:
+		i = choice_index(k->kind, value);
+		r = i < 0 ? -EINVAL : 0;
+		if (r == 0)
+			*(int *)(base + k->field) = i;
+		break;
+	default:
+		r = k->set(o, k, value);
+		break;
 	}
-	if (!strcmp(key, "dtype")) {
-		if (!strcmp(value, "uint8"))
-			a->dtype = STOKER__DTYPE__UINT8;
-		else if (!strcmp(value, "float32"))
-			a->dtype = STOKER__DTYPE__FLOAT32;
-		else if (!strcmp(value, "float16"))
-			a->dtype = STOKER__DTYPE__FLOAT16;
-		else
-			return -EINVAL;
-		a->has_dtype = true;
-		return 0;
-	}
-	if (!strcmp(key, "mean") || !strcmp(key, "std")) {
-		bool is_mean = key[0] == 'm';
-		float v3[3];
-
-		r = parse_float3(value, v3, !is_mean);
-		if (r < 0)
-			return r;
-		memcpy(is_mean ? o->mean : o->std, v3, sizeof(v3));
-		if (is_mean) {
-			a->n_mean = 3;
-			a->mean = o->mean;
-		} else {
-			a->n_std = 3;
-			a->std = o->std;
-		}
-		return 0;
-	}
-	if (!strcmp(key, "resume")) {
-		struct checkpoint c;
-
-		r = checkpoint_parse(value, &c);
-		if (r < 0)
-			return r;
-		a->epoch = c.epoch;
-		a->first_batch = c.batch;
-		a->seed = c.seed;
-		a->rank = c.rank;
-		a->world_size = c.world_size;
-		a->batch_size = c.batch_size;
-		a->shuffle = c.shuffle;
-		a->drop_last = c.drop_last;
-		a->expect_samples = c.samples;
-		a->shard_order = c.shard_buffer != 0;
-		a->shuffle_buffer = c.shard_buffer ? c.shard_buffer - 1 : a->shuffle_buffer;
-		a->has_shard_order = a->has_shuffle_buffer = true;
-		/* The rect order and batch shapes as they were. */
-		o->detect.rect = c.rect_stride != 0;
-		o->detect.has_rect = c.rect_stride || a->detect;
-		if (c.rect_stride) {
-			o->detect.stride = c.rect_stride;
-			o->detect.pad = c.rect_pad;
-			o->detect.has_stride = o->detect.has_pad = true;
-			a->detect = &o->detect;
-		}
-		a->has_epoch = a->has_first_batch = a->has_seed = a->has_rank = a->has_world_size = true;
-		a->has_batch_size = a->has_shuffle = a->has_drop_last = a->has_expect_samples = true;
-		return 0;
-	}
-	if (!strcmp(key, "transform")) {
-		if (!strcmp(value, "random_resized_crop"))
-			a->transform = STOKER__TRANSFORM__RANDOM_RESIZED_CROP;
-		else if (!strcmp(value, "center_crop"))
-			a->transform = STOKER__TRANSFORM__CENTER_CROP;
-		else if (!strcmp(value, "letterbox"))
-			a->transform = STOKER__TRANSFORM__LETTERBOX;
-		else if (!strcmp(value, "mosaic"))
-			a->transform = STOKER__TRANSFORM__MOSAIC;
-		else
-			return -EINVAL;
-		a->has_transform = true;
-		return 0;
-	}
-	if (!strcmp(key, "task")) {
-		if (!strcmp(value, "classify"))
-			a->task = STOKER__TASK__CLASSIFY;
-		else if (!strcmp(value, "detect"))
-			a->task = STOKER__TASK__DETECT;
-		else
-			return -EINVAL;
-		a->has_task = true;
-		/* Detection's usual transform, unless one was chosen. */
-		if (a->task == STOKER__TASK__DETECT && !a->has_transform)
-			a->transform = STOKER__TRANSFORM__MOSAIC;
-		return 0;
-	}
-	return opts_set_detect(o, key, value);
+	if (r == 0 && k->has != NO_HAS)
+		*(protobuf_c_boolean *)(base + k->has) = true;
+	/* A detection key sends the detection options with the request. */
+	if (r == 0 && k->detect)
+		o->attach.detect = &o->detect;
+	return r;
 }
 
 /* ---- attach ---- */

@@ -100,6 +100,14 @@ const char *stoker_last_error(const struct stoker *s);
 int stoker_opts_new(struct stoker_opts **out);
 void stoker_opts_free(struct stoker_opts *o);
 int stoker_opts_set(struct stoker_opts *o, const char *key, const char *value);
+/* The keys stoker_opts_set() takes, from libstoker's one table of them (for
+ * bindings and tools): key i = 0, 1, ...: its name, the task it belongs to
+ * ("detect", or "" for every task) and its kind: "u32", "u64", "bool",
+ * "number" (finite), "float3" (three comma-separated numbers; "float3>0":
+ * each positive), "device" (cpu or cuda:N), "token" (a stoker_checkpoint()
+ * token), "text", or the values it takes separated by '|'. Out-parameters
+ * may be NULL; the strings are static. 0, or -ENOENT past the last key. */
+int stoker_opts_key(size_t i, const char **name, const char **task, const char **kind);
 
 /* Attach to a data set (ImageFolder directory or `path label` list file, as
  * the daemon sees it) and start producing opts' epoch. opts may be NULL.

@@ -31,7 +31,7 @@ import numpy as np
 from . import _userd
 
 __all__ = ["Loader", "Batch", "DeviceArray", "StokerError", "stats", "metrics", "config", "set_config", "reload", "drain",
-           "library_version", "load_library", "launcher_rank"]
+           "library_version", "load_library", "launcher_rank", "option_keys"]
 
 _ERR_NO_LIBRARY = ("libstoker not found (install the stoker wheel or Debian's libstoker0, or set STOKER_LIB, "
                    "or STOKER_BUILD to a build directory)")
@@ -75,6 +75,8 @@ def _declare(lib):
         "stoker_opts_new": (ctypes.c_int, [ctypes.POINTER(P)]),
         "stoker_opts_free": (None, [P]),
         "stoker_opts_set": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.c_char_p]),
+        "stoker_opts_key": (ctypes.c_int, [ctypes.c_size_t, ctypes.POINTER(ctypes.c_char_p),
+                                           ctypes.POINTER(ctypes.c_char_p), ctypes.POINTER(ctypes.c_char_p)]),
         "stoker_attach": (ctypes.c_int, [P, ctypes.c_char_p, P]),
         "stoker_dataset_samples": (ctypes.c_uint64, [P]),
         "stoker_samples_per_epoch": (ctypes.c_uint64, [P]),
@@ -324,10 +326,24 @@ class _BatchMemory:
         self.replaced = int(_lib.stoker_batch_replaced(b))
 
 
-# Options of task="detect" (Ultralytics' hyper-parameter names and ours).
-_DETECT_OPTIONS = {"hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale", "shear", "perspective",
-                   "flipud", "fliplr", "mosaic", "mixup", "close_mosaic", "epochs", "max_boxes", "split",
-                   "rect", "stride", "pad", "resample"}
+_option_keys = None
+
+
+def option_keys():
+    """The attach options libstoker takes, from its one table of them
+    (stoker_opts_key): {name: (task, kind)}, task "detect" for the options
+    of task="detect" (Ultralytics' hyper-parameter names and ours), "" for
+    every task's; kind as stoker.h says ("u32", "bool", "number", "a|b", ...)."""
+    global _option_keys
+    if _option_keys is None:
+        lib = load_library()
+        name, task, kind = ctypes.c_char_p(), ctypes.c_char_p(), ctypes.c_char_p()
+        keys, i = {}, 0
+        while lib.stoker_opts_key(i, ctypes.byref(name), ctypes.byref(task), ctypes.byref(kind)) == 0:
+            keys[name.value.decode()] = (task.value.decode(), kind.value.decode())
+            i += 1
+        _option_keys = keys
+    return _option_keys
 
 
 def _opt_text(v):
@@ -435,7 +451,7 @@ class Loader:
             transform = "mosaic" if task == "detect" else "random_resized_crop"
         if shuffle is None:  # rectangular batches come in aspect-ratio order
             shuffle = not detect.get("rect")
-        unknown = set(detect) - _DETECT_OPTIONS
+        unknown = set(detect) - {k for k, (t, _) in option_keys().items() if t == "detect"}
         if unknown:
             raise TypeError(f"unknown option(s): {', '.join(sorted(unknown))}")
         if detect and task != "detect":
