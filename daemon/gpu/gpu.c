@@ -389,8 +389,8 @@ static int setup_device(struct gpu_ring *r)
 	return 0;
 }
 
-/* Step 0: the device, the budget (the context counted if it is new), the
- * context and kernels. */
+/* Step 0: the device, its context and kernels, the budget (the context
+ * counted in it). */
 static int setup_budget(struct gpu_ring *r)
 {
 	struct gpu *g = r->g;
@@ -402,38 +402,15 @@ static int setup_budget(struct gpu_ring *r)
 	CUmemAllocationProp prop;
 	CUcontext popped;
 	size_t gran = 0, free_bytes = 0, total_bytes = 0;
-	uint64_t slot_bytes, bytes, context = 0;
+	uint64_t slot_bytes, bytes;
+	bool pushed = false;
 	int err;
 
 	err = setup_device(r);
 	if (err < 0)
 		return err;
 	d = c->dev;
-	memset(&prop, 0, sizeof(prop));
-	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	prop.location.id = (int)d->dev;
-	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-	/* No context needed for the granularity. */
-	CU(cuMemGetAllocationGranularity, &gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
-	slot_bytes = align_up((size_t)p->batch_size * r->image_bytes, GPU_SLOT_ALIGN);
-	c->size = align_up((size_t)slot_bytes * p->slot_count, gran ? gran : 1);
-	if (p->dtype != DTYPE_UINT8)
-		c->staging_bytes =
-			align_up((size_t)p->batch_size * r->u8_image_bytes, GPU_SLOT_ALIGN) + sizeof(p->lut);
-	bytes = c->size + c->staging_bytes;
-	if (!d->ctx)
-		context = GPU_CONTEXT_BYTES;
-	if (p->budget && d->bytes + context + bytes > p->budget) {
-		snprintf(r->why, sizeof(r->why),
-			 "a %llu-byte device ring does not fit %s's gpu_memory_budget (%llu bytes): %u clients' device "
-			 "rings and stokerd's CUDA context (%llu bytes) take %llu there; lower batch_size, image_size "
-			 "or prefetch, or wait",
-			 (unsigned long long)bytes, p->device, (unsigned long long)p->budget, d->rings,
-			 (unsigned long long)GPU_CONTEXT_BYTES, (unsigned long long)(d->bytes + context));
-		c->dev = NULL;
-		return -ENOSPC;
-	}
+	/* The context (counted in d->bytes from now on) and kernels. */
 	err = device_prepare(g, d, p->dtype != DTYPE_UINT8, r->why, sizeof(r->why));
 	if (err < 0) {
 		c->dev = NULL;
@@ -441,11 +418,31 @@ static int setup_budget(struct gpu_ring *r)
 		return err;
 	}
 	CU(cuCtxPushCurrent, d->ctx);
-	res = g->drv->cuMemGetInfo(&free_bytes, &total_bytes);
+	pushed = true;
+	memset(&prop, 0, sizeof(prop));
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = (int)d->dev;
+	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	CU(cuMemGetAllocationGranularity, &gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+	CU(cuMemGetInfo, &free_bytes, &total_bytes);
 	g->drv->cuCtxPopCurrent(&popped);
-	if (res != CUDA_SUCCESS) {
-		what = "cuMemGetInfo";
-		goto fail;
+	pushed = false;
+	slot_bytes = align_up((size_t)p->batch_size * r->image_bytes, GPU_SLOT_ALIGN);
+	c->size = align_up((size_t)slot_bytes * p->slot_count, gran ? gran : 1);
+	if (p->dtype != DTYPE_UINT8)
+		c->staging_bytes =
+			align_up((size_t)p->batch_size * r->u8_image_bytes, GPU_SLOT_ALIGN) + sizeof(p->lut);
+	bytes = c->size + c->staging_bytes;
+	if (p->budget && d->bytes + bytes > p->budget) {
+		snprintf(r->why, sizeof(r->why),
+			 "a %llu-byte device ring does not fit %s's gpu_memory_budget (%llu bytes): %u clients' device "
+			 "rings and stokerd's CUDA context (%llu bytes) take %llu there; lower batch_size, image_size "
+			 "or prefetch, or wait",
+			 (unsigned long long)bytes, p->device, (unsigned long long)p->budget, d->rings,
+			 (unsigned long long)GPU_CONTEXT_BYTES, (unsigned long long)d->bytes);
+		err = -ENOSPC;
+		goto out;
 	}
 	if (bytes > free_bytes) {
 		snprintf(r->why, sizeof(r->why),
@@ -470,7 +467,9 @@ fail:
 	snprintf(r->why, sizeof(r->why), "%s: %s: %s", p->device, what, cudadrv_error(g->drv, res));
 	err = cuda_errno(res);
 out:
-	ring_teardown(r);
+	if (pushed)
+		g->drv->cuCtxPopCurrent(&popped);
+	ring_teardown(r); /* the context too, if this was its only ring */
 	return err;
 }
 
