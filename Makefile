@@ -38,8 +38,10 @@ PKGS_DAEMON  += libcurl
 PKGS_DAEMON  += spng libwebp libwebpdemux libtiff-4
 PKGS_CLIENT  := libprotobuf-c
 PKG_CFLAGS   := $(shell pkg-config --cflags $(PKGS_DAEMON) cmocka)
-LIBS_DAEMON  := $(shell pkg-config --libs $(PKGS_DAEMON)) -lm -pthread
-LIBS_CLIENT  := $(shell pkg-config --libs $(PKGS_CLIENT))
+# -ldl: before glibc 2.34, dlopen (libcuda, cudadrv.c) and pthread_once were
+# not in libc itself (the wheel's build on an older distribution, docs/slurm.md).
+LIBS_DAEMON  := $(shell pkg-config --libs $(PKGS_DAEMON)) -lm -ldl -pthread
+LIBS_CLIENT  := $(shell pkg-config --libs $(PKGS_CLIENT)) -ldl -pthread
 LIBS_CMOCKA  := $(shell pkg-config --libs cmocka)
 
 # CUDA (docs/gpu.md): used when the toolkit is found (nvcc and cuda.h), for

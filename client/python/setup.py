@@ -38,6 +38,7 @@ REPO = os.path.normpath(os.path.join(HERE, "..", ".."))
 CSRC = os.path.join(HERE, "csrc")  # in an sdist
 PROTO_C = "proto/stoker.pb-c.c"  # generated from proto/stoker.proto
 LIBNAME = "libstoker.so.0"
+C_LIBRARY = ("c", "dl", "m", "pthread", "rt")  # never linked statically
 BINARIES = ("stokerd", "stokerctl")  # with STOKER_WHEEL_BIN (make wheel)
 
 
@@ -126,7 +127,8 @@ def build_library(root, out_path, version):
         objs.append(obj)
     link = []
     for flag in libs:
-        archive = static_archive(cc, flag[2:]) if flag.startswith("-l") else None
+        # The C library's parts (-ldl before glibc 2.34) stay shared.
+        archive = static_archive(cc, flag[2:]) if flag.startswith("-l") and flag[2:] not in C_LIBRARY else None
         link.append(archive or flag)  # protobuf-c goes inside, when Debian's archive is there
     subprocess.run(cc + ["-shared", "-pthread", "-Wl,-soname," + LIBNAME,
                          "-Wl,--version-script=" + os.path.join(root, "client", "libstoker.map"),
