@@ -451,7 +451,7 @@ static bool coin(const struct pixel_op *op, struct rng *rng, struct pixel_scratc
 
 int gaussian_blur(struct rgb_image *im, unsigned kx, unsigned ky, double sx, double sy, struct pixel_scratch *s)
 {
-	float *tmp = scratch_floats(s, (size_t)im->width * (im->height + 1) * 3);
+	float *tmp = scratch_floats(s, color_gaussian_floats(im->width, im->height, kx));
 
 	if (!tmp)
 		return -ENOMEM;

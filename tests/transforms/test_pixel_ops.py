@@ -373,3 +373,17 @@ def test_timm_policy_draws(kind, cfg):
             close_values(a, b, f"{cfg} {name}", lo, hi)
         else:
             close_freqs(_counts(round(x, 6) for x in a), _counts(round(float(x), 6) for x in b), f"{cfg} {name}")
+
+
+def test_hue_and_saturation_every_colour(tmp_path):
+    """adjust_hue's HSV round trip and ImageEnhance.Color on all 16,777,216 colours: exact."""
+    from PIL import Image
+    v = np.arange(1 << 24, dtype=np.uint32)
+    im = Image.fromarray(np.stack([(v >> 16) & 255, (v >> 8) & 255, v & 255], -1).astype(np.uint8)
+                         .reshape(4096, 4096, 3))
+    path = tmp_path / "every.png"
+    im.save(path)
+    for h in (0.2, -0.37):
+        assert max_diff(apply("ColorJitter", {"hue": [h, h]}, path), np.asarray(F.adjust_hue(im, h))) == 0, h
+    got = apply("ColorJitter", {"saturation": [1.7, 1.7]}, path)
+    assert max_diff(got, np.asarray(ImageEnhance.Color(im).enhance(1.7))) == 0
