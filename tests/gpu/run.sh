@@ -50,6 +50,9 @@
 #   gpu-pin-context  pin_memory makes no context; pins in the current one (item 7)
 #   gpu-context-release  stokerd's context goes with its last ring; its size
 #                  against what gpu_memory_budget counts (item 9)
+#   gpu-other-uid  a trainer of another uid (nobody) gets device batches from a
+#                  root stokerd: the ring and its release words travel as fds, no
+#                  IPC objects shared (item 6; needs root and runuser, else SKIP)
 #   gpu-systemd    stokerd as a transient systemd service with the unit's sandbox
 #                  and the GPU drop-in serves a device attach (item 5; needs
 #                  systemd as PID 1 and root, else SKIP)
@@ -305,6 +308,20 @@ gpu_with_env_daemon() { # name "VAR=value" test
 }
 export -f gpu_with_env_daemon
 
+gpu_other_uid() {
+	[ "$(id -u)" = 0 ] && command -v runuser >/dev/null || { echo "not root, or no runuser: no second uid to try"; return 77; }
+	chmod 755 "$WORK"
+	runuser -u nobody -- test -x "$ROOT/$B/tests/gpu_check" ||
+		{ echo "uid nobody cannot run $B/tests/gpu_check here (a private home?)"; return 77; }
+	start_daemon uid --set socket_mode=0666 || return 1
+	runuser -u nobody -- env LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}" "$ROOT/$B/tests/gpu_check" "$WORK/uid.sock" \
+		"$WORK/small" identity
+	local rc=$?
+	stop_daemon uid || rc=1
+	return $rc
+}
+export -f gpu_other_uid
+
 gpu_systemd() {
 	[ "$(id -u)" = 0 ] && [ -d /run/systemd/system ] && command -v systemd-run >/dev/null ||
 		{ echo "no systemd as PID 1 (or not root) here"; return 77; }
@@ -394,6 +411,7 @@ if [ -x "$ROOT/$B/tests/gpu_check" ] && [ -d "$WORK/small" ]; then
 	section gpu-daemon-kill test 40 gpu_daemon_kill
 	section gpu-async-error test 90 "gpu_with_env_daemon fault STOKER_TEST_GPU_FAULT=illegal-address async-error"
 	section gpu-release-timeout test 60 "gpu_with_env_daemon late STOKER_TEST_GPU_RELEASE_AFTER_S=3 release-timeout"
+	section gpu-other-uid test 90 gpu_other_uid
 	section gpu-systemd test 60 gpu_systemd
 	section copy-bench info 60 copy_bench
 	section train-bench info 200 train_bench
