@@ -12,6 +12,28 @@
  *
  * The pipeline (pipeline.h) owns the list and the geometric ops (crops,
  * resizes, flips, erasing, normalisation); it hands every other op here.
+ *
+ * The ops, their parameters (torchvision's keywords and defaults; a pair
+ * is two numbers, a fill one or three numbers 0..255, "none" or no
+ * numbers is Python's None):
+ *   ColorJitter(brightness, contrast, saturation, hue)
+ *   Grayscale(num_output_channels=3 only: the image stays RGB)
+ *   RandomGrayscale(p=0.1)
+ *   GaussianBlur(kernel_size: odd, one or (x, y); sigma=(0.1, 2.0))
+ *   RandomPosterize(bits 1..8, p=0.5)    RandomSolarize(threshold, p=0.5)
+ *   RandomEqualize(p=0.5)    RandomAutocontrast(p=0.5)    RandomInvert(p=0.5)
+ *   RandomAdjustSharpness(sharpness_factor, p=0.5)
+ *   RandAugment(num_ops=2, magnitude=9, num_magnitude_bins=31,
+ *               interpolation="nearest"|"bilinear"|"bicubic", fill=None)
+ *   TrivialAugmentWide(num_magnitude_bins=31, interpolation, fill)
+ *   AutoAugment(policy="imagenet", interpolation, fill)
+ *   AugMix: refused, not built (torchvision runs it on tensors)
+ *   rand_augment_transform(config_str="rand-m9-n2-mstd0.5-mmax10-inc1-p0.5",
+ *               img_mean=(128, 128, 128), interpolation="random" (timm's
+ *               bilinear-or-bicubic per op) | "bilinear" | "bicubic" |
+ *               "nearest", translate_pct=0.45, translate_const: accepted,
+ *               unused by these policies) -- timm's hparams by their names
+ *   auto_augment_transform(config_str="original"|"v0"[-mstdS], the same hparams)
  */
 #ifndef STOKER_PIXELOPS_H
 #define STOKER_PIXELOPS_H

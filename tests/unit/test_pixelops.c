@@ -290,6 +290,62 @@ static void test_policies_run(void **state)
 	pixel_scratch_free(s);
 }
 
+/* Every op on degenerate sizes (1x1, a row, a column, 2x2) with extreme parameters: no crash, size kept. */
+static void test_tiny_images(void **state)
+{
+	const char *cases[][3] = {
+		{ "ColorJitter", "brightness=0.9", "hue=0.5" },
+		{ "ColorJitter", "contrast=5", "saturation=5" },
+		{ "GaussianBlur", "kernel_size=255,3", "sigma=50" },
+		{ "RandomAdjustSharpness", "sharpness_factor=100", "p=1" },
+		{ "RandomEqualize", "p=1", NULL },
+		{ "RandomAutocontrast", "p=1", NULL },
+		{ "RandAugment", "num_ops=16", "interpolation=bicubic" },
+		{ "RandAugment", "num_ops=8", "interpolation=nearest" },
+		{ "TrivialAugmentWide", "interpolation=bilinear", NULL },
+		{ "AutoAugment", "interpolation=nearest", NULL },
+		{ "rand_augment_transform", "config_str=rand-m30-n16-mstd101-mmax30", NULL },
+		{ "auto_augment_transform", "config_str=original-mstd5", NULL },
+	};
+	const uint32_t sizes[][2] = { { 1, 1 }, { 7, 1 }, { 1, 5 }, { 2, 2 } };
+	struct pixel_scratch *s = NULL;
+
+	(void)state;
+	assert_int_equal(pixel_scratch_new(&s), 0);
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		struct op_param ps[2];
+		double nums[2][4];
+		struct pixel_op *op = NULL;
+		size_t n = cases[c][2] ? 2 : 1;
+		char err[256];
+
+		params_of(ps, nums, &cases[c][1], n);
+		if (pixel_op_parse(cases[c][0], ps, n, &op, err, sizeof(err)) < 0)
+			fail_msg("%s", err);
+		for (size_t z = 0; z < sizeof(sizes) / sizeof(sizes[0]); z++)
+			for (uint64_t i = 0; i < 50; i++) {
+				/* a stride wider than the row, its padding left alone */
+				struct rgb_image im = { .px = px, .width = sizes[z][0], .height = sizes[z][1],
+							.stride = sizes[z][0] * 3 + 5 };
+				struct rng rng;
+
+				memset(px, 0xa5, sizeof(px));
+				for (uint32_t y = 0; y < im.height; y++)
+					for (uint32_t x = 0; x < im.width * 3; x++)
+						px[y * im.stride + x] = (uint8_t)(x * 40 + y * 90 + i);
+				rng_init(&rng, 5, 0, i, RNG_AUGMENT);
+				assert_int_equal(pixel_op_apply(op, &im, &rng, s), 0);
+				assert_int_equal(im.width, sizes[z][0]);
+				assert_int_equal(im.height, sizes[z][1]);
+				for (uint32_t y = 0; y < im.height; y++)
+					for (size_t x = im.width * 3; x < im.stride; x++)
+						assert_int_equal(px[y * im.stride + x], 0xa5);
+			}
+		pixel_op_free(op);
+	}
+	pixel_scratch_free(s);
+}
+
 static void test_deterministic(void **state)
 {
 	struct op_param ps[4];
@@ -337,6 +393,7 @@ int main(void)
 		cmocka_unit_test(test_enhance),
 		cmocka_unit_test(test_blur_constant),
 		cmocka_unit_test(test_policies_run),
+		cmocka_unit_test(test_tiny_images),
 		cmocka_unit_test(test_deterministic),
 	};
 
