@@ -17,6 +17,7 @@
 #include "gpu.h"
 #include "ring.h"
 #include "prefetch.h"
+#include "rates.h"
 #include "session.h"
 #include "workers.h"
 
@@ -44,15 +45,9 @@ void control_sample(struct daemon *d)
 	}
 }
 
-/* The oldest sample still in a window of `next` samples taken. */
-static unsigned window_oldest_index(unsigned next)
-{
-	return next < STATS_WINDOW ? 0 : next % STATS_WINDOW;
-}
-
 static const struct stats_sample *window_oldest(const struct daemon *d)
 {
-	return d->window_next ? &d->window[window_oldest_index(d->window_next)] : NULL;
+	return d->window_next ? &d->window[rates_oldest(d->window_next, STATS_WINDOW)] : NULL;
 }
 
 void control_rates(const struct daemon *d, double *images_per_second, double *worker_busy)
@@ -62,13 +57,10 @@ void control_rates(const struct daemon *d, double *images_per_second, double *wo
 	uint32_t workers = d->pool ? pool_workers(d->pool) : 0;
 
 	*images_per_second = *worker_busy = 0.0;
-	if (!old || now <= old->t_ns || !d->pool)
+	if (!old || !d->pool)
 		return;
-	double dt = (double)(now - old->t_ns) / 1e9;
-	*images_per_second = (double)(d->images_served - old->images) / dt;
-	*worker_busy = (double)(pool_busy_ns(d->pool) - old->busy_ns) / 1e9 / dt / (workers ? workers : 1);
-	if (*worker_busy > 1.0)
-		*worker_busy = 1.0;
+	*images_per_second = rates_per_second(old->t_ns, now, old->images, d->images_served);
+	*worker_busy = rates_busy_share(old->t_ns, now, old->busy_ns, pool_busy_ns(d->pool), workers);
 }
 
 /* A client's images/s and stall (share of time in next()) lately. */
@@ -77,19 +69,13 @@ static void client_rates(const struct conn *c, double *ips, double *stall)
 	const struct client_sample *old;
 	const struct session *s = c->session;
 	uint64_t now = monotonic_ns();
-	double dt;
 
 	*ips = *stall = 0.0;
 	if (!c->window_next)
 		return;
-	old = &c->window[window_oldest_index(c->window_next)];
-	if (now <= old->t_ns)
-		return;
-	dt = (double)(now - old->t_ns) / 1e9;
-	*ips = (double)(s->images - old->images) / dt;
-	*stall = (double)(s->wait_ns - old->wait_ns) / 1e9 / dt;
-	if (*stall > 1.0)
-		*stall = 1.0;
+	old = &c->window[rates_oldest(c->window_next, STATS_WINDOW)];
+	*ips = rates_per_second(old->t_ns, now, old->images, s->images);
+	*stall = rates_busy_share(old->t_ns, now, old->wait_ns, s->wait_ns, 1);
 }
 
 uint32_t control_attached(const struct daemon *d)
