@@ -211,13 +211,7 @@ static int transfer_error(struct fetch_req *r, CURLcode code)
 		if (r->status == 200 && (!r->length || r->offset == 0))
 			return 0;
 		snprintf(r->message, sizeof(r->message), "HTTP %ld", r->status);
-		switch (r->status) {
-		case 404: return -ENOENT;
-		case 401:
-		case 403: return -EACCES;
-		case 416: return -ERANGE;
-		default: return -EREMOTEIO;
-		}
+		return fetch_status_error(r->status);
 	}
 	if (!r->message[0]) /* else curl's own, more precise line */
 		snprintf(r->message, sizeof(r->message), "%s", curl_easy_strerror(code));
@@ -242,12 +236,32 @@ static int transfer_error(struct fetch_req *r, CURLcode code)
 	}
 }
 
-static bool retryable(const struct fetch_req *r, int err)
+bool fetch_retryable(int err, long status)
 {
 	if (err == -EREMOTEIO)
-		return r->status == 0 || r->status >= 500 || r->status == 408 || r->status == 429;
+		return status == 0 || status >= 500 || status == 408 || status == 429;
 	return err == -ETIMEDOUT || err == -ECONNREFUSED || err == -ECONNRESET || err == -EPROTO ||
 	       err == -EHOSTUNREACH;
+}
+
+int fetch_status_error(long status)
+{
+	switch (status) {
+	case 404: return -ENOENT;
+	case 401:
+	case 403: return -EACCES;
+	case 416: return -ERANGE;
+	default: return -EREMOTEIO;
+	}
+}
+
+uint64_t fetch_backoff_ms(const struct fetch_settings *s, uint32_t attempt, uint64_t rnd)
+{
+	uint64_t bound = (uint64_t)s->backoff_ms << (attempt < 20 ? attempt : 20);
+
+	if (bound > s->backoff_max_ms)
+		bound = s->backoff_max_ms;
+	return bound / 2 + rnd % (bound / 2 + 1);
 }
 
 static void complete(struct fetch *f, struct fetch_req *r, int err)
@@ -305,13 +319,11 @@ static void request_finish(struct fetch *f, CURL *e, CURLcode code)
 	/* Keep the handle for the next transfer. */
 	curl_easy_setopt(e, CURLOPT_ERRORBUFFER, NULL);
 	f->idle[f->nidle++] = e;
-	if (err < 0 && retryable(r, err) && r->attempt < f->s.retries) {
-		uint64_t bound = (uint64_t)f->s.backoff_ms << (r->attempt < 20 ? r->attempt : 20);
+	if (err < 0 && fetch_retryable(err, r->status) && r->attempt < f->s.retries) {
+		uint64_t delay_ms = fetch_backoff_ms(&f->s, r->attempt, next_random(f));
 
-		if (bound > f->s.backoff_max_ms)
-			bound = f->s.backoff_max_ms;
 		r->attempt++;
-		r->due_ns = monotonic_ns() + (bound / 2 + next_random(f) % (bound / 2 + 1)) * 1000000ull;
+		r->due_ns = monotonic_ns() + delay_ms * 1000000ull;
 		r->next = f->delayed;
 		f->delayed = r;
 		atomic_fetch_add_explicit(&f->retries, 1, memory_order_relaxed);

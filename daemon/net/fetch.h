@@ -102,6 +102,21 @@ int fetch_sync(struct fetch *f, struct fetch_req *r);
 
 void fetch_get_stats(struct fetch *f, struct fetch_stats *out);
 
+/* The retry policy, pure (tests/unit/test_fetch.c). A transfer that failed
+ * with err (and HTTP status, 0 for none) is tried again, up to `retries`
+ * more times, for a timeout, a refused, lost or unresolved connection, a
+ * truncated or malformed answer, or an error answer of 5xx, 408 or 429 (or
+ * none at all); never for 404, 401/403, 416 or another 4xx. */
+bool fetch_retryable(int err, long status);
+/* The errno an HTTP error answer means: 404 -ENOENT, 401/403 -EACCES, 416
+ * -ERANGE, the rest -EREMOTEIO. */
+int fetch_status_error(long status);
+/* The wait (ms) before retry `attempt` (0: the first retry): its bound is
+ * backoff_ms doubled each attempt (shifts stop at 20), capped at
+ * backoff_max_ms; the wait is bound/2 plus `rnd` (a random number) modulo
+ * bound/2 + 1: full jitter over the upper half of the bound. */
+uint64_t fetch_backoff_ms(const struct fetch_settings *s, uint32_t attempt, uint64_t rnd);
+
 /* True for an error worth retrying later (the store, not the object). */
 bool fetch_error_transient(int err);
 /* What a final fetch error means, for a log line ("a 5xx answer after
