@@ -618,6 +618,14 @@ wheel: $(B)/stokerd $(B)/stokerctl
 	rm -rf client/python/build
 	$(PYTHON) scripts/repair-wheel.py $(B)/wheel-raw/stoker-$(VERSION)-*.whl $(WHEEL_OUT)
 
+# `make wheel-compat`: the same wheel built inside a Debian 11 root
+# (mmdebstrap; glibc 2.31, so manylinux_2_30), with the three libraries
+# Debian 11 lacks built there from Debian 12's sources
+# (scripts/build-wheel-compat.sh; about 15 minutes). Into $(WHEEL_OUT)-compat.
+.PHONY: wheel-compat
+wheel-compat:
+	scripts/build-wheel-compat.sh $(abspath $(WHEEL_OUT))-compat
+
 # User mode as a user meets it (tests/usermode, as root: it creates two
 # users): the wheel in a fresh venv, daemons started by the first rank, one
 # per user per node, idle exit, refusals.
