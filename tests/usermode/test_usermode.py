@@ -4,6 +4,7 @@ the wheel, the others attach; one daemon per user per node, its directory
 0700, only its own uid served, gone after idle_exit_s."""
 
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -25,6 +26,31 @@ def assert_exact_cover(results, world):
 def log_lines(u, what, d=None):
     log = (d or u.tmp_dir) / "stokerd.log"
     return [ln for ln in log.read_text().splitlines() if what in ln]
+
+
+def test_the_wheel_carries_what_the_daemon_needs(venv):
+    """Installed: every library stokerd and stokerctl load is the wheel's own
+    copy or the C library's (glibc, libgcc_s, libstdc++), and the wheel's
+    tag names the highest glibc symbol version any of its files needs."""
+    site = next(venv.glob("lib/python3*/site-packages"))
+    system = re.compile(r"^(libc|libm|libdl|librt|libpthread|libresolv|libgcc_s|libstdc\+\+|ld-linux-x86-64|"
+                        r"linux-vdso)\.so")
+    for exe in ("stokerd", "stokerctl"):
+        path = site / "stoker/bin" / exe
+        assert os.access(path, os.X_OK), path
+        out = subprocess.run(["ldd", path], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}).stdout
+        for line in out.splitlines():
+            name, _, where = line.strip().partition(" => ")
+            assert "not found" not in line, line
+            if where and not system.match(name):
+                assert where.startswith(str(site / "stoker.libs")) or where.startswith(str(site / "stoker/")), line
+    elves = [p for p in (site / "stoker.libs").iterdir()] + list((site / "stoker/bin").iterdir())
+    need = max(tuple(int(x) for x in v.split("."))
+               for p in elves
+               for v in re.findall(r"GLIBC_(\d+\.\d+)", subprocess.run(["objdump", "-T", p], capture_output=True,
+                                                                      text=True).stdout))
+    tag = next(site.glob("stoker-*.dist-info")).joinpath("WHEEL").read_text()
+    assert f"-manylinux_{need[0]}_{need[1]}_" in tag, (need, tag)
 
 
 def test_an_epoch_with_no_daemon_running(alice, client, venv):
