@@ -26,7 +26,7 @@
  *   RandAugment(num_ops=2, magnitude=9, num_magnitude_bins=31,
  *               interpolation="nearest"|"bilinear"|"bicubic", fill=None)
  *   TrivialAugmentWide(num_magnitude_bins=31, interpolation, fill)
- *   AutoAugment(policy="imagenet", interpolation, fill)
+ *   AutoAugment(policy="imagenet"|"cifar10"|"svhn", interpolation, fill)
  *   AugMix: refused, not built (torchvision runs it on tensors)
  *   rand_augment_transform(config_str="rand-m9-n2-mstd0.5-mmax10-inc1-p0.5",
  *               img_mean=(128, 128, 128), interpolation="random" (timm's

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "affine.h"
 #include "color.h"
@@ -95,6 +96,64 @@ static const struct aa_step AA_IMAGENET[25][2] = {
 	{ { P_INVERT, 0.6f, -1 }, { P_EQUALIZE, 1.0f, -1 } },
 	{ { P_COLOR, 0.6f, 4 }, { P_CONTRAST, 1.0f, 8 } },
 	{ { P_EQUALIZE, 0.8f, -1 }, { P_EQUALIZE, 0.6f, -1 } },
+};
+
+/* AutoAugment(AutoAugmentPolicy.CIFAR10) */
+static const struct aa_step AA_CIFAR10[25][2] = {
+	{ { P_INVERT, 0.1f, -1 }, { P_CONTRAST, 0.2f, 6 } },
+	{ { P_ROTATE, 0.7f, 2 }, { P_TRANSLATE_X, 0.3f, 9 } },
+	{ { P_SHARPNESS, 0.8f, 1 }, { P_SHARPNESS, 0.9f, 3 } },
+	{ { P_SHEAR_Y, 0.5f, 8 }, { P_TRANSLATE_Y, 0.7f, 9 } },
+	{ { P_AUTOCONTRAST, 0.5f, -1 }, { P_EQUALIZE, 0.9f, -1 } },
+	{ { P_SHEAR_Y, 0.2f, 7 }, { P_POSTERIZE, 0.3f, 7 } },
+	{ { P_COLOR, 0.4f, 3 }, { P_BRIGHTNESS, 0.6f, 7 } },
+	{ { P_SHARPNESS, 0.3f, 9 }, { P_BRIGHTNESS, 0.7f, 9 } },
+	{ { P_EQUALIZE, 0.6f, -1 }, { P_EQUALIZE, 0.5f, -1 } },
+	{ { P_CONTRAST, 0.6f, 7 }, { P_SHARPNESS, 0.6f, 5 } },
+	{ { P_COLOR, 0.7f, 7 }, { P_TRANSLATE_X, 0.5f, 8 } },
+	{ { P_EQUALIZE, 0.3f, -1 }, { P_AUTOCONTRAST, 0.4f, -1 } },
+	{ { P_TRANSLATE_Y, 0.4f, 3 }, { P_SHARPNESS, 0.2f, 6 } },
+	{ { P_BRIGHTNESS, 0.9f, 6 }, { P_COLOR, 0.2f, 8 } },
+	{ { P_SOLARIZE, 0.5f, 2 }, { P_INVERT, 0.0f, -1 } },
+	{ { P_EQUALIZE, 0.2f, -1 }, { P_AUTOCONTRAST, 0.6f, -1 } },
+	{ { P_EQUALIZE, 0.2f, -1 }, { P_EQUALIZE, 0.6f, -1 } },
+	{ { P_COLOR, 0.9f, 9 }, { P_EQUALIZE, 0.6f, -1 } },
+	{ { P_AUTOCONTRAST, 0.8f, -1 }, { P_SOLARIZE, 0.2f, 8 } },
+	{ { P_BRIGHTNESS, 0.1f, 3 }, { P_COLOR, 0.7f, 0 } },
+	{ { P_SOLARIZE, 0.4f, 5 }, { P_AUTOCONTRAST, 0.9f, -1 } },
+	{ { P_TRANSLATE_Y, 0.9f, 9 }, { P_TRANSLATE_Y, 0.7f, 9 } },
+	{ { P_AUTOCONTRAST, 0.9f, -1 }, { P_SOLARIZE, 0.8f, 3 } },
+	{ { P_EQUALIZE, 0.8f, -1 }, { P_INVERT, 0.1f, -1 } },
+	{ { P_TRANSLATE_Y, 0.7f, 9 }, { P_AUTOCONTRAST, 0.9f, -1 } },
+};
+
+/* AutoAugment(AutoAugmentPolicy.SVHN) */
+static const struct aa_step AA_SVHN[25][2] = {
+	{ { P_SHEAR_X, 0.9f, 4 }, { P_INVERT, 0.2f, -1 } },
+	{ { P_SHEAR_Y, 0.9f, 8 }, { P_INVERT, 0.7f, -1 } },
+	{ { P_EQUALIZE, 0.6f, -1 }, { P_SOLARIZE, 0.6f, 6 } },
+	{ { P_INVERT, 0.9f, -1 }, { P_EQUALIZE, 0.6f, -1 } },
+	{ { P_EQUALIZE, 0.6f, -1 }, { P_ROTATE, 0.9f, 3 } },
+	{ { P_SHEAR_X, 0.9f, 4 }, { P_AUTOCONTRAST, 0.8f, -1 } },
+	{ { P_SHEAR_Y, 0.9f, 8 }, { P_INVERT, 0.4f, -1 } },
+	{ { P_SHEAR_Y, 0.9f, 5 }, { P_SOLARIZE, 0.2f, 6 } },
+	{ { P_INVERT, 0.9f, -1 }, { P_AUTOCONTRAST, 0.8f, -1 } },
+	{ { P_EQUALIZE, 0.6f, -1 }, { P_ROTATE, 0.9f, 3 } },
+	{ { P_SHEAR_X, 0.9f, 4 }, { P_SOLARIZE, 0.3f, 3 } },
+	{ { P_SHEAR_Y, 0.8f, 8 }, { P_INVERT, 0.7f, -1 } },
+	{ { P_EQUALIZE, 0.9f, -1 }, { P_TRANSLATE_Y, 0.6f, 6 } },
+	{ { P_INVERT, 0.9f, -1 }, { P_EQUALIZE, 0.6f, -1 } },
+	{ { P_CONTRAST, 0.3f, 3 }, { P_ROTATE, 0.8f, 4 } },
+	{ { P_INVERT, 0.8f, -1 }, { P_TRANSLATE_Y, 0.0f, 2 } },
+	{ { P_SHEAR_Y, 0.7f, 6 }, { P_SOLARIZE, 0.4f, 8 } },
+	{ { P_INVERT, 0.6f, -1 }, { P_ROTATE, 0.8f, 4 } },
+	{ { P_SHEAR_Y, 0.3f, 7 }, { P_TRANSLATE_X, 0.9f, 3 } },
+	{ { P_SHEAR_X, 0.1f, 6 }, { P_INVERT, 0.6f, -1 } },
+	{ { P_SOLARIZE, 0.7f, 2 }, { P_TRANSLATE_Y, 0.6f, 7 } },
+	{ { P_SHEAR_Y, 0.8f, 4 }, { P_INVERT, 0.8f, -1 } },
+	{ { P_SHEAR_X, 0.7f, 9 }, { P_TRANSLATE_Y, 0.8f, 3 } },
+	{ { P_SHEAR_Y, 0.8f, 5 }, { P_AUTOCONTRAST, 0.7f, -1 } },
+	{ { P_SHEAR_X, 0.7f, 2 }, { P_INVERT, 0.1f, -1 } },
 };
 
 /*
@@ -311,6 +370,7 @@ struct policy {
 	bool random_interp;
 	const unsigned char *rand_ops; /* 15 */
 	const struct timm_step (*subs)[2];
+	const struct aa_step (*aa)[2]; /* AutoAugment's policy */
 	/* both */
 	enum affine_resample interp;
 	uint8_t fill[3];
@@ -457,8 +517,16 @@ int policy_parse(const char *name, const struct params *ps, struct policy **out)
 		r = params_check_keys(ps, KEYS_AA);
 		if (r >= 0)
 			r = params_text(ps, "policy", "imagenet", &text);
-		if (r >= 0 && strcmp(text, "imagenet") && strcmp(text, "IMAGENET"))
-			r = params_fail(ps, "policy", "\"%s\": only imagenet is built", text);
+		if (r < 0)
+			;
+		else if (!strcasecmp(text, "imagenet"))
+			pol->aa = AA_IMAGENET;
+		else if (!strcasecmp(text, "cifar10"))
+			pol->aa = AA_CIFAR10;
+		else if (!strcasecmp(text, "svhn"))
+			pol->aa = AA_SVHN;
+		else
+			r = params_fail(ps, "policy", "\"%s\" is not one of imagenet, cifar10, svhn", text);
 	} else if (!strcmp(name, "AugMix")) {
 		/* torchvision runs AugMix's ops on tensors (its tensor kernels), not on PIL images */
 		r = params_fail(ps, "(all)", "not built: torchvision applies AugMix's ops with its tensor kernels, "
@@ -811,7 +879,7 @@ int policy_apply(const struct policy *pol, struct rgb_image *im, struct rng *rng
 
 		pixel_trace(s, "sub", sub);
 		for (unsigned k = 0; k < 2 && r >= 0; k++) {
-			const struct aa_step *st = &AA_IMAGENET[sub][k];
+			const struct aa_step *st = &pol->aa[sub][k];
 			/* torch.rand(()) <= probability applies */
 			bool yes = rng_uniform(rng) <= st->p;
 

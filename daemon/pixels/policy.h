@@ -2,7 +2,7 @@
 /*
  * The augmentation policies, with their op tables, magnitude bins, signs
  * and probabilities as their references' sources have them: torchvision's
- * RandAugment, TrivialAugmentWide, AutoAugment (ImageNet) and AugMix;
+ * RandAugment, TrivialAugmentWide and AutoAugment (ImageNet, CIFAR10, SVHN);
  * timm's rand_augment_transform and auto_augment_transform strings.
  */
 #ifndef STOKER_POLICY_H

@@ -228,7 +228,7 @@ def test_policies_refused():
                              ("RandAugment", {"num_magnitude_bins": 1}, "num_magnitude_bins"),
                              ("RandAugment", {"interpolation": "lanczos"}, "interpolation"),
                              ("TrivialAugmentWide", {"fill": [1, 2]}, "fill"),
-                             ("AutoAugment", {"policy": "cifar10"}, "policy"),
+                             ("AutoAugment", {"policy": "mnist"}, "policy"),
                              ("AugMix", {}, "not built"),
                              ("rand_augment_transform", {"config_str": "rand-m9-x3"}, "config_str"),
                              ("rand_augment_transform", {"config_str": "rand-m9-tweights"}, "config_str"),
@@ -286,6 +286,8 @@ def _counts(xs):
     ("RandAugment", {"num_ops": 1, "magnitude": 9}, lambda: T.RandAugment(num_ops=1, magnitude=9)),
     ("TrivialAugmentWide", {}, lambda: T.TrivialAugmentWide()),
     ("AutoAugment", {}, lambda: T.AutoAugment()),
+    ("AutoAugment", {"policy": "cifar10"}, lambda: T.AutoAugment(T.AutoAugmentPolicy.CIFAR10)),
+    ("AutoAugment", {"policy": "svhn"}, lambda: T.AutoAugment(T.AutoAugmentPolicy.SVHN)),
 ])
 def test_torchvision_policy_draws(name, params, ref):
     ours = _tv_ours(name, params, N_DRAWS)

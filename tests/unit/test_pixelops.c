@@ -111,7 +111,7 @@ static void test_bounds_refused(void **state)
 	refused("RandAugment", "fill", 1, "fill=1,2");
 	refused("RandAugment", "fill", 1, "fill=256");
 	refused("TrivialAugmentWide", "interpolation", 1, "interpolation=lanczos");
-	refused("AutoAugment", "policy", 1, "policy=svhn");
+	refused("AutoAugment", "policy", 1, "policy=mnist");
 	refused("AugMix", "not built", 0);
 	refused("rand_augment_transform", "config_str", 0);
 	refused("rand_augment_transform", "config_str", 1, "config_str=augmix-m5");
