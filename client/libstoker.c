@@ -65,6 +65,10 @@ struct stoker_opts {
 	char device[16];   /* attach.device points here once set */
 	int ordinal;       /* cuda:N; -1: cpu */
 	enum { PIN_NO, PIN_YES, PIN_TRY } pin;
+	/* aws_access_key_id, aws_secret_access_key, aws_session_token:
+	 * s3:// data sets are read with the client's own keys. */
+	Stoker__S3Credentials s3;
+	char s3_id[256], s3_secret[256], s3_token[4096];
 };
 
 struct stoker {
@@ -616,6 +620,7 @@ STOKER_API int stoker_opts_new(struct stoker_opts **out)
 		return -ENOMEM;
 	stoker__attach__init(&o->attach);
 	stoker__detect_options__init(&o->detect);
+	stoker__s3_credentials__init(&o->s3);
 	o->ordinal = -1;
 	*out = o;
 	return 0;
@@ -623,7 +628,30 @@ STOKER_API int stoker_opts_new(struct stoker_opts **out)
 
 STOKER_API void stoker_opts_free(struct stoker_opts *o)
 {
+	if (o)
+		explicit_bzero(o, sizeof(*o)); /* keys, when it holds any */
 	free(o);
+}
+
+/* The aws_* keys: the credentials an s3:// data set is read with. */
+static int set_s3_key(struct stoker_opts *o, const char *key, const char *value)
+{
+	char *dst = !strcmp(key, "aws_access_key_id")	    ? o->s3_id
+		    : !strcmp(key, "aws_secret_access_key") ? o->s3_secret
+		    : !strcmp(key, "aws_session_token")	    ? o->s3_token
+							    : NULL;
+	size_t size = dst == o->s3_token ? sizeof(o->s3_token) : sizeof(o->s3_id);
+
+	if (!dst)
+		return 1;
+	if (strlen(value) >= size)
+		return -EINVAL;
+	snprintf(dst, size, "%s", value);
+	o->s3.access_key_id = o->s3_id;
+	o->s3.secret_access_key = o->s3_secret;
+	o->s3.session_token = o->s3_token[0] ? o->s3_token : NULL;
+	o->attach.s3_credentials = o->s3_id[0] && o->s3_secret[0] ? &o->s3 : NULL;
+	return 0;
 }
 
 static int parse_u64(const char *v, uint64_t max, uint64_t *out)
@@ -950,6 +978,9 @@ STOKER_API int stoker_opts_set(struct stoker_opts *o, const char *key, const cha
 
 	if (!o || !key || !value)
 		return -EINVAL;
+	r = set_s3_key(o, key, value);
+	if (r <= 0)
+		return r;
 	for (size_t j = 0; j < sizeof(opt_keys) / sizeof(opt_keys[0]) && !k; j++)
 		if (!strcmp(key, opt_keys[j].name))
 			k = &opt_keys[j];
@@ -1103,6 +1134,7 @@ static int attach_pin(struct stoker *s, bool required)
 STOKER_API int stoker_attach(struct stoker *s, const char *dataset, const struct stoker_opts *opts)
 {
 	Stoker__Message m = STOKER__MESSAGE__INIT, *reply = NULL;
+	Stoker__S3Credentials env_keys = STOKER__S3_CREDENTIALS__INIT;
 	Stoker__Attach a;
 	const Stoker__Attached *at;
 	uint8_t uuid[CLIENT_GPU_UUID_BYTES];
@@ -1118,6 +1150,17 @@ STOKER_API int stoker_attach(struct stoker *s, const char *dataset, const struct
 	else
 		stoker__attach__init(&a);
 	a.dataset = (char *)dataset;
+	if (!a.s3_credentials && !strncmp(dataset, "s3://", 5)) {
+		/* The process's own keys, as the AWS CLI takes them first. */
+		const char *id = getenv("AWS_ACCESS_KEY_ID"), *secret = getenv("AWS_SECRET_ACCESS_KEY");
+
+		if (id && *id && secret && *secret) {
+			env_keys.access_key_id = (char *)id;
+			env_keys.secret_access_key = (char *)secret;
+			env_keys.session_token = getenv("AWS_SESSION_TOKEN");
+			a.s3_credentials = &env_keys;
+		}
+	}
 	s->ordinal = opts ? opts->ordinal : -1;
 	if (s->ordinal >= 0) {
 		/* The daemon finds the GPU by UUID: our cuda:N may be its cuda:M. */
@@ -1712,12 +1755,13 @@ static void stats_json(struct text *t, const Stoker__Stats *st)
 			    "%s{\"pid\": %u, \"rank\": %u, \"world_size\": %u, \"epoch\": %llu, \"batches\": %llu, "
 			    "\"images\": %llu, \"wait_seconds\": %.6f, \"id\": %llu, \"uid\": %u, "
 			    "\"images_per_second\": %.3f, \"stall\": %.4f, \"ring_bytes\": %llu, "
-			    "\"decode_error_files\": %llu, \"device_bytes\": %llu, \"device\": ",
+			    "\"decode_error_files\": %llu, \"unreadable_samples\": %llu, \"device_bytes\": %llu, "
+			    "\"device\": ",
 			    i ? ", " : "", c->pid, c->rank, c->world_size, (unsigned long long)c->epoch,
 			    (unsigned long long)c->batches, (unsigned long long)c->images, c->wait_seconds,
 			    (unsigned long long)c->id, c->uid, c->images_per_second, c->stall,
 			    (unsigned long long)c->ring_bytes, (unsigned long long)c->decode_error_files,
-			    (unsigned long long)c->device_bytes);
+			    (unsigned long long)c->unreadable_samples, (unsigned long long)c->device_bytes);
 		text_json_string(t, c->device ? c->device : "cpu");
 		text_printf(t, ", \"dataset\": ");
 		text_json_string(t, c->dataset);

@@ -10,6 +10,8 @@ DEB_PACKAGES=(
 	libprotobuf-c-dev protobuf-c-compiler
 	libsystemd-dev systemd
 	util-linux passwd groff-base strace
+	# setfacl: test_permissions.py grants a user read access by POSIX ACL
+	acl
 	libinih-dev
 	libcmocka-dev
 	# image formats beside JPEG (daemon/formats/image.h): PNG, WebP, TIFF

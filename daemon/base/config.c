@@ -151,6 +151,7 @@ static const struct config_key config_keys[] = {
 	STR("s3_region", s3_region, LIVE),
 	STR("s3_profile", s3_profile, LIVE),
 	STR("s3_credentials_file", s3_credentials_file, LIVE),
+	STR("shared_remote_prefixes", shared_remote_prefixes, LIVE),
 };
 #define NKEYS (sizeof(config_keys) / sizeof(config_keys[0]))
 _Static_assert(NKEYS <= CONFIG_MAX_KEYS, "raise CONFIG_MAX_KEYS");

@@ -68,6 +68,9 @@ struct config {
 	char s3_region[64];                /* "": AWS_REGION, AWS_DEFAULT_REGION, us-east-1 */
 	char s3_profile[128];              /* "": AWS_PROFILE, else "default" */
 	char s3_credentials_file[512];     /* "": AWS_SHARED_CREDENTIALS_FILE, ~/.aws/credentials */
+	/* s3:// prefixes (space or comma separated) every client reads with
+	 * the node's credentials; elsewhere a client's own keys are used. */
+	char shared_remote_prefixes[2048];
 };
 
 /* Where each key's value came from: "default", a file path, "command

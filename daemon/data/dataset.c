@@ -222,8 +222,10 @@ void dataset_unref(struct dataset *ds)
 	if (ds->dirfd >= 0)
 		close(ds->dirfd);
 	shardset_free(ds->shards);
-	if (ds->remote)
+	if (ds->remote) {
 		free(ds->remote->sizes);
+		explicit_bzero(ds->remote, sizeof(*ds->remote)); /* credentials */
+	}
 	free(ds->remote);
 	free(ds->root);
 	free(ds->key);

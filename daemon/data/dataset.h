@@ -50,6 +50,9 @@ struct dataset_remote {
 	uint64_t *sizes;  /* [count] listed sizes; NULL when not listed (list files) */
 	uint64_t listed_ns; /* CLOCK_MONOTONIC when listed: the listing cache's age */
 	struct shard_source shard_src; /* tar shards at URLs: HEAD and range requests */
+	/* Listed and read with one client's own keys (s3.keys): shared only
+	 * with sessions holding the same keys, dropped with the last of them. */
+	bool per_client;
 };
 
 /* What rm's requests are signed with: NULL when unsigned. */

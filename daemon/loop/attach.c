@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "access.h"
 #include "attach.h"
 #include "cudadrv.h"
 #include "daemon.h"
@@ -64,7 +65,22 @@ struct attach_request {
 	struct dataset *result;
 	int err;
 	char errbuf[512];
+	/* A client that is not root reads what its own identity may (access.h). */
+	bool check_access;
+	struct access_id id;
+	struct access_map *readable; /* built by the scan, for the session */
 };
+
+/* An attach request freed: the client's identity and keys with it. */
+static void request_free(struct attach_request *req)
+{
+	free(req->sizes);
+	free(req->params.dataset);
+	access_id_clear(&req->id);
+	free(req->readable);
+	s3_config_clear(&req->s3); /* a client's keys */
+	free(req);
+}
 
 /* ---- the pure part: validation and slot layout ---- */
 
@@ -340,6 +356,25 @@ int attach_slot_layout(const struct slot_request *r, struct slot_layout *out)
 /* The session for an admitted request: its allocation (ring, slot states,
  * jobs, the mosaic's partner images), its plan and, for rect, each batch's
  * shape; then Attached (or, on a device, the device ring first). */
+/* The files of its data set a client may not read, for the administrator
+ * (never for the client): how many, and the first few by name. */
+static void log_unreadable(const struct conn *c, const struct dataset *ds, const struct access_map *m)
+{
+	char names[1024];
+	size_t at = 0;
+
+	if (!m || !m->unreadable)
+		return;
+	names[0] = '\0';
+	for (uint64_t i = 0; i < m->unreadable && i < ACCESS_MAP_LOGGED && at < sizeof(names); i++)
+		at += (size_t)snprintf(names + at, sizeof(names) - at, "%s%s", i ? ", " : "",
+				       dataset_name(ds, m->logged[i]));
+	conn_log_cred(LOG_LVL_WARNING, c, "%llu of the %llu files of %s are not readable by uid %d: replaced in its "
+		      "batches and counted (unreadable_samples): %s%s",
+		      (unsigned long long)m->unreadable, (unsigned long long)m->count, ds->root, (int)c->uid, names,
+		      m->unreadable > ACCESS_MAP_LOGGED ? ", ..." : "");
+}
+
 static void session_create(struct conn *c, struct attach_request *req, struct dataset *ds,
 			   const struct slot_layout *lay)
 {
@@ -357,6 +392,9 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	}
 	s->d = d;
 	s->ds = ds;
+	s->readable = req->readable;
+	req->readable = NULL;
+	log_unreadable(c, ds, s->readable);
 	s->pid = (uint32_t)c->pid;
 	s->pending_fd = -1;
 	s->image_side = req->rect ? req->rect_side : a->image_size;
@@ -621,7 +659,7 @@ static void log_shards(const struct attach_request *req)
 
 /* Runs on libuv's thread pool: the scan, and for rect the image sizes
  * (of a data set already open, or of the one just scanned). */
-static void attach_scan(uv_work_t *w)
+static void attach_scan_data(uv_work_t *w)
 {
 	struct attach_request *req = w->data;
 	struct label_log l = {.dataset = req->path};
@@ -675,6 +713,37 @@ static void attach_scan(uv_work_t *w)
 	}
 }
 
+/* The scan, then which of its files the client may read (access.h); a
+ * data set listed with a client's own S3 keys is marked as theirs. */
+static void attach_scan(uv_work_t *w)
+{
+	struct attach_request *req = w->data;
+
+	attach_scan_data(w);
+	if (req->err == 0 && req->s3.has_keys && req->result) {
+		/* Listed with the client's own keys: found again only by them. */
+		char *key = strdup(req->key);
+
+		if (!key) {
+			req->err = -ENOMEM;
+			snprintf(req->errbuf, sizeof(req->errbuf), "out of memory");
+			return;
+		}
+		free(req->result->key);
+		req->result->key = key;
+		req->result->remote->per_client = true;
+	}
+	if (req->err < 0 && req->s3.has_keys && !req->s3.key_id[0]) {
+		size_t n = strlen(req->errbuf);
+
+		snprintf(req->errbuf + n, sizeof(req->errbuf) - n, " (read with the client's own S3 credentials: it "
+			 "sent none; docs/deploy.md, Multi-user nodes)");
+	}
+	if (req->err == 0 && req->check_access)
+		req->err = access_map_build(&req->id, req->existing ? req->existing : req->result, &req->readable,
+					    req->errbuf, sizeof(req->errbuf));
+}
+
 /* Drop the data set an attach request holds (it may be in the list). */
 static void request_put(struct attach_request *req, struct dataset *ds)
 {
@@ -709,7 +778,10 @@ static void attach_scanned(uv_work_t *w, int status)
 	if (!req->existing) {
 		/* Another client may have opened the same data set meanwhile. */
 		existing = datasets_find(req->d, ds->key);
-		if (existing) {
+		if (existing && req->readable) {
+			/* The client's map is of our scan: keep it, unshared. */
+			datasets_put(req->d, existing);
+		} else if (existing) {
 			dataset_unref(ds);
 			ds = existing;
 		} else if (datasets_add(req->d, ds) < 0) {
@@ -730,9 +802,7 @@ static void attach_scanned(uv_work_t *w, int status)
 	}
 	attach_start(c, req, ds);
 out:
-	free(req->sizes);
-	free(req->params.dataset);
-	free(req);
+	request_free(req);
 }
 
 void attach_forget(struct conn *c)
@@ -743,11 +813,85 @@ void attach_forget(struct conn *c)
 	}
 }
 
+/* A client that is not root: the data set's path resolved, and its root
+ * opened, with the client's own identity (access.h). False once the client
+ * has been told why not. */
+static bool attach_access(struct conn *c, const char *path, char real[PATH_MAX], struct access_id *id)
+{
+	char err[PATH_MAX + 128];
+	int r = access_id_from_socket(c->fd, c->uid, c->gid, id);
+
+	if (r < 0) {
+		snprintf(err, sizeof(err), "cannot read the client's groups: %s", strerror(-r));
+	} else {
+		r = access_realpath(id, path, real, err, sizeof(err));
+		if (r < 0)
+			access_id_clear(id);
+	}
+	if (r == 0)
+		return true;
+	conn_log_cred(LOG_LVL_INFO, c, "attach refused: %s", err);
+	conn_send_error(c, r == -EACCES ? STOKER__ERROR_CODE__PERMISSION_DENIED
+			   : r == -ENOENT ? STOKER__ERROR_CODE__NOT_FOUND
+			   : r == -ENOMEM ? STOKER__ERROR_CODE__RESOURCE_EXHAUSTED
+					  : STOKER__ERROR_CODE__INVALID_ARGUMENT,
+			"%s", err);
+	return false;
+}
+
+/* Is `url` under one of the administrator's shared_remote_prefixes? */
+static bool remote_shared(const char *prefixes, const char *url)
+{
+	for (const char *p = prefixes; *p;) {
+		size_t n;
+
+		p += strspn(p, " ,\t");
+		n = strcspn(p, " ,\t");
+		if (n && strncmp(url, p, n) == 0)
+			return true;
+		p += n;
+	}
+	return false;
+}
+
+/*
+ * An s3:// data set outside the shared prefixes is read with the client's
+ * own keys (none: unsigned), root's and the daemon's own user's with the
+ * node's unless they sent theirs. The data set's key then names the keys
+ * (the id, and a hash of the rest), so only holders of the same keys share
+ * its listing, and through it the cache. False once the client is told.
+ */
+static bool attach_s3_keys(struct conn *c, struct attach_request *req, const Stoker__S3Credentials *k)
+{
+	size_t at = strlen(req->key);
+
+	if (strncmp(req->path, "s3://", 5) != 0 || remote_shared(c->d->cfg.shared_remote_prefixes, req->path) ||
+	    (!k && (c->uid == 0 || c->uid == geteuid())))
+		return true;
+	req->s3.has_keys = true;
+	if (k && (strlen(k->access_key_id) >= sizeof(req->s3.key_id) ||
+		  strlen(k->secret_access_key) >= sizeof(req->s3.secret) ||
+		  (k->session_token && strlen(k->session_token) >= sizeof(req->s3.token)))) {
+		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "S3 credentials: a key is too long");
+		return false;
+	}
+	if (k) {
+		snprintf(req->s3.key_id, sizeof(req->s3.key_id), "%s", k->access_key_id);
+		snprintf(req->s3.secret, sizeof(req->s3.secret), "%s", k->secret_access_key);
+		snprintf(req->s3.token, sizeof(req->s3.token), "%s", k->session_token ? k->session_token : "");
+	}
+	snprintf(req->key + at, sizeof(req->key) - at, "\nkeys %.128s %016llx", k ? req->s3.key_id : "(none)",
+		 (unsigned long long)cache_key_hash(req->s3.secret, req->s3.token));
+	return true;
+}
+
 void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 {
 	struct daemon *d = c->d;
 	struct attach_request *req;
 	char real[PATH_MAX];
+	struct access_id id = {0};
+	bool check_access = false;
 	struct dataset *ds;
 	struct attach_limits lim;
 	char why[512];
@@ -770,6 +914,10 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 	if (url_is_remote(a->dataset)) {
 		/* Objects: the URL is the data set's name (dataset.h). */
 		snprintf(real, sizeof(real), "%s", a->dataset);
+	} else if (c->uid != 0) {
+		if (!attach_access(c, a->dataset, real, &id))
+			return;
+		check_access = true;
 	} else if ((r = -dataset_realpath(a->dataset, real)) != 0) {
 		conn_send_error(c, r == ENOENT ? STOKER__ERROR_CODE__NOT_FOUND : STOKER__ERROR_CODE__INVALID_ARGUMENT,
 				"data set %s: %s", a->dataset, strerror(r));
@@ -778,11 +926,14 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 
 	req = calloc(1, sizeof(*req));
 	if (!req) {
+		access_id_clear(&id);
 		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
 	req->d = d;
 	req->conn = c;
+	req->check_access = check_access;
+	req->id = id;
 	req->params = *a;
 	req->params.base.n_unknown_fields = 0;
 	req->params.base.unknown_fields = NULL;
@@ -828,17 +979,17 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 	} else {
 		snprintf(req->key, sizeof(req->key), "%s", real);
 	}
-	if (!req->params.dataset) {
-		free(req);
-		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
+	if (!req->params.dataset || !attach_s3_keys(c, req, a->s3_credentials)) {
+		if (!req->params.dataset)
+			conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
+		request_free(req);
 		return;
 	}
 
 	ds = datasets_find(d, req->key);
-	if (ds && (!req->rect || ds->sizes)) {
+	if (ds && (!req->rect || ds->sizes) && !req->check_access) {
 		attach_start(c, req, ds);
-		free(req->params.dataset);
-		free(req);
+		request_free(req);
 		return;
 	}
 	/* Scanning a large tree, or reading its image headers, takes
@@ -850,8 +1001,7 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 	if (r < 0) {
 		c->attaching = NULL;
 		datasets_put(d, ds);
-		free(req->params.dataset);
-		free(req);
+		request_free(req);
 		conn_send_error(c, STOKER__ERROR_CODE__INTERNAL, "cannot queue the data set scan: %s", uv_strerror(r));
 	}
 }

@@ -225,6 +225,8 @@ void control_handle_stats(struct conn *c)
 			cs[n].ring_bytes = s->ring->bytes;
 			cs[n].has_decode_error_files = true;
 			cs[n].decode_error_files = session_decode_error_files(s);
+			cs[n].has_unreadable_samples = true;
+			cs[n].unreadable_samples = s->unreadable;
 			cs[n].device = s->device;
 			cs[n].has_device_bytes = true;
 			cs[n].device_bytes = s->device_bytes;

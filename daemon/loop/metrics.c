@@ -204,6 +204,11 @@ static double client_device(const struct session *s)
 	return (double)s->device_bytes;
 }
 
+static double client_unreadable(const struct session *s)
+{
+	return (double)s->unreadable;
+}
+
 static void render_cache(struct expo *e, struct cache *cache)
 {
 	static const char *const tiers[CACHE_TIERS] = {"encoded", "decoded"};
@@ -308,6 +313,9 @@ int metrics_render(struct daemon *d, char **out, size_t *len)
 		      client_ring);
 	client_family(&e, d, "stoker_client_device_bytes", "gauge",
 		      "GPU memory in the client's device ring (0: host batches).", client_device);
+	client_family(&e, d, "stoker_client_unreadable_samples_total", "counter",
+		      "Planned samples the client's own uid and groups may not read, replaced by readable ones.",
+		      client_unreadable);
 	if (e.failed || !e.buf) {
 		free(e.buf);
 		return -ENOMEM;

@@ -9,6 +9,7 @@
 
 #include "attach.h"
 #include "daemon.h"
+#include "access.h"
 #include "dataset.h"
 #include "detect.h"
 #include "shards.h"
@@ -38,7 +39,7 @@ struct dataset *datasets_find(struct daemon *d, const char *key)
 	for (size_t i = 0; i < d->ndatasets;) {
 		struct dataset *ds = d->datasets[i];
 
-		if (ds->remote && now - ds->remote->listed_ns >= ttl) {
+		if (ds->remote && !ds->remote->per_client && now - ds->remote->listed_ns >= ttl) {
 			d->datasets[i] = d->datasets[--d->ndatasets];
 			dataset_unref(ds); /* the registry's reference */
 			continue;
@@ -60,7 +61,7 @@ int datasets_add(struct daemon *d, struct dataset *ds)
 	d->datasets = v;
 	d->datasets[d->ndatasets++] = ds;
 	d->label_errors += ds->label_errors;
-	if (ds->remote)
+	if (ds->remote && !ds->remote->per_client)
 		dataset_ref(ds); /* the listing cache's own reference */
 	return 0;
 }
@@ -69,7 +70,8 @@ void datasets_put(struct daemon *d, struct dataset *ds)
 {
 	if (!ds)
 		return;
-	if (ds->refs == 1 && !ds->remote) {
+	/* A client's keys live no longer than its sessions. */
+	if (ds->refs == 1 && (!ds->remote || ds->remote->per_client)) {
 		for (size_t i = 0; i < d->ndatasets; i++) {
 			if (d->datasets[i] == ds) {
 				d->datasets[i] = d->datasets[--d->ndatasets];
@@ -84,7 +86,7 @@ void datasets_free_all(struct daemon *d)
 {
 	/* What is left at exit: the listing cache's references. */
 	for (size_t i = 0; i < d->ndatasets; i++)
-		if (d->datasets[i]->remote)
+		if (d->datasets[i]->remote && !d->datasets[i]->remote->per_client)
 			dataset_unref(d->datasets[i]);
 	free(d->datasets);
 	d->datasets = NULL;
@@ -133,6 +135,7 @@ void session_free(struct session *s)
 	free(s->job_orders);
 	free(s->order);
 	free(s->dataset_name);
+	free(s->readable);
 	free(s);
 }
 
@@ -181,7 +184,9 @@ static bool same_group(const struct session *a, const struct session *b)
 	const struct plan_spec *p = &a->plan, *q = &b->plan;
 	const struct transform_spec *x = &a->spec, *y = &b->spec;
 
-	return a->coordinated && b->coordinated && a->ds == b->ds && p->seed == q->seed && p->rank == q->rank &&
+	/* Batches are shared only between clients that may read the same files. */
+	return a->coordinated && b->coordinated && a->ds == b->ds && access_map_equal(a->readable, b->readable) &&
+	       p->seed == q->seed && p->rank == q->rank &&
 	       p->world_size == q->world_size && p->batch_size == q->batch_size && p->shuffle == q->shuffle &&
 	       p->drop_last == q->drop_last && p->shard_starts == q->shard_starts &&
 	       p->shuffle_buffer == q->shuffle_buffer && x->kind == y->kind && x->image_size == y->image_size &&
@@ -238,6 +243,8 @@ static void job_prepare(struct session *s, uint32_t slot, uint64_t b)
 	job->generation = s->generation;
 	job->order = s->job_orders + (size_t)slot * s->plan.batch_size;
 	memcpy((uint64_t *)job->order, s->order + b * s->plan.batch_size, job->count * sizeof(uint64_t));
+	job->readable = s->readable;
+	s->unreadable += access_count_unreadable(s->readable, job->order, job->count);
 	job->images = base;
 	job->labels = (int64_t *)(base + s->labels_offset);
 	job->indices = (int64_t *)(base + s->indices_offset);
@@ -872,7 +879,8 @@ void session_handle_names(struct conn *c, const Stoker__NamesRequest *m)
 	left = ds->count - m->first;
 	/* Bounded reply: at least one name, then while they fit. */
 	while (n < m->count && n < left && n < SESSION_NAMES_MAX_COUNT) {
-		const char *name = dataset_name(ds, m->first + n);
+		/* A file the client may not read has no name for it (access.h). */
+		const char *name = access_readable(s->readable, m->first + n) ? dataset_name(ds, m->first + n) : "";
 		size_t len = strlen(name) + 3; /* tag, length, text */
 
 		if (n && bytes + len > SESSION_NAMES_MAX_BYTES)

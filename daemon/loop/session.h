@@ -109,6 +109,10 @@ struct session {
 	uint64_t wait_ns;
 	uint32_t pid;
 	char *dataset_name;
+	/* What the client may read (access.h; NULL: everything), and the
+	 * planned samples it could not, replaced by readable ones. */
+	struct access_map *readable;
+	uint64_t unreadable;
 };
 
 /* Between the attach path (attach.c) and the session's life (session.c). */

@@ -83,6 +83,11 @@ static int read_profile(const char *path, const char *profile, char *id, char *s
 	return id[0] && secret[0] ? 1 : 0;
 }
 
+void s3_config_clear(struct s3_config *c)
+{
+	explicit_bzero(c, sizeof(*c));
+}
+
 int s3_auth_load(const struct s3_config *c, struct fetch_auth *auth, char *errbuf, size_t errlen)
 {
 	char id[256] = "", secret[256] = "", token[sizeof(auth->token)] = "", path[1024];
@@ -90,7 +95,13 @@ int s3_auth_load(const struct s3_config *c, struct fetch_auth *auth, char *errbu
 	const char *env_id = getenv("AWS_ACCESS_KEY_ID"), *env_secret = getenv("AWS_SECRET_ACCESS_KEY");
 	int r;
 
-	if (env_id && *env_id && env_secret && *env_secret) {
+	if (c->has_keys) {
+		if (!c->key_id[0] || !c->secret[0])
+			return 0; /* the client has none: unsigned */
+		snprintf(id, sizeof(id), "%s", c->key_id);
+		snprintf(secret, sizeof(secret), "%s", c->secret);
+		snprintf(token, sizeof(token), "%s", c->token);
+	} else if (env_id && *env_id && env_secret && *env_secret) {
 		const char *t = getenv("AWS_SESSION_TOKEN");
 
 		snprintf(id, sizeof(id), "%s", env_id);

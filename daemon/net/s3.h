@@ -4,7 +4,8 @@
  * map to HTTP URLs, ListObjectsV2 listings, and URL text helpers shared
  * with plain HTTP data sets.
  *
- * Credentials, first found wins (the AWS CLI's order for static keys):
+ * Credentials: a client's own keys when the configuration carries them
+ * (has_keys); else, first found wins (the AWS CLI's order for static keys):
  *   AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN) in the
  *   daemon's environment; then the profile (s3_profile, else AWS_PROFILE,
  *   else "default") of the shared credentials file (s3_credentials_file,
@@ -29,7 +30,14 @@ struct s3_config {
 	char region[64];
 	char profile[128];          /* "" : AWS_PROFILE or "default" */
 	char credentials_file[512]; /* "" : AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials */
+	/* A client's own keys, sent at attach: used instead of everything
+	 * above (an empty id: unsigned). Never logged, zeroed when freed. */
+	bool has_keys;
+	char key_id[256], secret[256], token[2048];
 };
+
+/* Zero c, keys included (before its memory is freed). */
+void s3_config_clear(struct s3_config *c);
 
 /* Fill what the configuration left empty from the environment. */
 void s3_config_resolve(struct s3_config *c);

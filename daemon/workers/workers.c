@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "access.h"
 #include "cache.h"
 #include "clock.h"
 #include "dataset.h"
@@ -248,6 +249,9 @@ static int fit_load(struct worker *w, struct batch_job *job, uint64_t index, con
 	int64_t len;
 	int r;
 
+	/* A partner (mosaic, mixup) the client may not read is a failed one. */
+	if (!access_readable(job->readable, index))
+		return -EACCES;
 	if (dataset_is_bad(ds, index))
 		return -EBADMSG;
 	/* cv2's arithmetic is exact from the full-size decode only, which
@@ -380,6 +384,8 @@ static int produce_one(struct worker *w, struct batch_job *job, uint32_t pos, ui
 	int64_t len;
 	int r;
 
+	if (!access_readable(job->readable, index))
+		return -EACCES;
 	if (dataset_is_bad(ds, index))
 		return -EBADMSG;
 	rng_init(&rng, job->seed, job->epoch, index, RNG_AUGMENT);
@@ -411,7 +417,7 @@ static void produce_sample(struct worker *w, struct batch_job *job, uint32_t pos
 	/* detection batches may be rectangular: their own shape */
 	size_t image_bytes = job->detect ? (size_t)job->out_w * job->out_h * 3 : transform_output_bytes(&job->spec);
 	uint8_t *dst = job->images + (size_t)pos * image_bytes;
-	uint64_t index = job->order[pos], n = job->ds->count;
+	uint64_t index = job->order[pos], n = job->ds->count, candidate = index;
 
 	if (job->copy_from) {
 		/* Same layout as ours: labels and indices at the same offsets. */
@@ -427,16 +433,23 @@ static void produce_sample(struct worker *w, struct batch_job *job, uint32_t pos
 	atomic_fetch_add_explicit(&w->counters[COUNTER_SAMPLES_DECODED], 1, memory_order_relaxed);
 
 	for (uint32_t attempt = 0; attempt < p->settings.replace_attempts; attempt++) {
-		uint64_t candidate = (index + attempt) % n;
 		uint32_t nrows = 0;
-		int r = job->detect ? produce_detect(w, job, pos, candidate, dst,
-						     job->boxes + (size_t)pos * job->max_boxes * DETECT_BOX_FLOATS, &nrows)
-				    : produce_one(w, job, pos, candidate, dst);
+		int r;
+
+		if (attempt > 0)
+			candidate = (candidate + 1) % n;
+		/* A file the client may not read is passed over without an
+		 * attempt: the stand-in is the next readable one (access.h). */
+		if (job->readable)
+			candidate = access_next_readable(job->readable, candidate);
+		r = job->detect ? produce_detect(w, job, pos, candidate, dst,
+						 job->boxes + (size_t)pos * job->max_boxes * DETECT_BOX_FLOATS, &nrows)
+				: produce_one(w, job, pos, candidate, dst);
 
 		if (r == 0) {
 			job->labels[pos] = job->detect ? (int64_t)nrows : job->ds->labels[candidate];
 			job->indices[pos] = (int64_t)candidate;
-			if (attempt > 0)
+			if (attempt > 0 || candidate != index)
 				atomic_fetch_add_explicit(&job->replaced, 1, memory_order_relaxed);
 			return;
 		}

@@ -22,6 +22,7 @@
 #include "detect.h"
 #include "fetch.h"
 
+struct access_map;
 struct dataset;
 
 /* Detection's shared images: each sample of a batch at long side
@@ -71,6 +72,9 @@ struct batch_job {
 	uint64_t seed, epoch, batch_index;
 	uint32_t count, slot, generation;
 	const uint64_t *order; /* [count] sample indices for this batch */
+	/* What the session's client may read (access.h); NULL: every sample.
+	 * Checked before the cache and the file, so a hit never skips it. */
+	const struct access_map *readable;
 	uint8_t *images;       /* [count][size][size][3] in the slot */
 	int64_t *labels;       /* [count] in the slot */
 	int64_t *indices;      /* [count] in the slot: the index delivered */

@@ -590,7 +590,10 @@ def test_drain(daemon, dataset):
 # ---- the units and the installation ----
 
 EXPLAINED = {"RootDirectory=/RootImage=", "RestrictAddressFamilies=~AF_UNIX", "ProtectHome=", "ProcSubset=",
-             "PrivateUsers=", "DeviceAllow="}
+             "PrivateUsers=", "DeviceAllow=",
+             # The per-client access check (docs/deploy.md "Multi-user nodes").
+             "SystemCallFilter=~@privileged", "AmbientCapabilities=",
+             "CapabilityBoundingSet=~CAP_(DAC_*|FOWNER|IPC_OWNER)", "CapabilityBoundingSet=~CAP_SET(UID|GID|PCAP)"}
 
 
 def rate_unit(unit, tmp_path):
@@ -611,7 +614,11 @@ def rate_unit(unit, tmp_path):
 
 def test_units_verify_and_security(build_dir, tmp_path):
     unit = (DEPLOY / "stoker.service").read_text().replace("/usr/local/sbin/stokerd", str(STOKERD))
-    _, open_items = rate_unit(unit, tmp_path)
+    report, open_items = rate_unit(unit, tmp_path)
+    # With the capabilities the access check needs, and only those.
+    assert float(re.search(r"Overall exposure level for stoker.service: ([0-9.]+)", report).group(1)) <= 1.5, report
+    caps = next(line for line in unit.splitlines() if line.startswith("CapabilityBoundingSet="))
+    assert set(caps.split("=", 1)[1].split()) == {"CAP_DAC_READ_SEARCH", "CAP_SETUID", "CAP_SETGID"}, caps
     # Every exposure left is one the unit file explains.
     assert open_items <= EXPLAINED, open_items - EXPLAINED
     for item in open_items:

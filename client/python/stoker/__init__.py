@@ -477,6 +477,7 @@ class Loader:
         opts.update((k, v) for k, v in detect.items() if v is not None)
         if pin_memory:
             self._pin_context()
+        opts.update(_s3_credentials(self.dataset))
         h = _connect(socket, _userd.autostart_wanted(auto_start))
         self._h = h
         o = ctypes.c_void_p()
@@ -755,6 +756,36 @@ def _fetch_text(fn, socket, what):
             _libc.free(p.value)
     finally:
         lib.stoker_close(h)
+
+
+def _s3_credentials(dataset):
+    """This process's own AWS keys for an s3:// data set, as the AWS CLI takes
+    static keys: the environment's, else its profile's (AWS_PROFILE, else
+    "default") in the shared credentials file (AWS_SHARED_CREDENTIALS_FILE,
+    else ~/.aws/credentials). stokerd reads the data set with them, for this
+    session only (docs/deploy.md "Multi-user nodes"). {} when there are none."""
+    if not dataset.startswith("s3://"):
+        return {}
+    env = os.environ
+    if env.get("AWS_ACCESS_KEY_ID") and env.get("AWS_SECRET_ACCESS_KEY"):
+        found = {"aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
+                 "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
+                 "aws_session_token": env.get("AWS_SESSION_TOKEN", "")}
+    else:
+        import configparser
+        ini = configparser.ConfigParser(interpolation=None)
+        try:
+            ini.read(env.get("AWS_SHARED_CREDENTIALS_FILE") or os.path.expanduser("~/.aws/credentials"))
+        except (OSError, configparser.Error):
+            return {}
+        profile = env.get("AWS_PROFILE") or "default"
+        if not ini.has_section(profile):
+            return {}
+        found = {k: ini.get(profile, k, fallback="")
+                 for k in ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")}
+    if not (found["aws_access_key_id"] and found["aws_secret_access_key"]):
+        return {}
+    return {k: v for k, v in found.items() if v}
 
 
 def stats(socket=None):
