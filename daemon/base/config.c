@@ -526,6 +526,33 @@ not_loopback:
 	return -EINVAL;
 }
 
+int config_load_all(struct config *c, struct config_origins *o, struct config_files *files, const char *root,
+		    const char *file, const struct config_overrides *ov, char *errbuf, size_t errlen)
+{
+	int r;
+
+	config_defaults(c);
+	if (o)
+		config_origins_init(o);
+	r = config_load_layers(c, o, files, root, file, errbuf, errlen);
+	if (r < 0)
+		return r;
+	for (size_t i = 0; ov && i < config_key_count(); i++) {
+		if (ov->cmdline && ov->cmdline[i]) {
+			r = config_set_from(c, o, config_key_name(i), ov->cmdline[i], CONFIG_ORIGIN_CMDLINE);
+			if (r < 0) {
+				snprintf(errbuf, errlen, "bad value '%s' for %s on the command line", ov->cmdline[i],
+					 config_key_name(i));
+				return r;
+			}
+		}
+		if (ov->runtime && ov->runtime[i] &&
+		    config_set_from(c, o, config_key_name(i), ov->runtime[i], CONFIG_ORIGIN_RUNTIME) < 0)
+			return -EINVAL; /* it was checked when set */
+	}
+	return 0;
+}
+
 int config_validate(const struct config *c, char *errbuf, size_t errlen)
 {
 	uint32_t gid;

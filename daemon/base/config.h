@@ -114,6 +114,25 @@ int config_load(struct config *c, const char *path, int *bad_line);
 int config_load_layers(struct config *c, struct config_origins *o, struct config_files *files, const char *root,
 		       const char *file, char *errbuf, size_t errlen);
 
+/* What the daemon was told beside the files, by key index (NULL: nothing):
+ * flags on its command line, and values set while running (stokerctl set). */
+#define CONFIG_ORIGIN_CMDLINE "command line"
+#define CONFIG_ORIGIN_RUNTIME "runtime (stokerctl set)"
+struct config_overrides {
+	const char *const *cmdline; /* [config_key_count()] or NULL */
+	const char *const *runtime; /* [config_key_count()] or NULL */
+};
+
+/*
+ * The whole layering: defaults < the package's file < /etc's < its drop-ins
+ * (config_load_layers) < command-line flags < runtime sets, each key's
+ * origin recorded in o (may be NULL). Not validated (config_validate).
+ * A bad flag fails with its key and value in err; a runtime value, checked
+ * when it was set, fails with -EINVAL.
+ */
+int config_load_all(struct config *c, struct config_origins *o, struct config_files *files, const char *root,
+		    const char *file, const struct config_overrides *ov, char *errbuf, size_t errlen);
+
 /* Checks across keys and against the system (group names, addresses):
  * -EINVAL with a message in err. */
 int config_validate(const struct config *c, char *errbuf, size_t errlen);

@@ -31,9 +31,6 @@
 /* STATUS= is refreshed every this many stats periods. */
 #define STATUS_TICKS 5
 
-static const char *const RUNTIME_ORIGIN = "runtime (stokerctl set)";
-static const char *const CMDLINE_ORIGIN = "command line";
-
 const char *service_state(const struct daemon *d)
 {
 	return d->stopping ? "stopping" : d->draining ? "draining" : "serving";
@@ -45,25 +42,12 @@ int service_load_config(struct daemon *d, struct config *raw, struct config_orig
 			char *errbuf, size_t errlen)
 {
 	const struct config_state *cs = &d->conf;
+	const struct config_overrides ov = {.cmdline = cs->cmdline, .runtime = (const char *const *)cs->runtime};
 	int r;
 
-	config_defaults(raw);
-	config_origins_init(o);
-	r = config_load_layers(raw, o, files, cs->root, cs->file, errbuf, errlen);
+	r = config_load_all(raw, o, files, cs->root, cs->file, &ov, errbuf, errlen);
 	if (r < 0)
 		return r;
-	for (size_t i = 0; i < config_key_count(); i++) {
-		if (cs->cmdline[i]) {
-			r = config_set_from(raw, o, config_key_name(i), cs->cmdline[i], CMDLINE_ORIGIN);
-			if (r < 0) {
-				snprintf(errbuf, errlen, "bad value '%s' for %s on the command line", cs->cmdline[i],
-					 config_key_name(i));
-				return r;
-			}
-		}
-		if (cs->runtime[i] && config_set_from(raw, o, config_key_name(i), cs->runtime[i], RUNTIME_ORIGIN) < 0)
-			return -EINVAL; /* it was checked when set */
-	}
 	return config_validate(raw, errbuf, errlen);
 }
 
@@ -201,7 +185,7 @@ int service_set(struct daemon *d, const char *key, const char *value, char *errb
 		return -EOPNOTSUPP;
 	}
 	config_format(&next, (size_t)i, text, sizeof(text));
-	snprintf(o.key[i], CONFIG_ORIGIN_MAX, "%s", RUNTIME_ORIGIN);
+	snprintf(o.key[i], CONFIG_ORIGIN_MAX, "%s", CONFIG_ORIGIN_RUNTIME);
 	r = apply_config(d, &next, &o, false, &rep, errbuf, errlen);
 	if (r < 0)
 		return r;

@@ -155,12 +155,106 @@ static void test_layers(void **state)
 	assert_int_equal(files.n, 0);
 }
 
+static const char *origin(const struct config_origins *o, const char *key)
+{
+	return o->key[config_key_index(key)];
+}
+
+/* The whole layering: defaults < package file < /etc < drop-ins < flags <
+ * runtime sets, each key's value from its highest layer and its origin
+ * reported. */
+static void test_layers_all(void **state)
+{
+	const char *cmdline[CONFIG_MAX_KEYS] = {0}, *runtime[CONFIG_MAX_KEYS] = {0};
+	struct config_overrides ov = {.cmdline = cmdline, .runtime = runtime};
+	char err[512], vendor[PATH_MAX * 2], admin[PATH_MAX * 2], dropin_a[PATH_MAX * 2], dropin_b[PATH_MAX * 2];
+	struct config c;
+	struct config_origins o;
+	struct config_files files;
+
+	(void)state;
+	write_file(STOKER_VENDOR_CONFIG, "[stokerd]\nworkers = 1\nmax_clients = 10\nmax_batch_size = 100\n"
+					 "max_scans = 5\n");
+	write_file(STOKER_ADMIN_CONFIG_DIR "/stoker.conf", "[stokerd]\nworkers = 2\nmax_batch_size = 200\n");
+	write_file(STOKER_ADMIN_CONFIG_DIR "/stoker.conf.d/a.conf", "[stokerd]\nworkers = 3\nprefetch = 2\n"
+								  "max_frame_bytes = 4096\n");
+	write_file(STOKER_ADMIN_CONFIG_DIR "/stoker.conf.d/b.conf", "[stokerd]\nprefetch = 3\n");
+	snprintf(vendor, sizeof(vendor), "%s%s", root, STOKER_VENDOR_CONFIG);
+	snprintf(admin, sizeof(admin), "%s%s/stoker.conf", root, STOKER_ADMIN_CONFIG_DIR);
+	snprintf(dropin_a, sizeof(dropin_a), "%s%s/stoker.conf.d/a.conf", root, STOKER_ADMIN_CONFIG_DIR);
+	snprintf(dropin_b, sizeof(dropin_b), "%s%s/stoker.conf.d/b.conf", root, STOKER_ADMIN_CONFIG_DIR);
+	cmdline[config_key_index("workers")] = "6";
+	cmdline[config_key_index("max_clients")] = "20";
+	cmdline[config_key_index("max_frame_bytes")] = "8192";
+	runtime[config_key_index("workers")] = "7";
+	runtime[config_key_index("max_prefetch")] = "16";
+
+	memset(&c, 0x5a, sizeof(c)); /* everything comes from the layers */
+	assert_int_equal(config_load_all(&c, &o, &files, root, NULL, &ov, err, sizeof(err)), 0);
+	assert_int_equal(files.n, 4);
+	assert_string_equal(files.path[0], vendor);
+	assert_string_equal(files.path[1], admin);
+	assert_string_equal(files.path[2], dropin_a);
+	assert_string_equal(files.path[3], dropin_b);
+	assert_int_equal(c.max_image_size, 2048);
+	assert_string_equal(origin(&o, "max_image_size"), "default");
+	assert_int_equal(c.max_scans, 5);
+	assert_string_equal(origin(&o, "max_scans"), vendor);
+	assert_int_equal(c.max_batch_size, 200);
+	assert_string_equal(origin(&o, "max_batch_size"), admin);
+	assert_int_equal(c.prefetch, 3);
+	assert_string_equal(origin(&o, "prefetch"), dropin_b);
+	assert_int_equal(c.max_clients, 20);
+	assert_string_equal(origin(&o, "max_clients"), CONFIG_ORIGIN_CMDLINE);
+	assert_int_equal(c.max_frame_bytes, 8192);
+	assert_string_equal(origin(&o, "max_frame_bytes"), CONFIG_ORIGIN_CMDLINE);
+	assert_int_equal(c.workers, 7);
+	assert_string_equal(origin(&o, "workers"), CONFIG_ORIGIN_RUNTIME);
+	assert_int_equal(c.max_prefetch, 16);
+	assert_string_equal(origin(&o, "max_prefetch"), CONFIG_ORIGIN_RUNTIME);
+
+	/* Without the runtime layer, the flag; without the flags, the drop-in. */
+	ov.runtime = NULL;
+	assert_int_equal(config_load_all(&c, &o, NULL, root, NULL, &ov, err, sizeof(err)), 0);
+	assert_int_equal(c.workers, 6);
+	assert_string_equal(origin(&o, "workers"), CONFIG_ORIGIN_CMDLINE);
+	assert_string_equal(origin(&o, "max_prefetch"), "default");
+	assert_int_equal(config_load_all(&c, &o, NULL, root, NULL, NULL, err, sizeof(err)), 0);
+	assert_int_equal(c.workers, 3);
+	assert_string_equal(origin(&o, "workers"), dropin_a);
+	assert_int_equal(c.max_frame_bytes, 4096);
+
+	/* --config FILE replaces the file layers, not the flags. */
+	write_file("/only.conf", "[stokerd]\nworkers = 9\nprefetch = 4\n");
+	snprintf(admin, sizeof(admin), "%s/only.conf", root);
+	ov.runtime = runtime;
+	assert_int_equal(config_load_all(&c, &o, &files, root, admin, &ov, err, sizeof(err)), 0);
+	assert_int_equal(files.n, 1);
+	assert_int_equal(c.prefetch, 4);
+	assert_string_equal(origin(&o, "prefetch"), admin);
+	assert_int_equal(c.max_batch_size, 4096); /* the default: /etc is not read */
+	assert_int_equal(c.workers, 7);
+
+	/* A bad flag names itself; a bad runtime value fails too. */
+	cmdline[config_key_index("max_clients")] = "lots";
+	assert_int_equal(config_load_all(&c, &o, NULL, root, NULL, &ov, err, sizeof(err)), -EINVAL);
+	assert_string_equal(err, "bad value 'lots' for max_clients on the command line");
+	cmdline[config_key_index("max_clients")] = NULL;
+	runtime[config_key_index("max_prefetch")] = "0";
+	assert_int_equal(config_load_all(&c, &o, NULL, root, NULL, &ov, err, sizeof(err)), -EINVAL);
+	/* A bad file line still comes first, with its place. */
+	write_file(STOKER_ADMIN_CONFIG_DIR "/stoker.conf.d/c.conf", "[stokerd]\nworkers = many\n");
+	assert_int_equal(config_load_all(&c, &o, NULL, root, NULL, NULL, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "c.conf:2"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_format_round_trip),
 		cmocka_unit_test(test_validate),
 		cmocka_unit_test_setup_teardown(test_layers, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_layers_all, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
