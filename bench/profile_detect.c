@@ -77,7 +77,7 @@ static void time_fits(const struct bench_file *files, size_t n, int epochs, uint
 		      double t[4])
 {
 	struct decode_limits lim = {.max_pixels = 0, .max_scans = 0};
-	struct fit_request req = { size, 0, 0, FIT_CV2 };
+	struct fit_request req = { size, 0, 0, FIT_CV2, false };
 	struct pipeline *p;
 	struct cv_resizer *cv;
 	tjhandle tj = tjInitDecompress();

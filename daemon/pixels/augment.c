@@ -590,24 +590,54 @@ static void fit_target(const struct fit_request *req, uint32_t width, uint32_t h
 /* Turn the whole decoded `reg` upright by EXIF orientation o, as
  * cv2.imread does before Ultralytics resizes, then resample it to tw x th
  * (sizes after orientation), as `resample` says. */
-static int fit_resize(struct pipeline *p, const struct decoded_region *whole, unsigned o, enum fit_resample resample,
+/* req->in_box: DETECT_PAD around the tw x th image's place in the box_w x
+ * box_h `out`; its first pixel and stride into *at and *stride. */
+static void fit_box(const struct fit_request *req, uint32_t tw, uint32_t th, uint8_t *out, uint8_t **at,
+		    size_t *stride)
+{
+	struct detect_letterbox g;
+	const size_t row = (size_t)req->box_w * 3;
+
+	if (!req->in_box) {
+		*at = out;
+		*stride = (size_t)tw * 3;
+		return;
+	}
+	detect_letterbox_geometry(tw, th, req->box_w, req->box_h, &g);
+	for (uint32_t y = 0; y < req->box_h; y++) {
+		uint8_t *o = out + y * row;
+
+		if (y < (uint32_t)g.top || y >= (uint32_t)g.top + th) {
+			memset(o, DETECT_PAD, row);
+			continue;
+		}
+		memset(o, DETECT_PAD, (size_t)g.left * 3);
+		memset(o + ((size_t)g.left + tw) * 3, DETECT_PAD, row - ((size_t)g.left + tw) * 3);
+	}
+	*at = out + (size_t)g.top * row + (size_t)g.left * 3;
+	*stride = row;
+}
+
+static int fit_resize(struct pipeline *p, const struct decoded_region *whole, unsigned o, const struct fit_request *req,
 		      uint32_t tw, uint32_t th, uint8_t *out)
 {
 	struct decoded_region upright, *reg = &upright;
+	size_t stride;
 	int r;
 
 	if (image_orient(whole, o, &p->oriented, &p->oriented_cap, &upright) < 0) {
 		snprintf(p->error, sizeof(p->error), "Out of memory turning the image upright");
 		return -ENOMEM;
 	}
-	if (resample == FIT_CV2) {
+	fit_box(req, tw, th, out, &out, &stride);
+	if (req->resample == FIT_CV2) {
 		r = p->cv ? 0 : cv_resizer_new(&p->cv);
 		if (r == 0)
 			r = cv_resize_linear(p->cv, reg->pixels, reg->width, reg->height, reg->stride, 4, out, tw, th,
-					     (size_t)tw * 3);
+					     stride);
 	} else {
 		r = resize_rgbx(p->rs, reg->pixels, reg->width, reg->height, reg->stride, 0, 0, reg->width, reg->height,
-				out, tw, th, (size_t)tw * 3, false, resize_vertical_first(reg->width, reg->height, tw, th));
+				out, tw, th, stride, false, resize_vertical_first(reg->width, reg->height, tw, th));
 	}
 	if (r < 0)
 		snprintf(p->error, sizeof(p->error), "Resampling failed: %s", r == -ENOMEM ? "out of memory" : "bad window");
@@ -616,7 +646,8 @@ static int fit_resize(struct pipeline *p, const struct decoded_region *whole, un
 
 static bool fit_request_ok(const struct fit_request *req)
 {
-	return req && req->side && (req->resample == FIT_ANTIALIAS || req->resample == FIT_CV2);
+	return req && req->side && (req->resample == FIT_ANTIALIAS || req->resample == FIT_CV2) &&
+	       (!req->in_box || (req->box_w && req->box_h));
 }
 
 int pipeline_fit(struct pipeline *p, const uint8_t *data, size_t len, const struct fit_request *req, uint8_t *out,
@@ -654,7 +685,7 @@ int pipeline_fit(struct pipeline *p, const uint8_t *data, size_t len, const stru
 		r = decode_reduced(p, swap ? th : tw, swap ? tw : th, &reg, &denom);
 	if (r < 0)
 		goto finish;
-	r = fit_resize(p, &reg, o, req->resample, tw, th, out);
+	r = fit_resize(p, &reg, o, req, tw, th, out);
 	if (r == 0)
 		*res = (struct fit_result){ .width = tw, .height = th, .full_width = w, .full_height = h };
 finish:
@@ -677,7 +708,7 @@ int pipeline_fit_image(struct pipeline *p, const struct pipeline_image *img, con
 	fit_target(req, w, h, &tw, &th);
 	reg = (struct decoded_region){.pixels = img->pixels, .stride = img->stride, .width = img->width,
 				      .height = img->height};
-	r = fit_resize(p, &reg, img->orientation, req->resample, tw, th, out);
+	r = fit_resize(p, &reg, img->orientation, req, tw, th, out);
 	if (r == 0)
 		*res = (struct fit_result){ .width = tw, .height = th, .full_width = w, .full_height = h };
 	return r;

@@ -141,6 +141,10 @@ struct fit_request {
 	uint32_t side;         /* the long side, as Ultralytics' load_image */
 	uint32_t box_w, box_h; /* then shrunk to fit this box as LetterBox would; 0: no box */
 	enum fit_resample resample;
+	/* `out` is the box_w x box_h letterbox (both nonzero): the image goes
+	 * where detect_letterbox_geometry() puts it, DETECT_PAD around it (no
+	 * copy after); else `out` holds the image alone */
+	bool in_box;
 };
 
 struct fit_result {
@@ -158,7 +162,8 @@ struct fit_result {
  * orientation (header.h), as cv2.imread does for Ultralytics, and every
  * size above is the upright one. A JPEG is decoded at the largest DCT
  * reduction that keeps the size (FIT_ANTIALIAS) or at full size (FIT_CV2),
- * other formats whole.
+ * other formats whole. With req->in_box, `out` is box_w * box_h * 3 bytes
+ * and receives the whole letterbox.
  * Errors as pipeline_run(). pipeline_fit_image() does the same from
  * a decoded image (FIT_CV2 is exact only from a full-size one, denom 1).
  */

@@ -53,7 +53,7 @@
 #define ISA_SCALAR 1
 #define ISA_AVX2 2
 
-#define PAD 114
+#define PAD DETECT_PAD
 /* Partners tried (the drawn one, then the next indices) before giving up. */
 #define PARTNER_TRIES 16u
 
@@ -1729,13 +1729,24 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 		}
 		if (s.width != g.w || s.height != g.h)
 			detect_letterbox_geometry(s.width, s.height, o->out_w, o->out_h, &g); /* a loader's own size */
+		if (s.placed) {
+			struct detect_letterbox at;
+
+			/* where the loader put it: the same place, as g.w == s.width and g.h == s.height */
+			detect_letterbox_geometry(s.width, s.height, o->out_w, o->out_h, &at);
+			if (s.pixels != image || at.left != g.left || at.top != g.top) {
+				r = -EINVAL;
+				goto out;
+			}
+		}
 		meta_fill(&meta, &s, size, g.r, g.left, g.top);
 		r = boxes_reserve(d, 0, 0, s.box_count);
 		if (r < 0)
 			goto out;
 		n[0] = append_boxes(d, 0, 0, &s, g.left, g.top);
 		prof_lap(d, DETECT_STAGE_BOXES, &tm);
-		letterbox_copy(&s, g.left, g.top, image, o->out_w, o->out_h, false, false);
+		if (!s.placed)
+			letterbox_copy(&s, g.left, g.top, image, o->out_w, o->out_h, false, false);
 		prof_lap(d, DETECT_STAGE_COPY, &tm);
 		write_boxes(d->boxes[0], n[0], o->out_w, o->out_h, false, false, boxes, max_boxes, &written, &dropped);
 		prof_lap(d, DETECT_STAGE_BOXES, &tm);

@@ -72,7 +72,15 @@ struct detect_sample {
 	const struct detect_box *boxes;
 	uint32_t box_count;
 	uint32_t orig_width, orig_height; /* the file's size, for the metadata (0: width, height) */
+	/* DETECT_LETTERBOX's sample only: the loader already wrote the letterbox
+	 * into the output image (detect_output.image, `placed` the same pointer):
+	 * the pixels where detect_letterbox_geometry(width, height, out_w, out_h)
+	 * puts them, DETECT_PAD around. detect_make() then copies nothing. */
+	bool placed;
 };
+
+/* LetterBox's and the warp's border grey. */
+#define DETECT_PAD 114
 
 /* Ultralytics' load_image size of a width x height image at long side
  * `side`: r = side / max(w, h), each side min(ceil(side0 * r), side), in

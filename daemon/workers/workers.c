@@ -281,6 +281,7 @@ struct detect_loader {
 	struct worker *w;
 	struct batch_job *job;
 	uint64_t self_pos, self_index;
+	uint8_t *place; /* a letterbox's output: its own sample is fitted straight into it, padded */
 };
 
 static int detect_load(void *arg, uint64_t pos, uint32_t side, struct detect_sample *out)
@@ -292,13 +293,21 @@ static int detect_load(void *arg, uint64_t pos, uint32_t side, struct detect_sam
 	uint64_t index = pos == l->self_pos ? l->self_index : job->order[pos];
 	struct fit_entry *e = NULL;
 	/* a rectangular batch's shape may be smaller than side x side */
-	struct fit_request req = { side, job->out_w, job->out_h, job->resample };
+	struct fit_request req = { side, job->out_w, job->out_h, job->resample, false };
 	struct fit_result res = { 0 };
 	uint8_t *dst;
 	int r;
 
 	if (pos >= job->count)
 		return -EINVAL;
+	if (l->place && pos == l->self_pos) {
+		req.in_box = true;
+		r = fit_load(w, job, index, &req, l->place, &res);
+		if (r < 0)
+			return r;
+		dst = l->place;
+		goto done;
+	}
 	if (job->fits && index == job->order[pos]) {
 		uint32_t state = FIT_EMPTY;
 
@@ -343,6 +352,7 @@ done:
 		.box_count = (uint32_t)(ds->box_off[index + 1] - ds->box_off[index]),
 		.orig_width = res.full_width,
 		.orig_height = res.full_height,
+		.placed = req.in_box,
 	};
 	return 0;
 }
@@ -351,7 +361,8 @@ done:
 static int produce_detect(struct worker *w, struct batch_job *job, uint32_t pos, uint64_t index, uint8_t *dst,
 			  float *rows, uint32_t *nrows)
 {
-	struct detect_loader l = {.w = w, .job = job, .self_pos = pos, .self_index = index};
+	struct detect_loader l = {.w = w, .job = job, .self_pos = pos, .self_index = index,
+				  .place = job->detect_transform == DETECT_LETTERBOX ? dst : NULL};
 	uint64_t dropped = 0;
 	struct detect_meta meta = { { 0 }, { 0 } };
 	struct detect_output o = { dst, job->out_w, job->out_h, rows, job->max_boxes, nrows, &dropped, &meta };

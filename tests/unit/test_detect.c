@@ -85,7 +85,7 @@ static int fake_load(void *ctx, uint64_t index, uint32_t side, struct detect_sam
 	if ((f->fail_all_after_first && f->calls++ > 0) || f->fail[index])
 		return -f->fail_errno;
 	if (f->raw) {
-		*out = (struct detect_sample){ f->raw, f->raw_w, f->raw_h, NULL, 0, 0, 0 };
+		*out = (struct detect_sample){ f->raw, f->raw_w, f->raw_h, NULL, 0, 0, 0, false };
 		return 0;
 	}
 	s = &f->s[index];
@@ -108,7 +108,7 @@ static int fake_load(void *ctx, uint64_t index, uint32_t side, struct detect_sam
 						   (float)((y1 + y2) / 2.0 / h), (float)((double)(x2 - x1) / w),
 						   (float)((double)(y2 - y1) / h) };
 	}
-	*out = (struct detect_sample){ f->pix, w, h, f->boxes, (uint32_t)s->nrect, 0, 0 };
+	*out = (struct detect_sample){ f->pix, w, h, f->boxes, (uint32_t)s->nrect, 0, 0, false };
 	return 0;
 }
 

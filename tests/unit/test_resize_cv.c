@@ -8,6 +8,7 @@
  * strides). The match with cv2.resize itself is
  * tests/integration/test_resize_cv.py's.
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +20,7 @@
 #include <cmocka.h>
 
 #include "augment.h"
+#include "detect.h"
 #include "resize.h"
 #include "resize_cv.h"
 #include "rng.h"
@@ -160,7 +162,7 @@ static uint8_t *read_file(const char *path, size_t *len)
 static struct pipeline *pipeline_for(enum resize_isa isa, const uint8_t *file, size_t len)
 {
 	struct decode_limits lim = {.max_pixels = 1ull << 26};
-	struct fit_request req = { 8, 0, 0, FIT_CV2 };
+	struct fit_request req = { 8, 0, 0, FIT_CV2, false };
 	struct fit_result res;
 	struct pipeline *p;
 	uint8_t out[8 * 8 * 3];
@@ -195,7 +197,7 @@ static void test_photos(void **state)
 			vec[i] = pipeline_for(vector_isas[i], file, len);
 		for (size_t s = 0; s < sizeof(sides) / sizeof(sides[0]); s++) {
 			for (int boxed = 0; boxed < 2; boxed++) {
-				struct fit_request req = { sides[s], boxed ? 320 : 0, boxed ? 256 : 0, FIT_CV2 };
+				struct fit_request req = { sides[s], boxed ? 320 : 0, boxed ? 256 : 0, FIT_CV2, false };
 				struct fit_result a, b;
 				size_t bytes = (size_t)sides[s] * sides[s] * 3;
 				uint8_t *want = malloc(bytes), *got = malloc(bytes);
@@ -230,12 +232,73 @@ static void test_photos(void **state)
 	resize_force_isa(RESIZE_ISA_AUTO);
 }
 
+/* A fit straight into its letterbox (in_box, the daemon's letterbox path) equals the fit alone placed
+ * with DETECT_PAD around it, for both resamplers, square and rectangular boxes, up and down. */
+static void test_fit_in_box(void **state)
+{
+	static const char *const photos[] = { "rocket.jpg", "hubble_deep_field.jpg", "chelsea.png" };
+	static const uint32_t boxes[][3] = { { 640, 640, 640 }, { 320, 320, 256 }, { 640, 640, 352 },
+					     { 256, 192, 256 }, { 1000, 1000, 1000 } };
+	struct decode_limits lim = {.max_pixels = 1ull << 26};
+	struct pipeline *p;
+
+	(void)state;
+	assert_int_equal(pipeline_new(&lim, &p), 0);
+	for (size_t f = 0; f < sizeof(photos) / sizeof(photos[0]); f++) {
+		char path[256];
+		size_t len;
+		uint8_t *file;
+
+		snprintf(path, sizeof(path), "data/photos/%s", photos[f]);
+		file = read_file(path, &len);
+		for (size_t b = 0; b < sizeof(boxes) / sizeof(boxes[0]); b++)
+			for (int rs = FIT_ANTIALIAS; rs <= FIT_CV2; rs++) {
+				const uint32_t side = boxes[b][0], bw = boxes[b][1], bh = boxes[b][2];
+				struct fit_request req = { side, bw, bh, (enum fit_resample)rs, false };
+				struct fit_result a, c;
+				struct detect_letterbox g;
+				uint8_t *alone = malloc((size_t)side * side * 3), *want = malloc((size_t)bw * bh * 3);
+				uint8_t *got = malloc((size_t)bw * bh * 3);
+
+				assert_true(alone && want && got);
+				assert_int_equal(pipeline_fit(p, file, len, &req, alone, &a), 0);
+				detect_letterbox_geometry(a.width, a.height, bw, bh, &g);
+				memset(want, DETECT_PAD, (size_t)bw * bh * 3);
+				for (uint32_t y = 0; y < a.height; y++)
+					memcpy(want + ((size_t)(g.top + (int)y) * bw + (size_t)g.left) * 3,
+					       alone + (size_t)y * a.width * 3, (size_t)a.width * 3);
+				memset(got, 0x5a, (size_t)bw * bh * 3);
+				req.in_box = true;
+				assert_int_equal(pipeline_fit(p, file, len, &req, got, &c), 0);
+				assert_memory_equal(&a, &c, sizeof(a));
+				assert_memory_equal(want, got, (size_t)bw * bh * 3);
+				free(alone);
+				free(want);
+				free(got);
+			}
+		free(file);
+	}
+	/* a box of 0 with in_box is a bad request */
+	{
+		struct fit_request req = { 64, 0, 0, FIT_CV2, true };
+		struct fit_result res;
+		uint8_t out[64 * 64 * 3];
+		size_t len;
+		uint8_t *file = read_file("data/photos/rocket.jpg", &len);
+
+		assert_int_equal(pipeline_fit(p, file, len, &req, out, &res), -EINVAL);
+		free(file);
+	}
+	pipeline_free(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_isa_pick),
 		cmocka_unit_test(test_edge_sizes),
 		cmocka_unit_test(test_photos),
+		cmocka_unit_test(test_fit_in_box),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
