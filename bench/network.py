@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 BUILD = Path(os.environ.get("STOKER_BUILD") or REPO / "build").resolve()
 sys.path.insert(0, str(REPO / "client" / "python"))
-sys.path.insert(0, str(REPO / "tests" / "integration"))
+sys.path.insert(0, str(REPO / "tests" / "support"))
 
 
 def free_port():

@@ -17,9 +17,9 @@ import time
 import pytest
 
 import stoker
-from conftest import Daemon
 from faultutil import (FaultClient, epoch_lines, fds, native_memory, preload_env, report, rss,
                        under_asan, wait_until)
+from stoker_fixtures import Daemon
 from stoker_testutil import STOKERD, read_epoch
 
 ITERATIONS = int(os.environ.get("STOKER_FAULT_ITERATIONS", "1000"))

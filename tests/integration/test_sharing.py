@@ -10,7 +10,7 @@ import threading
 import pytest
 
 import stoker
-from conftest import Daemon
+from stoker_fixtures import Daemon
 from stoker_testutil import STOKERD, finish_client, read_epoch, spawn_client
 
 OPTS = dict(batch_size=4, image_size=48, seed=11, epoch=3)

@@ -4,10 +4,9 @@
   worker, listening on 127.0.0.1 at a free port, serving a directory;
 - moto's S3 server (PyPI `moto[server]`), with and without signature checks;
 - faultserver.py: a small HTTP server that answers 500, stalls, truncates.
-The daemon fixtures come from tests/integration/conftest.py.
+The daemon fixtures come from tests/conftest.py (tests/support/stoker_fixtures.py).
 """
 
-import importlib.util
 import json
 import os
 import shutil
@@ -23,17 +22,6 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-INTEGRATION = HERE.parent / "integration"
-sys.path.insert(0, str(INTEGRATION))
-
-_spec = importlib.util.spec_from_file_location("stoker_integration_conftest", INTEGRATION / "conftest.py")
-_base = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_base)
-build_dir = _base.build_dir
-make_dataset = _base.make_dataset
-daemon = _base.daemon
-make_yolo = _base.make_yolo
-pytest_runtest_makereport = _base.pytest_runtest_makereport
 
 
 def free_port():

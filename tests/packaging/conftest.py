@@ -1,21 +1,13 @@
-"""Fixtures of the packaging checks (make check-packaging, make check-image):
-the integration suite's data sets and daemons, plus where `make deb` left
+"""Fixtures of the packaging checks (make check-packaging, make check-image),
+beside the data sets and daemons of tests/conftest.py: where `make deb` left
 the packages and `make image` the image."""
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-import shared_fixtures  # noqa: E402
-
-shared_fixtures.export(globals())
-
-from stoker_testutil import REPO  # noqa: E402
-
-VERSION = (REPO / "VERSION").read_text().strip()
+from stoker_testutil import REPO, VERSION
 
 
 @pytest.fixture(scope="session")

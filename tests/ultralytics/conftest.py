@@ -1,13 +1,7 @@
-"""The integration tests' fixtures (real stokerd processes, YOLO data sets),
-for Ultralytics' trainer fed by stoker: they run once, in `make
-check-ultralytics`. Ultralytics is kept off the network and out of the
-user's home."""
+"""Ultralytics' trainer fed by stoker (make check-ultralytics; the fixtures
+are tests/conftest.py's): Ultralytics is kept off the network and out of
+the user's home, before any test imports it."""
 
-import sys
-from pathlib import Path
+from stoker_testutil import ultralytics_offline
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-import shared_fixtures  # noqa: E402
-
-shared_fixtures.export(globals())
-shared_fixtures.ultralytics_offline(BUILD)  # noqa: F821 (exported)
+ultralytics_offline()

@@ -1,4 +1,5 @@
-"""Shared helpers for the integration tests (no pytest fixtures here)."""
+"""Paths and helpers every pytest suite under tests/ shares (no pytest
+fixtures here: those are in stoker_fixtures.py)."""
 
 import hashlib
 import json
@@ -15,6 +16,7 @@ PYDIR = REPO / "client" / "python"
 # build's library and helpers.
 STOKERD = Path(os.environ.get("STOKER_STOKERD") or BUILD / "stokerd").resolve()
 STOKERCTL = BUILD / "stokerctl"
+VERSION = (REPO / "VERSION").read_text().strip()
 CLIENT_PROC = Path(__file__).resolve().parent / "client_proc.py"
 
 STATS_KEYS = {"images_per_second", "images_served", "batches_served", "decode_errors", "workers",
@@ -127,3 +129,11 @@ def cuda_driver_present():
         return True
     except OSError:
         return False
+
+
+def ultralytics_offline(build=BUILD):
+    """Before ultralytics is imported: its settings file goes in the build
+    tree `build`, not the user's home, and nothing is downloaded, checked
+    for updates or reported (the test machines have no internet)."""
+    os.environ.setdefault("YOLO_CONFIG_DIR", str(Path(build) / "ultralytics-config"))
+    os.environ["YOLO_OFFLINE"] = "1"

@@ -1,4 +1,8 @@
-"""Fixtures: the build, real-photo data sets, and real stokerd processes."""
+"""The fixtures every pytest suite under tests/ shares (tests/conftest.py
+puts them there): the build, real-photo and YOLO data sets, real stokerd
+processes, and the report hook that attaches a failing test's daemon
+stderr. Importing it points the tests at the build (STOKER_BUILD), keeps the
+daemons off this machine's /etc and puts client/python on sys.path."""
 
 import json
 import os
