@@ -18,6 +18,7 @@ from stoker_testutil import BUILD, PYDIR, expected_samples
 
 USER_A, USER_B, GROUP = "stkp-a", "stkp-b", "stkp-g"
 SYSTEM_PYTHON = "/usr/bin/python3"  # one every user may run (the test's may sit in /root)
+SANITIZER_ENV = ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "TSAN_OPTIONS")
 
 CLIENT = r"""
 import hashlib, json, os, sys
@@ -117,6 +118,8 @@ def start(daemon, base, *sets):
 def client(user, d, dataset, hold=False, **opts):
     """One epoch read by a client process running as `user`."""
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PYDIR), "STOKER_BUILD": str(BUILD), "HOME": "/"}
+    # The sanitizer runs (make check-sanitize) preload their runtime.
+    env.update((k, v) for k, v in os.environ.items() if k in SANITIZER_ENV)
     cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", SYSTEM_PYTHON, "-c", CLIENT,
            json.dumps({"socket": d.socket, "dataset": str(dataset), "opts": opts, "hold": hold})]
     if hold:

@@ -17,6 +17,7 @@ from stoker_testutil import BUILD, PYDIR, STOKERCTL
 
 USER = "stks3-b"
 SYSTEM_PYTHON = "/usr/bin/python3"
+SANITIZER_ENV = ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "TSAN_OPTIONS")
 
 CLIENT = r"""
 import json, sys
@@ -51,6 +52,8 @@ def as_user(d, url, keys=None):
     """One epoch of `url` read by a client process running as USER, with
     `keys` (id, secret) in its environment (None: none)."""
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PYDIR), "STOKER_BUILD": str(BUILD), "HOME": "/nonexistent"}
+    # The sanitizer runs (make check-sanitize) preload their runtime.
+    env.update((k, v) for k, v in os.environ.items() if k in SANITIZER_ENV)
     if keys:
         env.update(AWS_ACCESS_KEY_ID=keys[0], AWS_SECRET_ACCESS_KEY=keys[1])
     r = subprocess.run(["setpriv", f"--reuid={USER}", f"--regid={USER}", "--init-groups", SYSTEM_PYTHON, "-c",
