@@ -14,9 +14,10 @@ import tempfile
 import pytest
 import stoker
 
-from stoker_testutil import BUILD, PYDIR, expected_samples
+from stoker_testutil import client_for_users, expected_samples
 
 USER_A, USER_B, GROUP = "stkp-a", "stkp-b", "stkp-g"
+CLIENT_ENV = {}  # client processes' environment (the `base` fixture's)
 SYSTEM_PYTHON = "/usr/bin/python3"  # one every user may run (the test's may sit in /root)
 SANITIZER_ENV = ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "TSAN_OPTIONS")
 
@@ -73,11 +74,24 @@ def users():
         subprocess.run(["groupdel", GROUP], capture_output=True)
 
 
+@pytest.fixture(scope="module")
+def client_env(users):
+    """The binding and libstoker where every user can read them."""
+    d = tempfile.mkdtemp(prefix="stoker-perm-client-", dir="/tmp")
+    os.chmod(d, 0o755)
+    try:
+        yield client_for_users(d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 @pytest.fixture
-def base(users):
+def base(users, client_env):
     """A directory every user can reach (pytest's own are root's 0700)."""
     d = tempfile.mkdtemp(prefix="stoker-perm-", dir="/tmp")
     os.chmod(d, 0o755)
+    CLIENT_ENV.clear()
+    CLIENT_ENV.update(client_env)
     try:
         yield d
     finally:
@@ -117,7 +131,7 @@ def start(daemon, base, *sets):
 
 def client(user, d, dataset, hold=False, **opts):
     """One epoch read by a client process running as `user`."""
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PYDIR), "STOKER_BUILD": str(BUILD), "HOME": "/"}
+    env = dict(CLIENT_ENV)
     # The sanitizer runs (make check-sanitize) preload their runtime.
     env.update((k, v) for k, v in os.environ.items() if k in SANITIZER_ENV)
     cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", SYSTEM_PYTHON, "-c", CLIENT,

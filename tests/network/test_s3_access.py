@@ -13,9 +13,10 @@ import tempfile
 import pytest
 
 import stoker
-from stoker_testutil import BUILD, PYDIR, STOKERCTL
+from stoker_testutil import STOKERCTL, client_for_users
 
 USER = "stks3-b"
+CLIENT_ENV = {}  # client processes' environment: the binding's copy for USER
 SYSTEM_PYTHON = "/usr/bin/python3"
 SANITIZER_ENV = ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "TSAN_OPTIONS")
 
@@ -51,7 +52,7 @@ def user():
 def as_user(d, url, keys=None):
     """One epoch of `url` read by a client process running as USER, with
     `keys` (id, secret) in its environment (None: none)."""
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(PYDIR), "STOKER_BUILD": str(BUILD), "HOME": "/nonexistent"}
+    env = dict(CLIENT_ENV)
     # The sanitizer runs (make check-sanitize) preload their runtime.
     env.update((k, v) for k, v in os.environ.items() if k in SANITIZER_ENV)
     if keys:
@@ -81,6 +82,8 @@ def test_client_credentials_decide(daemon, make_dataset, moto_auth, request, use
     sock_dir = tempfile.mkdtemp(prefix="stoker-s3-", dir="/tmp")
     os.chmod(sock_dir, 0o755)
     request.addfinalizer(lambda: shutil.rmtree(sock_dir, ignore_errors=True))
+    CLIENT_ENV.clear()
+    CLIENT_ENV.update(client_for_users(os.path.join(sock_dir, "client")))
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(AWS_ACCESS_KEY_ID=moto_auth.key_id, AWS_SECRET_ACCESS_KEY=moto_auth.secret)
     d = daemon(workers=2, env=env, socket=os.path.join(sock_dir, "s.sock"),

@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import select
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -137,3 +138,20 @@ def ultralytics_offline(build=BUILD):
     for updates or reported (the test machines have no internet)."""
     os.environ.setdefault("YOLO_CONFIG_DIR", str(Path(build) / "ultralytics-config"))
     os.environ["YOLO_OFFLINE"] = "1"
+
+
+def client_for_users(dest):
+    """The Python binding and libstoker copied under `dest` (made readable to
+    every user), for client processes run as other users, who may not reach
+    the checkout (a CI clone under root's 0700 home): their environment."""
+    dest = Path(dest)
+    shutil.copytree(PYDIR / "stoker", dest / "py" / "stoker",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so*", "stoker.libs"))
+    (dest / "lib").mkdir(parents=True, exist_ok=True)
+    shutil.copy(BUILD / "libstoker.so.0", dest / "lib" / "libstoker.so.0")
+    for root, dirs, files in os.walk(dest):
+        os.chmod(root, 0o755)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o644 if not f.endswith(".so.0") else 0o755)
+    return {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(dest / "py"), "STOKER_BUILD": str(dest / "lib"),
+            "STOKER_AUTOSTART": "0", "HOME": "/nonexistent"}
