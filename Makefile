@@ -621,7 +621,7 @@ wheel: $(B)/stokerd $(B)/stokerctl
 # `make wheel-compat`: the same wheel built inside a Debian 11 root
 # (mmdebstrap; glibc 2.31, so manylinux_2_30), with the three libraries
 # Debian 11 lacks built there from Debian 12's sources
-# (scripts/build-wheel-compat.sh; about 15 minutes). Into $(WHEEL_OUT)-compat.
+# (scripts/build-wheel-compat.sh; about 11 minutes). Into $(WHEEL_OUT)-compat.
 .PHONY: wheel-compat
 wheel-compat:
 	scripts/build-wheel-compat.sh $(abspath $(WHEEL_OUT))-compat

@@ -9,7 +9,7 @@
 # and libspng (not in Debian 11); the rest are Debian 11's. The TIFF build
 # has its JPEG, deflate, LZW and PackBits codecs, not JBIG, LERC, WebP,
 # ZSTD or LZMA; libcurl speaks HTTP and HTTPS (OpenSSL) only. Root, network
-# to Debian's mirrors and PyPI; about 15 minutes on 2 cores.
+# to Debian's mirrors and PyPI; about 11 minutes on 2 cores.
 #   scripts/build-wheel-compat.sh OUTDIR [ROOTDIR]    (ROOTDIR is kept for reuse)
 set -euo pipefail
 
