@@ -21,6 +21,7 @@
 #include "errtext.h"
 #include "shards.h"
 #include "strvec.h"
+#include "text.h"
 
 /* os.walk with followlinks can loop; real trees are nowhere near this deep. */
 #define DATASET_MAX_DEPTH 64
@@ -203,16 +204,12 @@ int ds_scan_list_stream(FILE *f, const char *path, struct builder *b, uint32_t *
 	int r = 0;
 
 	while ((len = getline(&line, &cap, f)) >= 0) {
-		char *end = line + len, *label_start, *endp;
+		char *label_start, *endp;
 		long long label;
 
 		lineno++;
-		while (end > line && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t'))
-			*--end = '\0';
-		label_start = line;
-		while (*label_start == ' ' || *label_start == '\t')
-			label_start++;
-		if (*label_start == '\0' || *label_start == '#')
+		label_start = text_list_entry(line, (size_t)len);
+		if (!label_start)
 			continue;
 		/* The label is the last field, so paths may hold spaces. */
 		char *sep = strrchr(label_start, ' ');

@@ -98,6 +98,8 @@ typedef int64_t (*ds_label_read_fn)(void *ctx, const struct dataset *ds, uint64_
 /* Ultralytics' IMG_FORMATS that stoker decodes (heic, heif, avif, jp2 and
  * dng need decoders it does not have; docs/detection.md). */
 bool ds_is_yolo_image(const char *name);
+/* Those extensions as messages name them (one list with ds_is_yolo_image's). */
+#define DS_YOLO_IMAGE_EXTS ".bmp .jpeg .jpg .mpo .png .tif .tiff .webp"
 
 /* A .txt of image paths, one a line, relative to its directory, read from
  * f (named `path` in messages). */

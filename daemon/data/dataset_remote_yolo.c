@@ -126,7 +126,7 @@ static int scan_s3_images(struct dataset_remote *rm, const char *url, const char
 		(*sizes)[i] = l.v[i].size;
 	}
 	if (b->n == 0) {
-		set_err(errbuf, errlen, "%s: no image files (.bmp .jpeg .jpg .mpo .png .tif .tiff .webp) under it", url);
+		set_err(errbuf, errlen, "%s: no image files (" DS_YOLO_IMAGE_EXTS ") under it", url);
 		r = -ENOENT;
 	}
 out:

@@ -22,6 +22,7 @@
 #include "labels.h"
 #include "shards.h"
 #include "strvec.h"
+#include "text.h"
 
 bool ds_is_yolo_image(const char *name)
 {
@@ -62,7 +63,7 @@ static int scan_image_tree(int rootfd, const char *path, struct builder *b, char
 			goto out;
 	}
 	if (b->n == 0) {
-		set_err(errbuf, errlen, "dataset %s: no image files (.bmp .jpeg .jpg .mpo .png .tif .tiff .webp) under it", path);
+		set_err(errbuf, errlen, "dataset %s: no image files (" DS_YOLO_IMAGE_EXTS ") under it", path);
 		r = -ENOENT;
 	}
 out:
@@ -80,13 +81,9 @@ int ds_scan_image_list_stream(FILE *f, const char *path, struct builder *b, char
 	int r = 0;
 
 	while ((len = getline(&line, &cap, f)) >= 0) {
-		char *p = line, *end = line + len;
+		char *p = text_list_entry(line, (size_t)len);
 
-		while (end > line && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t'))
-			*--end = '\0';
-		while (*p == ' ' || *p == '\t')
-			p++;
-		if (*p == '\0' || *p == '#')
+		if (!p)
 			continue;
 		if (strncmp(p, "./", 2) == 0)
 			p += 2;

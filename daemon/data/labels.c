@@ -12,6 +12,7 @@
 #include "errtext.h"
 #include "grow.h"
 #include "labels.h"
+#include "text.h"
 
 /* Values this far outside 0..1 are rounding, not errors: clamped. */
 #define LABELS_TOLERANCE 1e-3f
@@ -190,18 +191,6 @@ int labels_path(const char *image_path, char *out, size_t outlen)
 
 /* ---- data.yaml ---- */
 
-static char *trim(char *s)
-{
-	char *end;
-
-	while (*s == ' ' || *s == '\t')
-		s++;
-	end = s + strlen(s);
-	while (end > s && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r'))
-		*--end = '\0';
-	return s;
-}
-
 /* Cut a comment: '#' at the start or after a blank, outside quotes. */
 static void strip_comment(char *s)
 {
@@ -225,7 +214,7 @@ static char *unquote(char *s)
 {
 	size_t n;
 
-	s = trim(s);
+	s = text_trim(s);
 	n = strlen(s);
 	if (n >= 2 && (s[0] == '\'' || s[0] == '"') && s[n - 1] == s[0]) {
 		s[n - 1] = '\0';
@@ -264,8 +253,8 @@ static int names_entry(struct data_yaml *y, char *item, bool mapping, long *next
 			return -EINVAL;
 		*colon = '\0';
 		errno = 0;
-		index = strtol(trim(item), &end, 10);
-		if (*trim(item) == '\0' || *end || errno)
+		index = strtol(text_trim(item), &end, 10);
+		if (*text_trim(item) == '\0' || *end || errno)
 			return -EINVAL;
 		item = colon + 1;
 	}
@@ -288,7 +277,7 @@ static int names_inline(struct data_yaml *y, char *v)
 		return -EINVAL;
 	v[n - 1] = '\0';
 	for (item = strtok_r(v + 1, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
-		if (*trim(item) == '\0')
+		if (*text_trim(item) == '\0')
 			continue;
 		r = names_entry(y, item, mapping, &next);
 		if (r < 0)
@@ -334,7 +323,7 @@ int data_yaml_parse(const char *data, size_t len, const char *path, const char *
 			*next++ = '\0';
 		lineno++;
 		strip_comment(line);
-		body = trim(line);
+		body = text_trim(line);
 		if (!*body || strcmp(body, "---") == 0)
 			continue;
 		if (indented) {
@@ -361,7 +350,7 @@ int data_yaml_parse(const char *data, size_t len, const char *path, const char *
 			goto out;
 		}
 		*colon = '\0';
-		key = trim(body);
+		key = text_trim(body);
 		value = unquote(colon + 1);
 		if (strcmp(key, "names") == 0) {
 			if (*value == '\0') {

@@ -14,6 +14,7 @@
 #include "grow.h"
 #include "shards.h"
 #include "tar.h"
+#include "text.h"
 
 /* A label member larger than this is not a label. */
 #define SHARDS_MAX_LABEL_BYTES (64u << 10)
@@ -637,17 +638,6 @@ static bool dir_has_tars(const char *path)
 
 /* A list's line of n bytes, trimmed in place: its entry, or NULL for a
  * blank line or a '#' comment. */
-static char *list_entry(char *line, ssize_t n)
-{
-	char *p = line, *end = line + n;
-
-	while (end > p && (end[-1] == '\n' || end[-1] == '\r' || end[-1] == ' ' || end[-1] == '\t'))
-		*--end = '\0';
-	while (*p == ' ' || *p == '\t')
-		p++;
-	return *p && *p != '#' ? p : NULL;
-}
-
 bool shards_list_first_entry(FILE *f, char *buf, size_t len)
 {
 	char *line = NULL, *entry;
@@ -657,7 +647,7 @@ bool shards_list_first_entry(FILE *f, char *buf, size_t len)
 
 	/* Only the first lines: a huge list is not read twice for this. */
 	for (int i = 0; i < 1000 && !found && (n = getline(&line, &cap, f)) >= 0; i++) {
-		entry = list_entry(line, n);
+		entry = text_list_entry(line, (size_t)n);
 		if (entry) {
 			snprintf(buf, len, "%s", entry);
 			found = true;
@@ -789,7 +779,7 @@ int shards_list_read(FILE *f, const char *list, const char *dir, struct strvec *
 	int r = 0;
 
 	while (r == 0 && (n = getline(&line, &cap, f)) >= 0) {
-		char *entry = list_entry(line, n);
+		char *entry = text_list_entry(line, (size_t)n);
 
 		lineno++;
 		if (!entry)

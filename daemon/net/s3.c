@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "s3.h"
+#include "text.h"
 
 /* ListObjectsV2 pages; 1000 keys each, so 10 million objects at most. */
 #define S3_MAX_PAGES 10000
@@ -34,18 +35,6 @@ void s3_config_resolve(struct s3_config *c)
 		c->endpoint[n - 1] = '\0';
 }
 
-static char *trim(char *s)
-{
-	char *end;
-
-	while (*s == ' ' || *s == '\t')
-		s++;
-	end = s + strlen(s);
-	while (end > s && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\n' || end[-1] == '\r'))
-		*--end = '\0';
-	return s;
-}
-
 /* The profile's keys from an INI credentials file. 1 found, 0 no such
  * profile, -errno unreadable. */
 static int read_profile(const char *path, const char *profile, char *id, char *secret, char *token, size_t size)
@@ -57,20 +46,20 @@ static int read_profile(const char *path, const char *profile, char *id, char *s
 	if (!f)
 		return -errno;
 	while (fgets(line, sizeof(line), f)) {
-		char *s = trim(line), *eq;
+		char *s = text_trim(line), *eq;
 
 		if (*s == '[') {
 			char *end = strchr(s, ']');
 
 			if (end)
 				*end = '\0';
-			in = strcmp(trim(s + 1), profile) == 0;
+			in = strcmp(text_trim(s + 1), profile) == 0;
 			continue;
 		}
 		if (!in || *s == '#' || *s == ';' || !(eq = strchr(s, '=')))
 			continue;
 		*eq = '\0';
-		const char *key = trim(s), *value = trim(eq + 1);
+		const char *key = text_trim(s), *value = text_trim(eq + 1);
 
 		if (strcmp(key, "aws_access_key_id") == 0)
 			snprintf(id, size, "%s", value);
