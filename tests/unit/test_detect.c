@@ -300,6 +300,77 @@ static void test_letterbox_geometry(void **state)
 	detect_free(d);
 }
 
+/* A loader that letterboxes its sample into the output itself (detect_sample.placed, the daemon's
+ * in-box fit); `elsewhere`: it says so of pixels that are not the output's. */
+struct placing {
+	struct fake *f;
+	uint8_t *image;
+	uint32_t out_w, out_h;
+	bool elsewhere;
+};
+
+static int placing_load(void *ctx, uint64_t index, uint32_t side, struct detect_sample *out)
+{
+	struct placing *pl = ctx;
+	struct detect_letterbox g;
+	int r = fake_load(pl->f, index, side, out);
+
+	if (r < 0)
+		return r;
+	detect_letterbox_geometry(out->width, out->height, pl->out_w, pl->out_h, &g);
+	memset(pl->image, DETECT_PAD, (size_t)pl->out_w * pl->out_h * 3);
+	for (uint32_t y = 0; y < out->height; y++)
+		memcpy(pl->image + ((size_t)(g.top + (int)y) * pl->out_w + (size_t)g.left) * 3,
+		       out->pixels + (size_t)y * out->width * 3, (size_t)out->width * 3);
+	out->pixels = pl->elsewhere ? pl->image + 3 : pl->image;
+	out->placed = true;
+	return 0;
+}
+
+/* A placed letterbox: the same image, boxes and metadata as detect_make's own copy; pixels said
+ * to be placed that are not the output's, refused. */
+static void test_letterbox_placed(void **state)
+{
+	static const uint32_t shapes[][2] = { { SIZE, SIZE }, { 192, 192 } };
+	struct detect *d;
+	struct fake *f = fake_new(4);
+	struct out *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
+
+	(void)state;
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_int_equal(detect_new(&d), 0);
+	f->s[0].aw = 800, f->s[0].ah = 400;
+	f->s[1].aw = 301, f->s[1].ah = 500;
+	f->s[2].aw = 500, f->s[2].ah = 500;
+	for (size_t k = 0; k < sizeof(shapes) / sizeof(shapes[0]); k++)
+		for (uint64_t idx = 0; idx < 3; idx++) {
+			const uint32_t ow = shapes[k][0], oh = shapes[k][1];
+			struct detect_meta ma, mb;
+			struct detect_output oa = { a->image, ow, oh, a->boxes, MAX_BOXES, &a->n, &a->dropped, &ma };
+			struct detect_output ob = { b->image, ow, oh, b->boxes, MAX_BOXES, &b->n, &b->dropped, &mb };
+			struct placing pl = { f, b->image, ow, oh, false };
+			uint32_t side = ow;
+			assert_int_equal(detect_make(d, DETECT_LETTERBOX, NULL, side, idx, f->count, NULL, fake_load, f, &oa),
+					 0);
+			memset(b->image, 0, sizeof(b->image));
+			assert_int_equal(
+				detect_make(d, DETECT_LETTERBOX, NULL, side, idx, f->count, NULL, placing_load, &pl, &ob), 0);
+			assert_memory_equal(a->image, b->image, (size_t)ow * oh * 3);
+			assert_int_equal(a->n, b->n);
+			assert_memory_equal(a->boxes, b->boxes, a->n * DETECT_BOX_FLOATS * sizeof(float));
+			assert_memory_equal(&ma, &mb, sizeof(ma));
+			pl.elsewhere = true;
+			assert_int_equal(
+				detect_make(d, DETECT_LETTERBOX, NULL, side, idx, f->count, NULL, placing_load, &pl, &ob),
+				-EINVAL);
+		}
+	free(a);
+	free(b);
+	fake_free(f);
+	detect_free(d);
+}
+
 /* Mosaic + RandomPerspective: every sizeable box fits its rectangle's pixels. */
 static void test_mosaic_affine_boxes(void **state)
 {
@@ -1028,6 +1099,7 @@ int main(void)
 		cmocka_unit_test(test_load_failures),
 		cmocka_unit_test(test_max_boxes),
 		cmocka_unit_test(test_params_check),
+		cmocka_unit_test(test_letterbox_placed),
 		cmocka_unit_test(test_hsv),
 		cmocka_unit_test(test_isa_hsv),
 		cmocka_unit_test(test_isa_transform),
