@@ -16,7 +16,9 @@ import stoker
 
 from stoker_testutil import client_for_users, expected_samples
 
-USER_A, USER_B, GROUP = "stkp-a", "stkp-b", "stkp-g"
+# Names of this run's own (runs on one machine at once must not share them).
+_RUN = os.getpid() % 1000000
+USER_A, USER_B, GROUP = f"stkp{_RUN}a", f"stkp{_RUN}b", f"stkp{_RUN}g"
 CLIENT_ENV = {}  # client processes' environment (the `base` fixture's)
 SYSTEM_PYTHON = "/usr/bin/python3"  # one every user may run (the test's may sit in /root)
 SANITIZER_ENV = ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "TSAN_OPTIONS")
@@ -60,9 +62,11 @@ def users():
         pytest.skip("needs root, useradd and setpriv (the tests make users)")
     if not os.path.exists(SYSTEM_PYTHON):
         pytest.skip("needs /usr/bin/python3 with numpy")
+    # What an interrupted run may have left: the users, their own groups.
     for name in (USER_A, USER_B):
         subprocess.run(["userdel", name], capture_output=True)
-    subprocess.run(["groupdel", GROUP], capture_output=True)
+    for name in (USER_A, USER_B, GROUP):
+        subprocess.run(["groupdel", name], capture_output=True)
     _run(["groupadd", GROUP])
     for name in (USER_A, USER_B):
         _run(["useradd", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", name])
@@ -71,7 +75,8 @@ def users():
     finally:
         for name in (USER_A, USER_B):
             subprocess.run(["userdel", name], capture_output=True)
-        subprocess.run(["groupdel", GROUP], capture_output=True)
+        for name in (USER_A, USER_B, GROUP):
+            subprocess.run(["groupdel", name], capture_output=True)
 
 
 @pytest.fixture(scope="module")

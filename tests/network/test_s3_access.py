@@ -15,7 +15,7 @@ import pytest
 import stoker
 from stoker_testutil import STOKERCTL, client_for_users
 
-USER = "stks3-b"
+USER = f"stks3{os.getpid() % 1000000}b"  # this run's own: runs on one machine at once must not share it
 CLIENT_ENV = {}  # client processes' environment: the binding's copy for USER
 SYSTEM_PYTHON = "/usr/bin/python3"
 SANITIZER_ENV = ("LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS", "TSAN_OPTIONS")
@@ -40,13 +40,16 @@ print(json.dumps({"indices": idx}))
 def user():
     if os.geteuid() != 0 or not shutil.which("useradd") or not shutil.which("setpriv"):
         pytest.skip("needs root, useradd and setpriv (the test makes a user)")
+    # What an interrupted run may have left: the user, its own group.
     subprocess.run(["userdel", USER], capture_output=True)
+    subprocess.run(["groupdel", USER], capture_output=True)
     subprocess.run(["useradd", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", USER],
                    check=True, capture_output=True)
     try:
         yield pwd.getpwnam(USER)
     finally:
         subprocess.run(["userdel", USER], capture_output=True)
+        subprocess.run(["groupdel", USER], capture_output=True)
 
 
 def as_user(d, url, keys=None):
