@@ -11,8 +11,9 @@
  * HTTP listener is libuv TCP on the loop, with a bounded number of
  * connections, a bounded request and a deadline.
  *
- * Adding a metric is one line: COUNTER/GAUGE for a daemon-wide value, a
- * sample() line in a labelled family for per-client or per-tier ones.
+ * The text is exposition.c's, of a snapshot metrics_render takes here: a
+ * metric is a field of struct expo_snapshot, filled below, and one line
+ * there.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +28,7 @@
 
 #include "cache.h"
 #include "daemon.h"
+#include "exposition.h"
 #include "log.h"
 #include "ring.h"
 #include "prefetch.h"
@@ -75,254 +77,82 @@ struct metrics {
 	bool stopped;
 };
 
-/* ---- exposition text ---- */
-
-struct expo {
-	char *buf;
-	size_t len, cap;
-	bool failed;
-};
-
-static void put(struct expo *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(struct expo *e, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	if (e->failed)
-		return;
-	for (;;) {
-		va_start(ap, fmt);
-		n = vsnprintf(e->buf ? e->buf + e->len : NULL, e->buf ? e->cap - e->len : 0, fmt, ap);
-		va_end(ap);
-		if (n < 0) {
-			e->failed = true;
-			return;
-		}
-		if (e->buf && e->len + (size_t)n < e->cap) {
-			e->len += (size_t)n;
-			return;
-		}
-		size_t cap = e->cap ? e->cap : 8192;
-		while (cap <= e->len + (size_t)n)
-			cap *= 2;
-		char *nb = realloc(e->buf, cap);
-		if (!nb) {
-			e->failed = true;
-			return;
-		}
-		e->buf = nb;
-		e->cap = cap;
-	}
-}
-
-/* A label value: backslash, double quote and newline escaped. */
-static void put_label_value(struct expo *e, const char *s)
-{
-	for (; s && *s; s++) {
-		if (*s == '\\')
-			put(e, "\\\\");
-		else if (*s == '"')
-			put(e, "\\\"");
-		else if (*s == '\n')
-			put(e, "\\n");
-		else
-			put(e, "%c", *s);
-	}
-}
-
-static void family(struct expo *e, const char *name, const char *type, const char *help)
-{
-	put(e, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-/* `labels` is the inside of {...}, already escaped, or NULL. */
-static void sample(struct expo *e, const char *name, const char *labels, double v)
-{
-	if (labels)
-		put(e, "%s{%s} %.17g\n", name, labels, v);
-	else
-		put(e, "%s %.17g\n", name, v);
-}
-
-static void metric1(struct expo *e, const char *name, const char *type, const char *help, double v)
-{
-	family(e, name, type, help);
-	sample(e, name, NULL, v);
-}
-
-#define COUNTER(e, name, help, v) metric1(e, name, "counter", help, (double)(v))
-#define GAUGE(e, name, help, v) metric1(e, name, "gauge", help, (double)(v))
-
-/* The labels of a client: {client, pid, rank, world_size, dataset}. */
-static void client_labels(struct expo *e, const struct conn *c)
-{
-	const struct session *s = c->session;
-
-	put(e, "client=\"%llu\",pid=\"%d\",rank=\"%u\",world_size=\"%u\",dataset=\"", (unsigned long long)c->id,
-	    (int)c->pid, s->plan.rank, s->plan.world_size);
-	put_label_value(e, s->dataset_name);
-	put(e, "\"");
-}
-
-/* One labelled family over the attached clients. */
-static void client_family(struct expo *e, const struct daemon *d, const char *name, const char *type,
-			  const char *help, double (*value)(const struct session *s))
-{
-	family(e, name, type, help);
-	for (const struct conn *c = d->conns; c; c = c->next) {
-		if (!c->session)
-			continue;
-		put(e, "%s{", name);
-		client_labels(e, c);
-		put(e, "} %.17g\n", value(c->session));
-	}
-}
-
-static double client_images(const struct session *s)
-{
-	return (double)s->images;
-}
-
-static double client_batches(const struct session *s)
-{
-	return (double)s->batches;
-}
-
-static double client_wait(const struct session *s)
-{
-	return (double)s->wait_ns / 1e9;
-}
-
-static double client_ring(const struct session *s)
-{
-	return (double)s->ring->bytes;
-}
-
-static double client_device(const struct session *s)
-{
-	return (double)s->device_bytes;
-}
-
-static double client_unreadable(const struct session *s)
-{
-	return (double)s->unreadable;
-}
-
-static void render_cache(struct expo *e, struct cache *cache)
-{
-	static const char *const tiers[CACHE_TIERS] = {"encoded", "decoded"};
-	struct cache_tier_stats ts[CACHE_TIERS];
-	char labels[32];
-
-	GAUGE(e, "stoker_cache_budget_bytes", "Bytes the node cache may hold.", cache_budget(cache));
-	GAUGE(e, "stoker_cache_bytes", "Bytes the node cache holds, entries and overhead.", cache_bytes(cache));
-	for (int t = 0; t < CACHE_TIERS; t++)
-		cache_stats(cache, (enum cache_tier)t, &ts[t]);
-#define TIER_FAMILY(name, type, help, field)                                  \
-	do {                                                                   \
-		family(e, name, type, help);                                   \
-		for (int t = 0; t < CACHE_TIERS; t++) {                        \
-			snprintf(labels, sizeof(labels), "tier=\"%s\"", tiers[t]); \
-			sample(e, name, labels, (double)ts[t].field);          \
-		}                                                              \
-	} while (0)
-	TIER_FAMILY("stoker_cache_hits_total", "counter", "Cache look-ups that found the sample.", hits);
-	TIER_FAMILY("stoker_cache_misses_total", "counter", "Cache look-ups that did not.", misses);
-	TIER_FAMILY("stoker_cache_evictions_total", "counter", "Entries evicted to make room.", evictions);
-	TIER_FAMILY("stoker_cache_rejected_total", "counter", "Entries offered but not admitted.", rejected);
-	TIER_FAMILY("stoker_cache_entries", "gauge", "Entries in the cache tier.", entries);
-	TIER_FAMILY("stoker_cache_tier_bytes", "gauge", "Bytes of the cache tier's entries.", bytes);
-#undef TIER_FAMILY
-}
+/* ---- the snapshot ---- */
 
 int metrics_render(struct daemon *d, char **out, size_t *len)
 {
-	struct expo e = {0};
+	struct expo_snapshot s = {0};
+	struct expo_client *cl = NULL;
 	struct timespec real;
-	double ips, busy, start;
-	uint32_t clients = control_attached(d);
+	int r;
 
 	clock_gettime(CLOCK_REALTIME, &real);
-	start = (double)real.tv_sec + (double)real.tv_nsec / 1e9 - (double)(monotonic_ns() - d->start_ns) / 1e9;
-	control_rates(d, &ips, &busy);
-
-	family(&e, "stoker_build_info", "gauge", "The stokerd version, as a label.");
-	put(&e, "stoker_build_info{version=\"%s\"} 1\n", STOKER_VERSION);
-	GAUGE(&e, "process_start_time_seconds", "Start time of the process since the Unix epoch in seconds.", start);
-	GAUGE(&e, "process_resident_memory_bytes", "Resident memory size in bytes.", control_rss_bytes());
-	GAUGE(&e, "stoker_draining", "1 while draining or stopping: no new clients.", d->draining || d->stopping);
-	COUNTER(&e, "stoker_images_served_total", "Images delivered to clients.", d->images_served);
-	COUNTER(&e, "stoker_batches_served_total", "Batches delivered to clients.", d->batches_served);
-	COUNTER(&e, "stoker_decode_errors_total", "Samples that could not be read or decoded (each replaced).",
-		d->pool ? pool_decode_errors(d->pool) : 0);
-	COUNTER(&e, "stoker_decode_error_files_total",
-		"Distinct files found unreadable (each once per opening of its data set).",
-		d->pool ? pool_decode_error_files(d->pool) : 0);
-	COUNTER(&e, "stoker_protocol_errors_total", "Clients cut off for breaking the protocol.", d->protocol_errors);
-	COUNTER(&e, "stoker_samples_decoded_total", "Samples decoded by the workers.",
-		d->pool ? pool_samples_decoded(d->pool) : 0);
-	COUNTER(&e, "stoker_samples_copied_total", "Samples copied from a coordinated job's ring instead of decoded.",
-		d->pool ? pool_samples_copied(d->pool) : 0);
-	COUNTER(&e, "stoker_label_errors_total", "Objects dropped from detection label files (malformed or out of range).",
-		d->label_errors);
-	COUNTER(&e, "stoker_boxes_dropped_total", "Boxes left out of a batch: an image had more than its max_boxes.",
-		d->pool ? pool_boxes_dropped(d->pool) : 0);
+	s.version = STOKER_VERSION;
+	s.start_time_seconds = (double)real.tv_sec + (double)real.tv_nsec / 1e9 -
+			       (double)(monotonic_ns() - d->start_ns) / 1e9;
+	control_rates(d, &s.images_per_second, &s.worker_busy_ratio);
+	s.rss_bytes = control_rss_bytes();
+	s.draining = d->draining || d->stopping;
+	s.images_served = d->images_served;
+	s.batches_served = d->batches_served;
+	s.protocol_errors = d->protocol_errors;
+	s.label_errors = d->label_errors;
+	if (d->pool) {
+		s.decode_errors = pool_decode_errors(d->pool);
+		s.decode_error_files = pool_decode_error_files(d->pool);
+		s.samples_decoded = pool_samples_decoded(d->pool);
+		s.samples_copied = pool_samples_copied(d->pool);
+		s.boxes_dropped = pool_boxes_dropped(d->pool);
+		s.worker_busy_ns = pool_busy_ns(d->pool);
+		s.workers = pool_workers(d->pool);
+		s.worker_threads = pool_threads(d->pool);
+	}
 	if (d->fetch && d->prefetch) {
-		struct fetch_stats fs;
-		uint64_t hits, fetched, coalesced;
+		s.net = true;
+		fetch_get_stats(d->fetch, &s.fetch);
+		prefetch_counts(d->prefetch, &s.remote_cache_hits, &s.remote_fetched, &s.remote_coalesced);
+	}
+	s.clients = control_attached(d);
+	s.connections = d->nconns;
+	s.ring_bytes = d->ring_bytes;
+	s.memory_budget = d->cfg.memory_budget;
+	s.device_bytes = d->device_bytes;
+	s.gpu_memory_budget = d->cfg.gpu_memory_budget;
+	if (d->cache) {
+		s.cache = true;
+		s.cache_budget = cache_budget(d->cache);
+		s.cache_bytes = cache_bytes(d->cache);
+		for (int t = 0; t < CACHE_TIERS; t++)
+			cache_stats(d->cache, (enum cache_tier)t, &s.tiers[t]);
+	}
+	if (d->nconns) {
+		cl = calloc(d->nconns, sizeof(*cl));
+		if (!cl)
+			return -ENOMEM;
+	}
+	for (const struct conn *c = d->conns; c && s.nclients < d->nconns; c = c->next) {
+		const struct session *ss = c->session;
 
-		fetch_get_stats(d->fetch, &fs);
-		prefetch_counts(d->prefetch, &hits, &fetched, &coalesced);
-		COUNTER(&e, "stoker_net_requests_total", "HTTP/S3 transfers started, retries included.", fs.requests);
-		COUNTER(&e, "stoker_net_bytes_total", "HTTP/S3 body bytes received.", fs.bytes);
-		COUNTER(&e, "stoker_net_retries_total", "HTTP/S3 transfers retried after a 5xx, a timeout or a lost "
-			"connection.", fs.retries);
-		COUNTER(&e, "stoker_net_errors_total", "HTTP/S3 requests that failed after their retries.", fs.errors);
-		GAUGE(&e, "stoker_net_inflight", "HTTP/S3 transfers running.", fs.inflight);
-		COUNTER(&e, "stoker_remote_cache_hits_total", "Remote samples found in the node cache (not fetched).",
-			hits);
-		COUNTER(&e, "stoker_remote_fetched_total", "Remote samples fetched from their store.", fetched);
-		COUNTER(&e, "stoker_remote_coalesced_total", "Remote samples that shared a fetch of the same object "
-			"already in flight.", coalesced);
+		if (!ss)
+			continue;
+		cl[s.nclients++] = (struct expo_client){
+			.id = c->id,
+			.pid = (int)c->pid,
+			.rank = ss->plan.rank,
+			.world_size = ss->plan.world_size,
+			.dataset = ss->dataset_name,
+			.images = ss->images,
+			.batches = ss->batches,
+			.wait_ns = ss->wait_ns,
+			.ring_bytes = ss->ring->bytes,
+			.device_bytes = ss->device_bytes,
+			.unreadable = ss->unreadable,
+		};
 	}
-	COUNTER(&e, "stoker_worker_busy_seconds_total", "Time the workers spent producing samples, all summed.",
-		d->pool ? (double)pool_busy_ns(d->pool) / 1e9 : 0);
-	GAUGE(&e, "stoker_workers", "Worker threads configured.", d->pool ? pool_workers(d->pool) : 0);
-	GAUGE(&e, "stoker_worker_threads", "Worker threads running (above stoker_workers while shrinking).",
-	      d->pool ? pool_threads(d->pool) : 0);
-	GAUGE(&e, "stoker_worker_busy_ratio", "Share of worker time spent busy over the last seconds.", busy);
-	GAUGE(&e, "stoker_images_per_second", "Images delivered per second over the last seconds.", ips);
-	GAUGE(&e, "stoker_clients", "Clients attached to a data set.", clients);
-	GAUGE(&e, "stoker_connections", "Open connections, attached or not.", d->nconns);
-	GAUGE(&e, "stoker_ring_bytes", "Shared memory in every client's batch ring.", d->ring_bytes);
-	GAUGE(&e, "stoker_memory_budget_bytes", "The node's budget for the cache and every ring.",
-	      d->cfg.memory_budget);
-	GAUGE(&e, "stoker_device_bytes", "GPU memory in every CUDA client's device ring, all GPUs.", d->device_bytes);
-	GAUGE(&e, "stoker_gpu_memory_budget_bytes", "Each GPU's budget for device rings (0: its free memory).",
-	      d->cfg.gpu_memory_budget);
-	if (d->cache)
-		render_cache(&e, d->cache);
-	client_family(&e, d, "stoker_client_images_total", "counter", "Images delivered to the client.",
-		      client_images);
-	client_family(&e, d, "stoker_client_batches_total", "counter", "Batches delivered to the client.",
-		      client_batches);
-	client_family(&e, d, "stoker_client_wait_seconds_total", "counter",
-		      "Time the client spent waiting for batches (its data stall).", client_wait);
-	client_family(&e, d, "stoker_client_ring_bytes", "gauge", "Shared memory in the client's batch ring.",
-		      client_ring);
-	client_family(&e, d, "stoker_client_device_bytes", "gauge",
-		      "GPU memory in the client's device ring (0: host batches).", client_device);
-	client_family(&e, d, "stoker_client_unreadable_samples_total", "counter",
-		      "Planned samples the client's own uid and groups may not read, replaced by readable ones.",
-		      client_unreadable);
-	if (e.failed || !e.buf) {
-		free(e.buf);
-		return -ENOMEM;
-	}
-	*out = e.buf;
-	*len = e.len;
-	return 0;
+	s.clients_v = cl;
+	r = expo_render(&s, out, len);
+	free(cl);
+	return r;
 }
 
 /* ---- lifetime ---- */
