@@ -67,6 +67,7 @@ struct axis {
 	/* the key, as Pillow sees it (it keeps the box in single precision) */
 	uint32_t in_size, out_size;
 	float in0, in1;
+	enum resize_filter filter;
 	bool valid;
 
 	bool identity;      /* integer offset, scale 1: each output is one input pixel */
@@ -96,6 +97,7 @@ typedef void vpass_fn(const uint8_t *src, size_t src_stride, uint32_t row_bytes,
 
 struct resizer {
 	struct axis h, v;
+	enum resize_filter filter;
 	enum resize_isa isa;
 	hpass_fn *hpass;
 	vpass_fn *vpass;
@@ -103,6 +105,8 @@ struct resizer {
 	size_t scratch_cap;
 	uint8_t *wide;      /* resize_rgb's source, widened to 4 bytes a pixel */
 	size_t wide_cap;
+	uint32_t *ntab;     /* RESIZE_NEAREST: each output column's source column */
+	size_t ntab_cap;
 };
 
 static inline double triangle(double x)
@@ -110,6 +114,25 @@ static inline double triangle(double x)
 	double y = 1.0 - fabs(x);
 
 	return y > 0.0 ? y : 0.0;
+}
+
+/* Pillow's bicubic_filter: Keys' cubic convolution with a = -0.5. */
+static inline double bicubic(double x)
+{
+	const double a = -0.5;
+
+	x = fabs(x);
+	if (x < 1.0)
+		return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+	if (x < 2.0)
+		return (((x - 5) * x + 8) * x - 4) * a;
+	return 0.0;
+}
+
+/* The filter's support at scale 1 (Pillow's filterp->support). */
+static double filter_support(enum resize_filter f)
+{
+	return f == RESIZE_BICUBIC ? 2.0 : 1.0;
 }
 
 /* Pillow's precompute_coeffs() for one output: the taps it reads, [*xmin, *xmin + *n). */
@@ -142,6 +165,12 @@ static int check_window(uint32_t in_size, double x, double w, uint32_t out_size)
 
 int resize_span(uint32_t in_size, double x, double w, uint32_t out_size, uint32_t *first, uint32_t *end)
 {
+	return resize_span_filter(RESIZE_BILINEAR, in_size, x, w, out_size, first, end);
+}
+
+int resize_span_filter(enum resize_filter filter, uint32_t in_size, double x, double w, uint32_t out_size,
+		       uint32_t *first, uint32_t *end)
+{
 	float in0 = (float)x, in1 = (float)(x + w);
 	double scale, support;
 	int lo, hi, n;
@@ -153,7 +182,14 @@ int resize_span(uint32_t in_size, double x, double w, uint32_t out_size, uint32_
 	if (r < 0)
 		return r;
 	scale = (double)(in1 - in0) / out_size;
-	support = scale < 1.0 ? 1.0 : scale;
+	if (filter == RESIZE_NEAREST) {
+		/* Pillow's ImagingScaleAffine reads within the window: all of it, so
+		 * that the window still starts inside what is passed */
+		*first = (uint32_t)floor(in0);
+		*end = (uint32_t)fmin(ceil(in1), in_size);
+		return 0;
+	}
+	support = (scale < 1.0 ? 1.0 : scale) * filter_support(filter);
 	/* The bounds only move right as the output index grows. */
 	pillow_bounds(in_size, in0, scale, support, 0, &lo, &n);
 	pillow_bounds(in_size, in0, scale, support, out_size - 1, &hi, &n);
@@ -163,10 +199,11 @@ int resize_span(uint32_t in_size, double x, double w, uint32_t out_size, uint32_
 }
 
 /*
- * n non-negative weights summing to 1 as integers summing to exactly ONE,
- * by rounding their running sums: so each is non-negative and within 1 of
- * its exact value, a flat image stays exactly flat and no sum of 8-bit
- * values reaches 256 * ONE.
+ * n weights summing to 1 as integers summing to exactly ONE, by rounding
+ * their running sums: so each is within 1 of its exact value and a flat
+ * image stays exactly flat. Non-negative weights (BILINEAR) stay
+ * non-negative, and no sum of 8-bit values reaches 256 * ONE; BICUBIC's
+ * negative lobes can over- and undershoot, which the kernels clamp.
  */
 static void quantise(const double *w, int n, int16_t *k)
 {
@@ -177,26 +214,28 @@ static void quantise(const double *w, int n, int16_t *k)
 		int32_t next;
 
 		cum += w[t];
-		next = t == n - 1 ? ONE : (int32_t)(cum * ONE + 0.5); /* non-negative: truncation rounds */
+		next = t == n - 1 ? ONE : (int32_t)floor(cum * ONE + 0.5);
 		k[t] = (int16_t)(next - prev);
 		prev = next;
 	}
 }
 
-static int axis_setup(struct axis *a, uint32_t in_size, double x, double w, uint32_t out_size)
+static int axis_setup(struct axis *a, enum resize_filter filter, uint32_t in_size, double x, double w,
+		      uint32_t out_size)
 {
 	float in0 = (float)x, in1 = (float)(x + w);
 	double scale, filterscale, support;
 	uint32_t taps = 1, pairs;
 	int r;
 
-	if (a->valid && a->in_size == in_size && a->out_size == out_size && a->in0 == in0 && a->in1 == in1)
+	if (a->valid && a->filter == filter && a->in_size == in_size && a->out_size == out_size && a->in0 == in0 &&
+	    a->in1 == in1)
 		return 0;
 	a->valid = false;
 
 	scale = (double)(in1 - in0) / out_size;
 	filterscale = scale < 1.0 ? 1.0 : scale;
-	support = filterscale; /* BILINEAR's support is 1 */
+	support = filterscale * filter_support(filter);
 
 	r = grow((void **)&a->start, &a->start_cap, out_size, sizeof(*a->start));
 	if (r >= 0)
@@ -245,7 +284,9 @@ static int axis_setup(struct axis *a, uint32_t in_size, double x, double w, uint
 		 * `support` from the centre), so the padding taps get 0.
 		 */
 		for (uint32_t t = 0; t < taps; t++) {
-			wt[t] = triangle(((double)(s + t) - center + 0.5) * ss);
+			double d = ((double)(s + t) - center + 0.5) * ss;
+
+			wt[t] = filter == RESIZE_BICUBIC ? bicubic(d) : triangle(d);
 			ww += wt[t];
 		}
 		if (ww == 0.0) {
@@ -282,18 +323,20 @@ static int axis_setup(struct axis *a, uint32_t in_size, double x, double w, uint
 	a->out_size = out_size;
 	a->in0 = in0;
 	a->in1 = in1;
+	a->filter = filter;
 	a->valid = true;
 	return 0;
 }
 
 /*
- * The 8-bit result of a fixed-point sum, rounding bias included. No
- * clamping: the weights are non-negative and sum to ONE, so a sum of 8-bit
- * values plus the bias stays in [0, 256 * ONE).
+ * The 8-bit result of a fixed-point sum, rounding bias included, clamped
+ * (BICUBIC's negative lobes; the SIMD kernels' saturating packs do the same).
  */
 static inline uint8_t descale(int32_t acc)
 {
-	return (uint8_t)(acc >> PRECISION_BITS);
+	int32_t v = acc >> PRECISION_BITS;
+
+	return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
 /* ---- portable kernels (also the SIMD ones' fallback for odd tap counts and tiny rows) ---- */
@@ -1037,6 +1080,7 @@ void resizer_free(struct resizer *r)
 	axis_done(&r->v);
 	free(r->scratch);
 	free(r->wide);
+	free(r->ntab);
 	free(r);
 }
 
@@ -1059,10 +1103,52 @@ static int setup(struct resizer *r, uint32_t src_w, uint32_t src_h, double x, do
 		return ret;
 	if (dst_stride < (size_t)dst_w * 3)
 		return -EINVAL;
-	ret = axis_setup(&r->h, src_w, x, w, dst_w);
+	if (r->filter == RESIZE_NEAREST)
+		return 0;
+	ret = axis_setup(&r->h, r->filter, src_w, x, w, dst_w);
 	if (ret >= 0)
-		ret = axis_setup(&r->v, src_h, y, h, dst_h);
+		ret = axis_setup(&r->v, r->filter, src_h, y, h, dst_h);
 	return ret;
+}
+
+void resizer_set_filter(struct resizer *r, enum resize_filter filter)
+{
+	if (r && (filter == RESIZE_BILINEAR || filter == RESIZE_BICUBIC || filter == RESIZE_NEAREST))
+		r->filter = filter;
+}
+
+/*
+ * Pillow's NEAREST resize (ImagingScaleAffine, which Image.resize calls
+ * for it): output pixel i is source pixel (int)(x0 + scale / 2 + i *
+ * scale), the position accumulated in double precision as Pillow does,
+ * on its single-precision box. `bpp` bytes a source pixel (3 or 4).
+ */
+static int resize_nearest(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t src_h, size_t src_stride,
+			  unsigned bpp, double x, double y, double w, double h, uint8_t *dst, uint32_t dst_w,
+			  uint32_t dst_h, size_t dst_stride, bool flip)
+{
+	float x0 = (float)x, x1 = (float)(x + w), y0 = (float)y, y1 = (float)(y + h);
+	double a0 = (double)(x1 - x0) / dst_w, a4 = (double)(y1 - y0) / dst_h;
+	double xo = x0 + a0 * 0.5, yo = y0 + a4 * 0.5;
+	int ret;
+
+	ret = grow((void **)&r->ntab, &r->ntab_cap, dst_w, sizeof(*r->ntab));
+	if (ret < 0)
+		return ret;
+	for (uint32_t i = 0; i < dst_w; i++, xo += a0) {
+		int64_t xin = xo < 0.0 ? 0 : (int64_t)xo;
+
+		r->ntab[flip ? dst_w - 1 - i : i] = (uint32_t)(xin < src_w ? xin : src_w - 1) * bpp;
+	}
+	for (uint32_t j = 0; j < dst_h; j++, yo += a4) {
+		int64_t yin = yo < 0.0 ? 0 : (int64_t)yo;
+		const uint8_t *row = src + (size_t)(yin < src_h ? yin : src_h - 1) * src_stride;
+		uint8_t *d = dst + (size_t)j * dst_stride;
+
+		for (uint32_t i = 0; i < dst_w; i++)
+			memcpy(d + (size_t)i * 3, row + r->ntab[i], 3);
+	}
+	return 0;
 }
 
 /* Both passes, axes set up; `src` is the source's pixel (h.lo, v.lo), 4 bytes each. */
@@ -1103,6 +1189,14 @@ int resize_rgb(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t s
 	       double x, double y, double w, double h, uint8_t *dst, uint32_t dst_w, uint32_t dst_h,
 	       size_t dst_stride, bool flip)
 {
+	return resize_rgb_ordered(r, src, src_w, src_h, src_stride, x, y, w, h, dst, dst_w, dst_h, dst_stride, flip,
+				  resize_vertical_first(src_w, src_h, dst_w, dst_h));
+}
+
+int resize_rgb_ordered(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t src_h, size_t src_stride,
+		       double x, double y, double w, double h, uint8_t *dst, uint32_t dst_w, uint32_t dst_h,
+		       size_t dst_stride, bool flip, bool vertical_first)
+{
 	uint32_t cols, rows;
 	int ret;
 
@@ -1113,6 +1207,9 @@ int resize_rgb(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t s
 		return ret;
 	if (src_stride < (size_t)src_w * 3)
 		return -EINVAL;
+	if (r->filter == RESIZE_NEAREST)
+		return resize_nearest(r, src, src_w, src_h, src_stride, 3, x, y, w, h, dst, dst_w, dst_h, dst_stride,
+				      flip);
 	/* the part the passes read, widened to 4 bytes a pixel */
 	cols = r->h.hi - r->h.lo;
 	rows = r->v.hi - r->v.lo;
@@ -1128,8 +1225,7 @@ int resize_rgb(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t s
 			d[3] = 0;
 		}
 	}
-	return resample(r, r->wide, (size_t)cols * 4, dst, dst_stride, flip,
-			resize_vertical_first(src_w, src_h, dst_w, dst_h));
+	return resample(r, r->wide, (size_t)cols * 4, dst, dst_stride, flip, vertical_first);
 }
 
 int resize_rgbx(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t src_h, size_t src_stride,
@@ -1145,6 +1241,9 @@ int resize_rgbx(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t 
 		return ret;
 	if (src_stride < (size_t)src_w * 4)
 		return -EINVAL;
+	if (r->filter == RESIZE_NEAREST)
+		return resize_nearest(r, src, src_w, src_h, src_stride, 4, x, y, w, h, dst, dst_w, dst_h, dst_stride,
+				      flip);
 	return resample(r, src + (size_t)r->v.lo * src_stride + (size_t)r->h.lo * 4, src_stride, dst, dst_stride,
 			flip, vertical_first);
 }

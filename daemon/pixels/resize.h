@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Separable, fixed-point, antialiased resampling of RGB images, with the
- * same filter as Pillow's BILINEAR (triangle filter whose support widens
- * with the downscale factor), of an arbitrary (fractional) source window.
+ * same filters as Pillow's BILINEAR (triangle filter whose support widens
+ * with the downscale factor) and BICUBIC (Keys' cubic, a = -0.5, likewise
+ * widened), of an arbitrary (fractional) source window; and Pillow's
+ * NEAREST (its affine nearest-neighbour scaling, exact).
  * Results are within 1 of Pillow's (14-bit rather than Pillow's 22-bit
  * coefficients; Pillow's 8-bit intermediate image kept), and the same on
  * every CPU: the SIMD kernels (SSE2, AVX2, AVX-512, picked at run time) and
@@ -17,8 +19,18 @@
 
 struct resizer; /* cached coefficient tables and a scratch buffer */
 
+/* Pillow's resampling filters of Image.resize. */
+enum resize_filter {
+	RESIZE_BILINEAR = 0, /* the default of every new resizer */
+	RESIZE_BICUBIC = 1,
+	RESIZE_NEAREST = 2,
+};
+
 int resizer_new(struct resizer **out);
 void resizer_free(struct resizer *r);
+
+/* The filter resize_rgb() and resize_rgbx() use from now on (an unknown one is ignored). */
+void resizer_set_filter(struct resizer *r, enum resize_filter filter);
 
 /*
  * Resample the window (x, y, w, h) of `src` (src_w x src_h RGB, src_stride
@@ -31,6 +43,11 @@ void resizer_free(struct resizer *r);
 int resize_rgb(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t src_h, size_t src_stride,
 	       double x, double y, double w, double h, uint8_t *dst, uint32_t dst_w, uint32_t dst_h,
 	       size_t dst_stride, bool flip);
+
+/* resize_rgb() with the order of the passes given, as resize_rgbx(). */
+int resize_rgb_ordered(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t src_h, size_t src_stride,
+		       double x, double y, double w, double h, uint8_t *dst, uint32_t dst_w, uint32_t dst_h,
+		       size_t dst_stride, bool flip, bool vertical_first);
 
 /*
  * Pillow (>= 13) resamples vertically first when the height shrinks by more
@@ -59,6 +76,9 @@ int resize_rgbx(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t 
  * -EINVAL on a bad window.
  */
 int resize_span(uint32_t in_size, double x, double w, uint32_t out_size, uint32_t *first, uint32_t *end);
+/* resize_span() for `filter` (resize_span() is BILINEAR's). */
+int resize_span_filter(enum resize_filter filter, uint32_t in_size, double x, double w, uint32_t out_size,
+		       uint32_t *first, uint32_t *end);
 
 /* The kernels a resizer uses. */
 enum resize_isa {
