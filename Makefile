@@ -75,7 +75,7 @@ LDFLAGS_ALL  += -fsanitize=$(SANITIZE)
 endif
 
 PROTO_C      := $(B)/proto/stoker.pb-c.c
-PROTO_OBJS   := $(B)/proto/stoker.pb-c.o $(B)/proto/frame.o $(B)/proto/cudadrv.o
+PROTO_OBJS   := $(B)/proto/stoker.pb-c.o $(B)/proto/frame.o $(B)/proto/cudadrv.o $(B)/proto/transform_text.o
 # The daemon's parts (docs/ARCHITECTURE.md), lowest first. Each folder is
 # compiled with the include paths of the parts it may use and no others
 # (as nginx compiles src/core without the http headers): LAYER_USES_x.
@@ -107,6 +107,8 @@ FAULT_BINS   := $(B)/tests/fault_client $(B)/tests/libinject.so $(B)/tests/mkjpe
 FAULT_BINS   += $(B)/tests/imgdecode
 # One pixel op on one image, and its draws (tests/transforms/test_pixel_ops.py).
 FAULT_BINS   += $(B)/tests/pixelop
+# The transform pipeline outside the daemon, for tests/transforms/.
+FAULT_BINS   += $(B)/tests/tpipe
 
 LIB_SO       := $(B)/libstoker.so.$(SOVERSION)
 # The GPU tests' programs (tests/gpu/run.sh runs them on a GPU; `make`
@@ -271,6 +273,11 @@ $(B)/tests/pixelop: tests/tools/pixelop.c $(B)/libstokerd.a
 	$(call say,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 
+$(B)/tests/tpipe: tests/tools/tpipe.c $(B)/libstokerd.a
+	@mkdir -p $(dir $@)
+	$(call say,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
+
 # Never instrumented: it is preloaded after the sanitizer runtimes.
 $(B)/tests/libinject.so: tests/fault/inject.c
 	@mkdir -p $(dir $@)
@@ -425,7 +432,7 @@ FUZZ_CFLAGS  := -std=c11 -D_GNU_SOURCE -g -O1 $(WARN) -pthread -fno-omit-frame-p
                 -DSTOKER_VERSION='"$(VERSION)"' $(PKG_CFLAGS)
 # The fuzzers' own programs see the daemon, libstoker and proto/.
 FUZZ_INC     := $(INC_DAEMON) $(INC_CLIENT) -Itests/fuzz
-FUZZ_OBJS    := $(DAEMON_SRCS:%.c=$(FB)/%.o) $(FB)/proto/stoker.pb-c.o $(FB)/proto/frame.o $(FB)/proto/cudadrv.o
+FUZZ_OBJS    := $(DAEMON_SRCS:%.c=$(FB)/%.o) $(FB)/proto/stoker.pb-c.o $(FB)/proto/frame.o $(FB)/proto/cudadrv.o $(FB)/proto/transform_text.o
 
 $(foreach l,$(DAEMON_LAYERS),$(eval $(FB)/daemon/$(l)/%.o: LAYER_INC := $(call layer_inc,$(LAYER_USES_$(l)))))
 $(FB)/client/%.o $(FB)/proto/%.o: LAYER_INC := $(INC_CLIENT)
@@ -446,9 +453,9 @@ $(FUZZ_IMAGE:%=$(FB)/fuzz_%): $(FB)/fuzz_%: tests/fuzz/fuzz_image.c $(FUZZ_OBJS)
 	$(call say,CCLD,$@)
 	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_INC) -fsanitize=fuzzer -DFUZZ_FORMAT='"$*"' -o $@ $< $(FUZZ_OBJS) $(LIBS_DAEMON)
 
-$(FB)/fuzz_client: tests/fuzz/fuzz_client.c tests/fuzz/fuzz_common.h client/libstoker.c $(FB)/proto/stoker.pb-c.o $(FB)/proto/frame.o $(FB)/proto/cudadrv.o $(FB)/client/gpu.o
+$(FB)/fuzz_client: tests/fuzz/fuzz_client.c tests/fuzz/fuzz_common.h client/libstoker.c $(FB)/proto/stoker.pb-c.o $(FB)/proto/frame.o $(FB)/proto/cudadrv.o $(FB)/proto/transform_text.o $(FB)/client/gpu.o
 	$(call say,CCLD,$@)
-	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_INC) -fsanitize=fuzzer -o $@ $< $(FB)/proto/stoker.pb-c.o $(FB)/proto/frame.o $(FB)/proto/cudadrv.o $(FB)/client/gpu.o $(LIBS_CLIENT)
+	$(Q)$(FUZZ_CC) $(FUZZ_CFLAGS) $(FUZZ_INC) -fsanitize=fuzzer -o $@ $< $(FB)/proto/stoker.pb-c.o $(FB)/proto/frame.o $(FB)/proto/cudadrv.o $(FB)/proto/transform_text.o $(FB)/client/gpu.o $(LIBS_CLIENT)
 
 # Seeds: protocol conversations packed by protobuf-c; small JPEGs of every
 # kind libjpeg writes (baseline, grayscale, CMYK, progressive, arithmetic,

@@ -28,6 +28,7 @@
 #include "frame.h"
 #include "gpu.h"
 #include "stoker.h"
+#include "transform_text.h"
 
 #define STOKER_API __attribute__((visibility("default")))
 
@@ -69,6 +70,8 @@ struct stoker_opts {
 	 * s3:// data sets are read with the client's own keys. */
 	Stoker__S3Credentials s3;
 	char s3_id[256], s3_secret[256], s3_token[4096];
+	Stoker__TransformOp **ops; /* attach.transforms points here once set */
+	size_t n_ops;
 };
 
 struct stoker {
@@ -629,6 +632,8 @@ STOKER_API int stoker_opts_new(struct stoker_opts **out)
 STOKER_API void stoker_opts_free(struct stoker_opts *o)
 {
 	if (o)
+		transform_text_free(o->ops, o->n_ops);
+	if (o)
 		explicit_bzero(o, sizeof(*o)); /* keys, when it holds any */
 	free(o);
 }
@@ -780,6 +785,7 @@ static int opt_set_device(struct stoker_opts *o, const struct opt_key *k, const 
 static int opt_set_pin(struct stoker_opts *o, const struct opt_key *k, const char *value);
 static int opt_set_resume(struct stoker_opts *o, const struct opt_key *k, const char *value);
 static int opt_set_split(struct stoker_opts *o, const struct opt_key *k, const char *value);
+static int opt_set_transforms(struct stoker_opts *o, const struct opt_key *k, const char *value);
 
 static const struct opt_key opt_keys[] = {
 	KEY(batch_size, OPT_U32, batch_size, "u32"),
@@ -802,6 +808,7 @@ static const struct opt_key opt_keys[] = {
 	CUSTOM(std, false, "float3>0", opt_set_float3),
 	CUSTOM(resume, false, "token", opt_set_resume),
 	KEY(transform, OPT_CHOICE, transform, "random_resized_crop|center_crop|letterbox|mosaic"),
+	CUSTOM(transforms, false, "pipeline", opt_set_transforms),
 	{"task", OPT_CUSTOM, false, A(task), "classify|detect", opt_set_task},
 	/* Detection's (Ultralytics' hyper-parameters under their names). */
 	DKEY(hsv_h, OPT_FLOAT, "number"),
@@ -917,6 +924,24 @@ static int opt_set_split(struct stoker_opts *o, const struct opt_key *k, const c
 		return -EINVAL;
 	snprintf(o->split, sizeof(o->split), "%s", value);
 	o->detect.split = o->split;
+	return 0;
+}
+
+/* "transforms": the pipeline's text (transform_text.h), replacing any set before. */
+static int opt_set_transforms(struct stoker_opts *o, const struct opt_key *k, const char *value)
+{
+	Stoker__TransformOp **ops;
+	size_t n;
+	char err[256];
+	int r = transform_text_parse(value, &ops, &n, err, sizeof(err));
+
+	if (r < 0)
+		return r;
+	transform_text_free(o->ops, o->n_ops);
+	o->ops = ops;
+	o->n_ops = n;
+	o->attach.transforms = ops;
+	o->attach.n_transforms = n;
 	return 0;
 }
 
@@ -1765,6 +1790,10 @@ static void stats_json(struct text *t, const Stoker__Stats *st)
 		text_json_string(t, c->device ? c->device : "cpu");
 		text_printf(t, ", \"dataset\": ");
 		text_json_string(t, c->dataset);
+		if (c->transforms) {
+			text_printf(t, ", \"transforms\": ");
+			text_json_string(t, c->transforms);
+		}
 		text_printf(t, "}");
 	}
 	text_printf(t, "], \"state\": ");

@@ -249,7 +249,7 @@ static void top_frame(const struct stoker_stats *st, struct tier_prev *prev, siz
 	for (size_t k = 0; k < n; k++) {
 		size_t i = order[k];
 		const char *ds = stoker_stats_item_string(st, "clients", i, "dataset");
-		const char *dev = stoker_stats_item_string(st, "clients", i, "device");
+		const char *dev = stoker_stats_item_string(st, "clients", i, "device"), *tf;
 		char rank[24];
 
 		snprintf(rank, sizeof(rank), "%.0f/%.0f", item(st, "clients", i, "rank"),
@@ -260,6 +260,9 @@ static void top_frame(const struct stoker_stats *st, struct tier_prev *prev, siz
 		       100.0 * item(st, "clients", i, "stall"),
 		       human_bytes(item(st, "clients", i, "ring_bytes"), a, sizeof(a)), dev ? dev : "cpu",
 		       human_bytes(item(st, "clients", i, "device_bytes"), b, sizeof(b)), ds ? ds : "");
+		tf = stoker_stats_item_string(st, "clients", i, "transforms");
+		if (tf && *tf)
+			printf("%7s transforms: %s\n", "", tf);
 	}
 	free(order);
 }

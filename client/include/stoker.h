@@ -55,6 +55,14 @@ const char *stoker_last_error(const struct stoker *s);
 
 /* Attach options. Keys (value as text):
  *   transform   random_resized_crop | center_crop   (random_resized_crop)
+ *   transforms  classification's per-sample pipeline instead of `transform`
+ *               (docs/transforms.md): ops separated by ';', each a name
+ *               and keyword parameters, e.g. "RandomResizedCrop(size=176);
+ *               RandomHorizontalFlip(p=0.5); ToDtype(dtype=float32,
+ *               scale=true); Normalize(mean=(0.485, 0.456, 0.406),
+ *               std=(0.229, 0.224, 0.225))". The output size, dtype and
+ *               normalisation come from it; the daemon refuses a bad op or
+ *               parameter at attach, naming it (stoker_last_error)
  *   batch_size  1..                                  (256)
  *   image_size  output side in pixels                (224)
  *   seed        unsigned 64-bit                      (0)

@@ -26,6 +26,7 @@
 #include "ring.h"
 #include "session.h"
 #include "shards.h"
+#include "transforms.h"
 
 /* torchvision's ImageNet normalisation, the default for float output. */
 static const float imagenet_mean[3] = {0.485f, 0.456f, 0.406f};
@@ -69,11 +70,13 @@ struct attach_request {
 	bool check_access;
 	struct access_id id;
 	struct access_map *readable; /* built by the scan, for the session */
+	struct tpipe *tpipe; /* Attach.transforms, parsed; the session takes it */
 };
 
 /* An attach request freed: the client's identity and keys with it. */
 static void request_free(struct attach_request *req)
 {
+	tpipe_free(req->tpipe);
 	free(req->sizes);
 	free(req->params.dataset);
 	access_id_clear(&req->id);
@@ -225,6 +228,14 @@ static int validate_device(const Stoker__Attach *a, char *errbuf, size_t errlen)
 
 int attach_validate(const Stoker__Attach *a, const struct attach_limits *lim, char *errbuf, size_t errlen)
 {
+	if (a->n_transforms && a->task != STOKER__TASK__CLASSIFY) {
+		set_err(errbuf, errlen, "transforms are for task classify");
+		return -EINVAL;
+	}
+	if (a->n_transforms && a->has_transform) {
+		set_err(errbuf, errlen, "transform and transforms both given: the pipeline replaces the transform");
+		return -EINVAL;
+	}
 	uint32_t prefetch = a->prefetch ? a->prefetch : lim->prefetch;
 	int r;
 
@@ -353,6 +364,75 @@ int attach_slot_layout(const struct slot_request *r, struct slot_layout *out)
 
 /* ---- the loop-thread part: scan, admission, session_create ---- */
 
+/* Attach.transforms, parsed (transforms.h) and checked against the rest of
+ * the request; -EINVAL once the client has been told what is wrong. */
+static int attach_pipeline(struct conn *c, const Stoker__Attach *a, struct tpipe **out)
+{
+	struct tpipe_info info;
+	char why[512];
+	int r;
+
+	r = transforms_from_proto(a->transforms, a->n_transforms, out, why, sizeof(why));
+	if (r < 0) {
+		conn_send_error(c, r == -ENOMEM ? STOKER__ERROR_CODE__RESOURCE_EXHAUSTED
+						: STOKER__ERROR_CODE__INVALID_ARGUMENT,
+				"transforms: %s", why);
+		return -EINVAL;
+	}
+	tpipe_info(*out, &info);
+	if (info.out_w > c->d->cfg.max_image_size)
+		set_err(why, sizeof(why), "transforms: the output is %ux%u, over max_image_size %u", info.out_w,
+			info.out_h, c->d->cfg.max_image_size);
+	else if (a->has_image_size && a->image_size != info.out_w)
+		set_err(why, sizeof(why), "image_size %u differs from the pipeline's output %ux%u", a->image_size,
+			info.out_w, info.out_h);
+	else if (info.has_dtype && (a->has_dtype || a->n_mean || a->n_std))
+		set_err(why, sizeof(why), "dtype, mean and std come from the pipeline's ToDtype and Normalize: give "
+					  "them there only");
+	else if (info.float_ops && a->device && strcmp(a->device, "cpu"))
+		set_err(why, sizeof(why), "transforms: RandomErasing after ToDtype works on the CPU's float output: "
+					  "not with device %s", a->device);
+	else
+		return 0;
+	conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "%s", why);
+	tpipe_free(*out);
+	*out = NULL;
+	return -EINVAL;
+}
+
+/* The request's pipeline says the output's size, dtype and normalisation. */
+static void request_take_pipeline(struct attach_request *req, struct tpipe *tp)
+{
+	struct tpipe_info info;
+
+	req->params.n_transforms = 0;
+	req->params.transforms = NULL;
+	if (!tp)
+		return;
+	tpipe_info(tp, &info);
+	req->params.image_size = info.out_w;
+	if (info.has_dtype) {
+		req->params.dtype = (Stoker__DType)info.dtype;
+		req->params.n_mean = req->params.n_std = 3;
+		memcpy(req->mean, info.mean, sizeof(req->mean));
+		memcpy(req->std, info.std, sizeof(req->std));
+	}
+	req->tpipe = tp;
+}
+
+/* The session takes the request's pipeline and its text (stats, coordinated groups). */
+static int session_take_pipeline(struct session *s, struct attach_request *req)
+{
+	if (!req->tpipe)
+		return 0;
+	s->tpipe_text = strdup(tpipe_text(req->tpipe));
+	if (!s->tpipe_text)
+		return -ENOMEM;
+	s->tpipe = req->tpipe;
+	req->tpipe = NULL;
+	return 0;
+}
+
 /* The session for an admitted request: its allocation (ring, slot states,
  * jobs, the mosaic's partner images), its plan and, for rect, each batch's
  * shape; then Attached (or, on a device, the device ring first). */
@@ -398,6 +478,12 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	s->pid = (uint32_t)c->pid;
 	s->pending_fd = -1;
 	s->image_side = req->rect ? req->rect_side : a->image_size;
+	if (session_take_pipeline(s, req) < 0) {
+		free(s);
+		datasets_put(d, ds);
+		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
 	snprintf(s->device, sizeof(s->device), "%s", req->device);
 	s->plan = (struct plan_spec){
 		.samples = ds->count,
@@ -578,6 +664,13 @@ static void attach_start(struct conn *c, struct attach_request *req, struct data
 	spec->dtype = attach_host_dtype((enum sample_dtype)a->dtype, strcmp(req->device, "cpu") != 0);
 	/* Training crops take the speed; evaluation keeps PIL's pixels. */
 	spec->dct_scaling = a->has_dct_scaling ? a->dct_scaling : spec->kind == TRANSFORM_RANDOM_RESIZED_CROP;
+	if (req->tpipe) {
+		struct tpipe_info info;
+
+		/* a pipeline's first crop decides it, as the transform's does */
+		tpipe_info(req->tpipe, &info);
+		spec->dct_scaling = a->has_dct_scaling ? a->dct_scaling : info.first_crop_random;
+	}
 	for (int ch = 0; ch < 3; ch++) {
 		spec->mean[ch] = a->n_mean == 3 ? a->mean[ch] : imagenet_mean[ch];
 		spec->std[ch] = a->n_std == 3 ? a->std[ch] : imagenet_std[ch];
@@ -894,6 +987,7 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 	bool check_access = false;
 	struct dataset *ds;
 	struct attach_limits lim;
+	struct tpipe *tp = NULL;
 	char why[512];
 	int r;
 
@@ -924,9 +1018,14 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 		return;
 	}
 
+	if (a->n_transforms && attach_pipeline(c, a, &tp) < 0) {
+		access_id_clear(&id);
+		return;
+	}
 	req = calloc(1, sizeof(*req));
 	if (!req) {
 		access_id_clear(&id);
+		tpipe_free(tp);
 		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
@@ -942,6 +1041,7 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 		memcpy(req->mean, a->mean, sizeof(req->mean));
 	if (a->n_std)
 		memcpy(req->std, a->std, sizeof(req->std));
+	request_take_pipeline(req, tp);
 	req->params.mean = req->mean;
 	req->params.std = req->std;
 	req->params.dataset = strdup(real);

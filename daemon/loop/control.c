@@ -230,6 +230,7 @@ void control_handle_stats(struct conn *c)
 			cs[n].device = s->device;
 			cs[n].has_device_bytes = true;
 			cs[n].device_bytes = s->device_bytes;
+			cs[n].transforms = s->tpipe_text;
 			cs[n].has_images_per_second = cs[n].has_stall = true;
 			client_rates(it, &cs[n].images_per_second, &cs[n].stall);
 			csp[n] = &cs[n];

@@ -120,6 +120,8 @@ void session_free(struct session *s)
 	if (s->ring)
 		s->d->ring_bytes -= s->ring->bytes;
 	s->d->fit_bytes -= s->fit_bytes;
+	tpipe_free(s->tpipe);
+	free(s->tpipe_text);
 	free(s->rect_order);
 	free(s->rect_hw);
 	free(s->fit_tables);
@@ -191,7 +193,8 @@ static bool same_group(const struct session *a, const struct session *b)
 	       p->drop_last == q->drop_last && p->shard_starts == q->shard_starts &&
 	       p->shuffle_buffer == q->shuffle_buffer && x->kind == y->kind && x->image_size == y->image_size &&
 	       x->dtype == y->dtype && x->dct_scaling == y->dct_scaling && !memcmp(x->mean, y->mean, sizeof(x->mean)) &&
-	       !memcmp(x->std, y->std, sizeof(x->std)) && a->epoch == b->epoch;
+	       !memcmp(x->std, y->std, sizeof(x->std)) && a->epoch == b->epoch && !a->tpipe == !b->tpipe &&
+	       (!a->tpipe || !strcmp(a->tpipe_text, b->tpipe_text));
 }
 
 /* Does o's `slot` hold, or is it filling, batch b of o's current epoch? */
@@ -235,6 +238,7 @@ static void job_prepare(struct session *s, uint32_t slot, uint64_t b)
 
 	job->ds = s->ds;
 	job->spec = s->spec;
+	job->tpipe = s->tpipe;
 	job->seed = s->plan.seed;
 	job->epoch = s->epoch;
 	job->batch_index = b;
@@ -557,7 +561,8 @@ void session_announce(struct session *s, int fd)
 		goto out;
 	conn_log(LOG_LVL_INFO, c, "attached to %s (%llu samples), rank %u/%u, batch %u, %s %u, seed %llu%s%s",
 		 ds->root, (unsigned long long)ds->count, s->plan.rank,
-		 s->plan.world_size, s->plan.batch_size, attach_transform_name(s->transform), s->spec.image_size,
+		 s->plan.world_size, s->plan.batch_size, s->tpipe ? "pipeline" : attach_transform_name(s->transform),
+		 s->spec.image_size,
 		 (unsigned long long)s->plan.seed, s->gpu ? ", on " : "", s->gpu ? s->device : "");
 	r = session_start_epoch(s, s->attach_epoch, 0, s->attach_first);
 	if (r < 0)

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "gpu.h"
+#include "pipeline.h"
 #include "plan.h"
 #include "stoker.pb-c.h"
 #include "workers.h"
@@ -53,6 +54,9 @@ struct session {
 	struct ring *ring;
 	struct plan_spec plan;
 	struct transform_spec spec;
+	/* Classification: the client's transform pipeline (Attach.transforms), or NULL. */
+	struct tpipe *tpipe;
+	char *tpipe_text;
 	size_t labels_offset, indices_offset;
 	/* Detection: the transform, its parameters, close_mosaic's epochs. */
 	bool detect;

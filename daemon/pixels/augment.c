@@ -160,51 +160,42 @@ void center_crop_box(uint32_t width, uint32_t height, uint32_t size, struct crop
 	out->h = fmin((double)size * height / (double)new_h, height - out->y);
 }
 
-/* The largest DCT reduction (1/8, 1/4, 1/2) that leaves the crop at least `size` both ways, if allowed. */
-static unsigned pick_denom(const struct crop_box *box, uint32_t size, bool dct_scaling)
+/* The largest DCT reduction (1/8, 1/4, 1/2) that leaves the window at least the output both ways, if allowed. */
+static unsigned pick_denom(const struct resample_req *rq)
 {
-	for (unsigned d = 8; dct_scaling && d > 1; d /= 2)
-		if (box->w >= (double)d * size && box->h >= (double)d * size)
+	for (unsigned d = 8; rq->dct_scaling && d > 1; d /= 2)
+		if (rq->w >= (double)d * rq->out_w && rq->h >= (double)d * rq->out_h)
 			return d;
 	return 1;
 }
 
 /*
- * The pixels [*first, *end) to decode along an axis of `full` pixels for
- * resampling its window [pos, pos + len) to `size`. With `clip`, the filter stops
- * at the window's edges (PIL's crop() then resize(), as RandomResizedCrop
- * does); without, it reaches past them as resizing the whole image would
- * (Resize then CenterCrop).
+ * The pixels [*first, *end) to decode along an axis for resampling the
+ * window [pos, pos + len) to `size` with `filter`, the filter stopping at
+ * the region [lo, hi) (PIL's image before its resize): where the filter
+ * reaches, one more pixel each side in case the shifted window rounds
+ * differently in single precision, within the region.
  */
-static int axis_span(uint32_t full, double pos, double len, uint32_t size, bool clip, uint32_t *first, uint32_t *end)
+static int axis_span(uint32_t lo, uint32_t hi, double pos, double len, uint32_t size, enum resize_filter filter,
+		     uint32_t *first, uint32_t *end)
 {
 	int r;
 
-	if (clip) {
-		*first = (uint32_t)floor(pos);
-		*end = (uint32_t)fmin(ceil(pos + len), full);
-		return 0;
-	}
-	r = resize_span(full, pos, len, size, first, end);
+	r = resize_span_filter(filter, hi - lo, pos - lo, len, size, first, end);
 	if (r < 0)
 		return r;
-	/* One more pixel each side, in case the shifted window rounds differently in single precision. */
-	*first = *first > 0 ? *first - 1 : 0;
-	*end = *end < full ? *end + 1 : full;
+	*first = *first > 0 ? lo + *first - 1 : lo;
+	*end = lo + *end < hi ? lo + *end + 1 : hi;
 	return 0;
 }
 
-/*
- * Resample `box` of the open image to size x size into `out`. `clip` and
- * `vertical_first` say which PIL resize this stands for: clip, of the crop
- * alone (RandomResizedCrop); else of the whole image (Resize + CenterCrop).
- */
-static int crop_and_resize(struct pipeline *p, const struct pipeline_image *img, const struct crop_box *box, bool clip,
-			   bool vertical_first, uint32_t size, bool dct_scaling, uint8_t *out)
+int pipeline_source_resample(struct pipeline *p, const struct pipeline_source *src, const struct resample_req *rq,
+			     uint8_t *out, size_t out_stride)
 {
-	unsigned denom = img ? img->denom : pick_denom(box, size, dct_scaling);
+	const struct pipeline_image *img = src->is_whole ? &src->whole : NULL;
+	unsigned denom = img ? img->denom : pick_denom(rq);
 	struct decoded_region reg;
-	uint32_t sw, sh, x0, y0, x1, y1;
+	uint32_t sw, sh, x0, y0, x1, y1, rx0, ry0, rx1, ry1;
 	double bx, by, bw, bh;
 	int r;
 
@@ -215,16 +206,22 @@ static int crop_and_resize(struct pipeline *p, const struct pipeline_image *img,
 	} else {
 		decoder_scaled_size(p->dec, denom, &sw, &sh);
 	}
-	bx = box->x / denom;
-	by = box->y / denom;
-	bw = fmin(box->w / denom, sw - bx);
-	bh = fmin(box->h / denom, sh - by);
+	rx0 = rq->rx / denom;
+	ry0 = rq->ry / denom;
+	rx1 = (uint32_t)fmin(ceil((double)(rq->rx + rq->rw) / denom), sw);
+	ry1 = (uint32_t)fmin(ceil((double)(rq->ry + rq->rh) / denom), sh);
+	bx = rq->x / denom;
+	by = rq->y / denom;
+	bw = fmin(rq->w / denom, rx1 - bx);
+	bh = fmin(rq->h / denom, ry1 - by);
 
-	r = axis_span(sw, bx, bw, size, clip, &x0, &x1);
+	r = rx1 > rx0 && ry1 > ry0 ? 0 : -EINVAL;
 	if (r >= 0)
-		r = axis_span(sh, by, bh, size, clip, &y0, &y1);
+		r = axis_span(rx0, rx1, bx, bw, rq->out_w, rq->filter, &x0, &x1);
+	if (r >= 0)
+		r = axis_span(ry0, ry1, by, bh, rq->out_h, rq->filter, &y0, &y1);
 	if (r < 0) {
-		snprintf(p->error, sizeof(p->error), "Bad crop window %g,%g %gx%g", box->x, box->y, box->w, box->h);
+		snprintf(p->error, sizeof(p->error), "Bad crop window %g,%g %gx%g", rq->x, rq->y, rq->w, rq->h);
 		return r;
 	}
 
@@ -244,15 +241,58 @@ static int crop_and_resize(struct pipeline *p, const struct pipeline_image *img,
 
 	bx -= x0;
 	by -= y0;
+	resizer_set_filter(p->rs, rq->filter);
 	r = resize_rgbx(p->rs, reg.pixels, reg.width, reg.height, reg.stride, bx, by, fmin(bw, reg.width - bx),
-			fmin(bh, reg.height - by), out, size, size, (size_t)size * 3, box->flip, vertical_first);
+			fmin(bh, reg.height - by), out, rq->out_w, rq->out_h, out_stride, rq->flip, rq->vertical_first);
+	resizer_set_filter(p->rs, RESIZE_BILINEAR);
 	if (r < 0)
 		snprintf(p->error, sizeof(p->error), "Resampling failed: %s", r == -ENOMEM ? "out of memory" : "bad window");
 	return r;
 }
 
-/* IEEE binary16, rounding to nearest even (as torch's .half()). */
-static uint16_t float_to_half(float f)
+int pipeline_resample_rgb(struct pipeline *p, const uint8_t *src, uint32_t width, uint32_t height, size_t stride,
+			  const struct resample_req *rq, uint8_t *out, size_t out_stride)
+{
+	const uint8_t *base = src + (size_t)rq->ry * stride + (size_t)rq->rx * 3;
+	int r;
+
+	if (rq->rx + (uint64_t)rq->rw > width || rq->ry + (uint64_t)rq->rh > height)
+		return -EINVAL;
+	resizer_set_filter(p->rs, rq->filter);
+	r = resize_rgb_ordered(p->rs, base, rq->rw, rq->rh, stride, rq->x - rq->rx, rq->y - rq->ry, rq->w, rq->h, out,
+			      rq->out_w, rq->out_h, out_stride, rq->flip, rq->vertical_first);
+	resizer_set_filter(p->rs, RESIZE_BILINEAR);
+	if (r < 0)
+		snprintf(p->error, sizeof(p->error), "Resampling failed: %s", r == -ENOMEM ? "out of memory" : "bad window");
+	return r;
+}
+
+/*
+ * Resample `box` of the open image to size x size into `out`. `clip` and
+ * `vertical_first` say which PIL resize this stands for: clip, of the crop
+ * alone (RandomResizedCrop); else of the whole image (Resize + CenterCrop).
+ */
+static int crop_and_resize(struct pipeline *p, const struct pipeline_source *src, const struct crop_box *box,
+			   bool clip, bool vertical_first, uint32_t size, bool dct_scaling, uint8_t *out)
+{
+	struct resample_req rq = {
+		.rx = 0, .ry = 0, .rw = src->width, .rh = src->height,
+		.x = box->x, .y = box->y, .w = box->w, .h = box->h,
+		.out_w = size, .out_h = size,
+		.filter = RESIZE_BILINEAR,
+		.vertical_first = vertical_first, .flip = box->flip, .dct_scaling = dct_scaling,
+	};
+
+	if (clip) {
+		rq.rx = (uint32_t)floor(box->x);
+		rq.ry = (uint32_t)floor(box->y);
+		rq.rw = (uint32_t)fmin(ceil(box->x + box->w), src->width) - rq.rx;
+		rq.rh = (uint32_t)fmin(ceil(box->y + box->h), src->height) - rq.ry;
+	}
+	return pipeline_source_resample(p, src, &rq, out, (size_t)size * 3);
+}
+
+uint16_t float_to_half(float f)
 {
 	uint32_t x, a, sign, m, h;
 	int e;
@@ -375,12 +415,12 @@ static int output_begin(struct pipeline *p, const struct transform_spec *spec, c
 	return 0;
 }
 
-/* Draw the crop of a width x height image and produce the output, from the
- * open JPEG or from `img`. */
-static int transform(struct pipeline *p, const struct pipeline_image *img, uint32_t width, uint32_t height,
-		     const struct transform_spec *spec, struct rng *rng, uint8_t *rgb, uint8_t *out)
+/* Draw the crop of the source and produce the output. */
+static int transform(struct pipeline *p, const struct pipeline_source *src, const struct transform_spec *spec,
+		     struct rng *rng, uint8_t *rgb, uint8_t *out)
 {
 	size_t pixels = (size_t)spec->image_size * spec->image_size;
+	uint32_t width = src->width, height = src->height;
 	struct crop_box box;
 	uint64_t new_w, new_h;
 	bool rrc, vertical_first;
@@ -397,7 +437,7 @@ static int transform(struct pipeline *p, const struct pipeline_image *img, uint3
 		center_resize(width, height, spec->image_size, &new_w, &new_h);
 		vertical_first = resize_vertical_first(width, height, (uint32_t)new_w, (uint32_t)new_h);
 	}
-	r = crop_and_resize(p, img, &box, rrc, vertical_first, spec->image_size, spec->dct_scaling, rgb);
+	r = crop_and_resize(p, src, &box, rrc, vertical_first, spec->image_size, spec->dct_scaling, rgb);
 	if (r >= 0 && spec->dtype != DTYPE_UINT8)
 		to_planes(p, rgb, pixels, spec->dtype, out);
 	return r;
@@ -450,12 +490,51 @@ static int open_file(struct pipeline *p, const uint8_t *data, size_t len, uint32
 	return 0;
 }
 
+int pipeline_source_open(struct pipeline *p, const uint8_t *data, size_t len, struct pipeline_source *src)
+{
+	if (!p || !src || (!data && len))
+		return -EINVAL;
+	p->error[0] = '\0';
+	return open_file(p, data, len, &src->width, &src->height, &src->whole, &src->is_whole);
+}
+
+void pipeline_source_of_image(const struct pipeline_image *img, struct pipeline_source *src)
+{
+	*src = (struct pipeline_source){
+		.width = img->full_width, .height = img->full_height, .whole = *img, .is_whole = true,
+	};
+}
+
+void pipeline_source_close(struct pipeline *p)
+{
+	if (p)
+		decoder_finish(p->dec);
+}
+
+int pipeline_to_output(struct pipeline *p, const struct transform_spec *spec, const uint8_t *rgb, size_t pixels,
+		       uint8_t *out)
+{
+	if (spec->dtype == DTYPE_UINT8) {
+		if (out != rgb)
+			memcpy(out, rgb, pixels * 3);
+		return 0;
+	}
+	if (spec->dtype != DTYPE_FLOAT32 && spec->dtype != DTYPE_FLOAT16)
+		return -EINVAL;
+	build_lut(p, spec);
+	to_planes(p, rgb, pixels, spec->dtype, out);
+	return 0;
+}
+
+void pipeline_set_error(struct pipeline *p, const char *msg)
+{
+	snprintf(p->error, sizeof(p->error), "%s", msg);
+}
+
 int pipeline_run(struct pipeline *p, const uint8_t *data, size_t len, const struct transform_spec *spec,
 		 struct rng *rng, uint8_t *out)
 {
-	struct pipeline_image whole;
-	uint32_t width, height;
-	bool is_whole;
+	struct pipeline_source src;
 	uint8_t *rgb;
 	int r;
 
@@ -464,9 +543,9 @@ int pipeline_run(struct pipeline *p, const uint8_t *data, size_t len, const stru
 	r = output_begin(p, spec, rng, out, &rgb);
 	if (r < 0)
 		return r;
-	r = open_file(p, data, len, &width, &height, &whole, &is_whole);
+	r = pipeline_source_open(p, data, len, &src);
 	if (r >= 0)
-		r = transform(p, is_whole ? &whole : NULL, width, height, spec, rng, rgb, out);
+		r = transform(p, &src, spec, rng, rgb, out);
 	decoder_finish(p->dec);
 	return r;
 }
@@ -558,6 +637,7 @@ finish:
 int pipeline_run_image(struct pipeline *p, const struct pipeline_image *img, const struct transform_spec *spec,
 		       struct rng *rng, uint8_t *out)
 {
+	struct pipeline_source src;
 	uint8_t *rgb;
 	int r;
 
@@ -571,7 +651,8 @@ int pipeline_run_image(struct pipeline *p, const struct pipeline_image *img, con
 			 img->denom);
 		return -EINVAL;
 	}
-	return transform(p, img, img->full_width, img->full_height, spec, rng, rgb, out);
+	pipeline_source_of_image(img, &src);
+	return transform(p, &src, spec, rng, rgb, out);
 }
 
 /* The size pipeline_fit() makes of a width x height image. */

@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <stdbool.h>
 
+#include "resize.h"
 #include "rng.h"
 
 enum transform_kind {
@@ -69,6 +70,8 @@ union transform_lut {
 	uint16_t f16[3][256]; /* IEEE binary16, rounded to nearest even */
 };
 void transform_lut_build(const struct transform_spec *spec, union transform_lut *lut);
+/* IEEE binary16 of f, rounding to nearest even (as torch's .half()). */
+uint16_t float_to_half(float f);
 
 /* Bounds on what one file may cost; hostile headers fail early. */
 struct decode_limits {
@@ -130,6 +133,45 @@ int pipeline_decode_image(struct pipeline *p, const uint8_t *data, size_t len, u
  * when spec->dct_scaling is off (use the file). */
 int pipeline_run_image(struct pipeline *p, const struct pipeline_image *img, const struct transform_spec *spec,
 		       struct rng *rng, uint8_t *out);
+
+/*
+ * The transform pipeline's access (pipeline.h) to a file's pixels through
+ * this decoder and resampler: a source opened from a file (a JPEG's header
+ * only, for the crop-aware decode; other formats whole) or from a decoded
+ * cache image, then any number of resamples of regions of it, then closed.
+ */
+struct pipeline_source {
+	uint32_t width, height;       /* full size */
+	struct pipeline_image whole;  /* with is_whole: the decoded image */
+	bool is_whole;                /* else the open JPEG */
+};
+
+/* One resample, as PIL's crop (the region) then resize (the window of it,
+ * to out_w x out_h); mirrored if flip. */
+struct resample_req {
+	uint32_t rx, ry, rw, rh;      /* the region: the filter reads nothing outside it */
+	double x, y, w, h;            /* the window, inside the region, in source pixels */
+	uint32_t out_w, out_h;
+	enum resize_filter filter;
+	bool vertical_first;          /* resize_vertical_first() of the PIL resize this stands for */
+	bool flip;
+	bool dct_scaling;             /* a JPEG's window >= 2x the output may be decoded DCT-reduced */
+};
+
+int pipeline_source_open(struct pipeline *p, const uint8_t *data, size_t len, struct pipeline_source *src);
+void pipeline_source_of_image(const struct pipeline_image *img, struct pipeline_source *src);
+/* Resample rq of src to RGB at out (out_stride bytes a row). Errors as pipeline_run(). */
+int pipeline_source_resample(struct pipeline *p, const struct pipeline_source *src, const struct resample_req *rq,
+			     uint8_t *out, size_t out_stride);
+void pipeline_source_close(struct pipeline *p);
+/* The same from an RGB image in memory (width x height, stride bytes a row); dct_scaling ignored. */
+int pipeline_resample_rgb(struct pipeline *p, const uint8_t *src, uint32_t width, uint32_t height, size_t stride,
+			  const struct resample_req *rq, uint8_t *out, size_t out_stride);
+/* RGB (pixels of them) to spec->dtype at out: a copy, or ToTensor + Normalize into CHW planes. */
+int pipeline_to_output(struct pipeline *p, const struct transform_spec *spec, const uint8_t *rgb, size_t pixels,
+		       uint8_t *out);
+/* Set pipeline_error()'s text. */
+void pipeline_set_error(struct pipeline *p, const char *msg);
 
 /* How pipeline_fit() resamples. */
 enum fit_resample {

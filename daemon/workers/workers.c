@@ -47,6 +47,7 @@ struct worker {
 	pthread_t thread;
 	struct worker *exited_next; /* on the pool's exited stack */
 	struct pipeline *pipeline;
+	struct tpipe_ctx *tpipe; /* the transform pipelines' scratch */
 	uint8_t *buf;
 	size_t cap;
 	uint8_t *pixels; /* a decoded image from the cache */
@@ -386,6 +387,36 @@ static int produce_detect(struct worker *w, struct batch_job *job, uint32_t pos,
 	return r;
 }
 
+/*
+ * A sample through the client's transform pipeline. The decoded tier's
+ * images are DCT-reduced: only a pipeline that starts by resampling (a
+ * RandomResizedCrop) with DCT scaling on may start from one; any other
+ * reads the file (crop-aware).
+ */
+static int produce_pipeline(struct worker *w, struct batch_job *job, uint32_t pos, uint64_t index, struct rng *rng,
+			    uint8_t *dst)
+{
+	struct tpipe_info info;
+	bool read_failed = false;
+	int64_t len;
+	int r;
+
+	tpipe_info(job->tpipe, &info);
+	if (w->pool->settings.decoded_side && job->spec.dct_scaling && info.first_crop_random) {
+		struct pipeline_image img;
+
+		r = sample_image(w, job, pos, index, &img, &read_failed);
+		if (r == 0)
+			r = tpipe_run(w->tpipe, w->pipeline, job->tpipe, NULL, 0, &img, &job->spec, rng, dst);
+	} else {
+		len = sample_bytes(w, job, pos, index);
+		read_failed = len < 0;
+		r = len < 0 ? (int)len
+			    : tpipe_run(w->tpipe, w->pipeline, job->tpipe, w->buf, (size_t)len, NULL, &job->spec, rng, dst);
+	}
+	return report_failure(w, job->ds, index, r, read_failed);
+}
+
 /* Try one candidate sample; 0 when its pixels are in place. */
 static int produce_one(struct worker *w, struct batch_job *job, uint32_t pos, uint64_t index, uint8_t *dst)
 {
@@ -400,6 +431,8 @@ static int produce_one(struct worker *w, struct batch_job *job, uint32_t pos, ui
 	if (dataset_is_bad(ds, index))
 		return -EBADMSG;
 	rng_init(&rng, job->seed, job->epoch, index, RNG_AUGMENT);
+	if (job->tpipe)
+		return produce_pipeline(w, job, pos, index, &rng, dst);
 	/* The decoded tier holds images at a DCT reduction: a transform without
 	 * DCT scaling (center_crop's PIL parity) decodes the file instead. */
 	if (w->pool->settings.decoded_side && job->spec.dct_scaling) {
@@ -556,6 +589,7 @@ static void worker_free(struct worker *w)
 	if (!w)
 		return;
 	pipeline_free(w->pipeline);
+	tpipe_ctx_free(w->tpipe);
 	detect_free(w->detect);
 	free(w->fit);
 	free(w->buf);
@@ -633,6 +667,8 @@ static int pool_spawn(struct pool *p, uint32_t n)
 		memset(w, 0, wsize);
 		w->pool = p;
 		r = pipeline_new(&p->settings.limits, &w->pipeline);
+		if (r >= 0)
+			r = tpipe_ctx_new(&w->tpipe);
 		if (r == 0)
 			r = -pthread_create(&w->thread, NULL, worker_main, w);
 		if (r < 0) {

@@ -18,6 +18,7 @@
 #include <uv.h>
 
 #include "augment.h"
+#include "pipeline.h"
 #include "cache.h"
 #include "detect.h"
 #include "fetch.h"
@@ -69,6 +70,7 @@ struct sample_fetch {
 struct batch_job {
 	struct dataset *ds;
 	struct transform_spec spec;
+	const struct tpipe *tpipe; /* classification: the client's pipeline (pipeline.h), or NULL: spec */
 	uint64_t seed, epoch, batch_index;
 	uint32_t count, slot, generation;
 	const uint64_t *order; /* [count] sample indices for this batch */

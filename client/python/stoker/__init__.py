@@ -24,14 +24,17 @@ import ctypes
 import ctypes.util
 import errno as _errno
 import json
+import math
+import numbers
 import os
+import re
 
 import numpy as np
 
 from . import _userd
 
 __all__ = ["Loader", "Batch", "DeviceArray", "StokerError", "stats", "metrics", "config", "set_config", "reload", "drain",
-           "library_version", "load_library", "launcher_rank", "option_keys"]
+           "library_version", "load_library", "launcher_rank", "option_keys", "transforms_text"]
 
 _ERR_NO_LIBRARY = ("libstoker not found (install the stoker wheel or Debian's libstoker0, or set STOKER_LIB, "
                    "or STOKER_BUILD to a build directory)")
@@ -352,6 +355,55 @@ def _opt_text(v):
     return str(v)
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\Z")
+
+
+def _param_text(op, key, v):
+    if v is None:
+        return "None"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, numbers.Real):
+        if not math.isfinite(v):
+            raise ValueError(f"{op}: parameter {key}: {v!r} is not a finite number")
+        return repr(float(v)) if isinstance(v, float) else str(int(v))
+    if isinstance(v, str):
+        if not v or '"' in v or "'" in v or any(ord(c) < 32 for c in v):
+            raise ValueError(f"{op}: parameter {key}: text {v!r} is empty or has quotes or control characters")
+        return f'"{v}"'
+    if isinstance(v, (tuple, list)):
+        return "(" + ", ".join(_param_text(op, key, x) if isinstance(x, numbers.Real) and not isinstance(x, bool)
+                               else _bad_item(op, key, x) for x in v) + ")"
+    raise ValueError(f"{op}: parameter {key}: {v!r} is not a number, a text, None or a tuple of numbers")
+
+
+def _bad_item(op, key, x):
+    raise ValueError(f"{op}: parameter {key}: {x!r} in a tuple is not a number")
+
+
+def transforms_text(ops):
+    """The text form of a transform pipeline (docs/transforms.md) from a list
+    of (name, {parameter: value}) pairs: the "transforms" option of
+    libstoker and stokerctl. Values: numbers, tuples of numbers, texts,
+    booleans, None. ValueError names the op and parameter at fault."""
+    if isinstance(ops, str):
+        return ops
+    parts = []
+    for item in ops:
+        name, params = (item, {}) if isinstance(item, str) else item
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ValueError(f"transform name {name!r} is not a name")
+        args = []
+        for k, v in dict(params).items():
+            if not isinstance(k, str) or not _NAME.match(k):
+                raise ValueError(f"{name}: parameter name {k!r} is not a name")
+            args.append(f"{k}={_param_text(name, k, v)}")
+        parts.append(f"{name}({', '.join(args)})")
+    if not parts:
+        raise ValueError("transforms: an empty pipeline")
+    return "; ".join(parts)
+
+
 # Launchers' variables for (rank, world size), first match wins: torchrun
 # (and torch.distributed's env:// init), then Slurm's srun.
 _LAUNCHER_ENV = (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS"))
@@ -417,11 +469,11 @@ class Loader:
     # A framework layer's (rank, world_size) source, before the environment.
     _launcher_rank = None
 
-    def __init__(self, dataset, socket=None, batch_size=256, image_size=224, seed=0, rank=None,
+    def __init__(self, dataset, socket=None, batch_size=256, image_size=None, seed=0, rank=None,
                  world_size=None, transform=None, shuffle=None, drop_last=False,
-                 epoch=0, prefetch=0, timeout=None, dtype="uint8", mean=None, std=None,
+                 epoch=0, prefetch=0, timeout=None, dtype=None, mean=None, std=None,
                  coordinated=False, task="classify", order="samples", shuffle_buffer=1000, dct_scaling=None,
-                 device="cpu", pin_memory=False, stream=None, auto_start=None, **detect):
+                 device="cpu", pin_memory=False, stream=None, auto_start=None, transforms=None, **detect):
         """device: "cpu" or "cuda:N": with a GPU, .images is a DeviceArray in
         that GPU's memory (labels, indices and boxes stay numpy; docs/gpu.md).
         stream: the CUstream handle (int) on which each batch's release is
@@ -435,6 +487,16 @@ class Loader:
         process already has; never a new one); where CUDA or a context is not
         there the batches stay pageable with a warning, as PyTorch's
         DataLoader does (pin_memory="required" raises instead).
+        transforms: classification's per-sample pipeline instead of
+        `transform`, a list of (name, {parameter: value}) in order, e.g.
+        [("RandomResizedCrop", {"size": 176}), ("RandomHorizontalFlip", {}),
+        ("ToDtype", {"dtype": "float32", "scale": True}),
+        ("Normalize", {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224,
+        0.225)})], or its text (transforms_text(); docs/transforms.md). The
+        output's size and dtype come from it (image_size and dtype, if
+        given, must agree); a bad op or parameter raises StokerError naming
+        it. stoker.torch.Loader(transform=...) translates torchvision's and
+        timm's transforms into it (stoker.transforms).
         auto_start: with no system daemon and no STOKER_SOCKET, start this
         user's own stokerd on this node if none runs (None: unless
         STOKER_AUTOSTART=0; README "Without root")."""
@@ -447,7 +509,11 @@ class Loader:
         self.timeout = timeout
         self.dataset = os.fspath(dataset)
         lib = load_library()
-        if transform is None:  # each task's training transform
+        # transforms: the per-sample pipeline, [(name, {parameter: value})] or its text
+        pipeline = None if transforms is None else transforms_text(transforms)
+        if pipeline is not None and transform is not None:
+            raise TypeError("transform and transforms both given: the pipeline replaces the transform")
+        if pipeline is None and transform is None:  # each task's training transform
             transform = "mosaic" if task == "detect" else "random_resized_crop"
         if shuffle is None:  # rectangular batches come in aspect-ratio order
             shuffle = not detect.get("rect")
@@ -459,14 +525,24 @@ class Loader:
         rank, world_size = _rank_defaults(rank, world_size, self._launcher_rank)
         opts = {
             "task": task,
-            "batch_size": batch_size, "image_size": image_size, "seed": seed, "rank": rank,
-            "world_size": world_size, "transform": transform, "shuffle": shuffle,
+            "batch_size": batch_size, "seed": seed, "rank": rank,
+            "world_size": world_size, "shuffle": shuffle,
             "drop_last": drop_last, "epoch": epoch, "prefetch": prefetch, "coordinated": coordinated,
             "order": order, "shuffle_buffer": shuffle_buffer,
-            "dtype": np.dtype(dtype).name if not isinstance(dtype, str) else dtype,
             "device": str(device),
             "pin_memory": "true" if pin_memory == "required" else "try" if pin_memory else "false",
         }
+        # A pipeline says its output size and dtype; the fixed transforms take these.
+        if pipeline is not None:
+            opts["transforms"] = pipeline
+        else:
+            opts["transform"] = transform
+            image_size = 224 if image_size is None else image_size
+            dtype = "uint8" if dtype is None else dtype
+        if image_size is not None:
+            opts["image_size"] = image_size
+        if dtype is not None:
+            opts["dtype"] = np.dtype(dtype).name if not isinstance(dtype, str) else dtype
         # Float output: CHW, (x/255 - mean)/std, as ToTensor()+Normalize().
         if mean is not None:
             opts["mean"] = ",".join(repr(float(v)) for v in mean)
