@@ -104,9 +104,21 @@ class Loader(_core.Loader):
     layout and lifetime). Same arguments; rank and world_size default to
     torch.distributed's when it is initialised, then the launcher's
     environment. len(loader) is this rank's batches per epoch;
-    set_epoch(), state_dict() and load_state_dict() as in stoker.Loader."""
+    set_epoch(), state_dict() and load_state_dict() as in stoker.Loader.
+    transform may also be the per-sample transform the training script
+    already has: a torchvision.transforms.v2 (or v1) Compose or timm's
+    create_transform(...) result, run by stokerd in C (stoker.transforms
+    translates it; ValueError names what cannot run exactly)."""
 
     _launcher_rank = staticmethod(distributed_rank)
+
+    def __init__(self, dataset, *args, transform=None, **kwargs):
+        if transform is not None and not isinstance(transform, str):
+            from stoker.transforms import translate
+            if kwargs.get("transforms") is not None:
+                raise TypeError("transform and transforms both given")
+            kwargs["transforms"], transform = translate(transform), None
+        super().__init__(dataset, *args, transform=transform, **kwargs)
 
     def _pin_context(self):
         # pin_memory pins in the current context: torch's, on its current
