@@ -75,6 +75,9 @@ def checked_dir(create):
             os.mkdir(d, 0o700)
         except FileExistsError:
             pass
+        except OSError as e:
+            raise UserModeError(e.errno, "cannot make the user-mode directory %s: %s (set XDG_RUNTIME_DIR to a "
+                                "directory of yours, or STOKER_SOCKET)" % (d, e.strerror)) from None
     try:
         st = os.lstat(d)
     except FileNotFoundError:
