@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "cudadrv.h"
 #include "gpu.h"
 #include "gpuwatch.h"
@@ -164,14 +165,6 @@ static void set_status(struct gpu *g, const char *fmt, ...)
 }
 
 /* ---- the CUDA side (CUDA thread, and the stream's callbacks) ---- */
-
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 #ifdef STOKER_HAVE_CUDA
 #include "gpu_fatbin.h"
@@ -660,7 +653,7 @@ static int ring_copy(struct gpu_ring *r, uint32_t slot, uint32_t count, uint64_t
 		   c->stream, args, NULL);
 		g->fault_once = false;
 	}
-	r->queued_ns[slot] = mono_ns();
+	r->queued_ns[slot] = monotonic_ns();
 	r->target[slot] = target;
 	atomic_store(&r->pending[slot], true);
 	res = g->drv->cuLaunchHostFunc(c->stream, on_copied, &r->copy_done[slot]);
@@ -788,7 +781,7 @@ static bool watch_needed(struct gpu *g)
 
 static void watch_all(struct gpu *g)
 {
-	uint64_t now = mono_ns();
+	uint64_t now = monotonic_ns();
 
 	if (now < g->watch_at_ns)
 		return;
