@@ -400,7 +400,7 @@ void pixel_scratch_free(struct pixel_scratch *s)
 {
 	if (!s)
 		return;
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 4; i++)
 		free(s->img[i]);
 	free(s->f);
 	free(s);

@@ -27,7 +27,9 @@
  *               interpolation="nearest"|"bilinear"|"bicubic", fill=None)
  *   TrivialAugmentWide(num_magnitude_bins=31, interpolation, fill)
  *   AutoAugment(policy="imagenet"|"cifar10"|"svhn", interpolation, fill)
- *   AugMix: refused, not built (torchvision runs it on tensors)
+ *   AugMix(severity=3, mixture_width=3, chain_depth=-1, alpha=1.0, all_ops=1,
+ *          interpolation="bilinear"|"nearest", fill=None): torchvision's
+ *          tensor kernels (tvtensor.c), as it runs them
  *   rand_augment_transform(config_str="rand-m9-n2-mstd0.5-mmax10-inc1-p0.5",
  *               img_mean=(128, 128, 128), interpolation="random" (timm's
  *               bilinear-or-bicubic per op) | "bilinear" | "bicubic" |

@@ -14,14 +14,14 @@
 #include "pixelops.h"
 
 struct pixel_scratch {
-	uint8_t *img[3]; /* images of the current size, for ops that need a copy */
-	size_t img_cap[3];
+	uint8_t *img[4]; /* images of the current size, for ops that need a copy */
+	size_t img_cap[4];
 	float *f; /* float planes (blur, AugMix's mix) */
 	size_t f_cap;
 	FILE *trace; /* draws written here when set (tests/tools/pixelop.c) */
 };
 
-/* Scratch image i (0..2) of im's size, packed with im's stride; NULL when out of memory. */
+/* Scratch image i (0..3) of im's size, packed with im's stride; NULL when out of memory. */
 uint8_t *scratch_image(struct pixel_scratch *s, unsigned i, const struct rgb_image *im);
 /* At least n floats; NULL when out of memory. */
 float *scratch_floats(struct pixel_scratch *s, size_t n);

@@ -9,6 +9,9 @@
  *  - timm's (auto_augment.py's AugmentOp): level functions of a magnitude
  *    that may carry Gaussian noise, PIL's transform with timm's own matrices
  *    and fill, a random bilinear/bicubic resample per geometric op.
+ *  - torchvision's AugMix, which turns the image into a tensor first: its
+ *    tensor kernels (tvtensor.c), Dirichlet weights from gamma variates,
+ *    the float32 mix truncated to uint8.
  * Draws follow the references' order and distributions: torch.randint for
  * op choice, torch.rand() <= p / <= 0.5 for application and sign
  * (torchvision); random.random() > p to skip, > 0.5 to negate, gauss
@@ -24,6 +27,7 @@
 #include "affine.h"
 #include "color.h"
 #include "policy.h"
+#include "tvtensor.h"
 
 enum prim {
 	P_IDENTITY,
@@ -62,6 +66,13 @@ static const enum prim TV_SPACE[] = {
 	P_COLOR, P_CONTRAST, P_SHARPNESS, P_POSTERIZE, P_SOLARIZE, P_AUTOCONTRAST, P_EQUALIZE,
 };
 #define TV_SPACE_N (sizeof(TV_SPACE) / sizeof(TV_SPACE[0]))
+
+/* AugMix's _AUGMENTATION_SPACE: the partial space's keys, then the four enhancements (all_ops) */
+static const enum prim AUGMIX_SPACE[] = {
+	P_SHEAR_X, P_SHEAR_Y, P_TRANSLATE_X, P_TRANSLATE_Y, P_ROTATE, P_POSTERIZE, P_SOLARIZE,
+	P_AUTOCONTRAST, P_EQUALIZE, P_BRIGHTNESS, P_COLOR, P_CONTRAST, P_SHARPNESS,
+};
+#define AUGMIX_PARTIAL 9
 
 struct aa_step {
 	enum prim op;
@@ -156,23 +167,7 @@ static const struct aa_step AA_SVHN[25][2] = {
 	{ { P_SHEAR_X, 0.7f, 2 }, { P_INVERT, 0.1f, -1 } },
 };
 
-/*
- * torch.linspace(start, end, n)[i] in float32 as torch's CPU kernel computes
- * it: the step in float, the first half from start and the second from
- * end, each a single rounding of step * i added (checked against torch for
- * every table and n up to 200: tests/transforms).
- */
-static double linspace_f32(double start, double end, unsigned n, unsigned i)
-{
-	const float s = (float)start, e = (float)end;
-	const float step = n > 1 ? (e - s) / (float)(n - 1) : 0.0f;
-
-	if (i < n / 2)
-		return (float)((double)s + (double)step * i);
-	return (float)((double)e - (double)step * (n - i - 1));
-}
-
-enum tv_space { SPACE_RA, SPACE_TA };
+enum tv_space { SPACE_RA, SPACE_TA, SPACE_AUGMIX };
 
 /*
  * The magnitude of bin i of n for op (RandAugment's and AutoAugment's
@@ -185,6 +180,26 @@ static bool tv_magnitude(enum tv_space sp, enum prim op, unsigned n, unsigned i,
 	const bool ta = sp == SPACE_TA;
 
 	*sign = true;
+	if (sp == SPACE_AUGMIX) {
+		switch (op) {
+		case P_TRANSLATE_X:
+			*mag = linspace_f32(0.0, w / 3.0, n, i);
+			return true;
+		case P_TRANSLATE_Y:
+			*mag = linspace_f32(0.0, h / 3.0, n, i);
+			return true;
+		case P_POSTERIZE: {
+			/* (4 - (torch.arange(n) / ((n - 1) / 4))).round().int() */
+			float x = (float)i / (float)((n - 1) / 4.0);
+
+			*sign = false;
+			*mag = (int)nearbyintf(4.0f - x);
+			return true;
+		}
+		default:
+			break; /* the others as RandAugment's */
+		}
+	}
 	switch (op) {
 	case P_SHEAR_X:
 	case P_SHEAR_Y:
@@ -359,12 +374,17 @@ static const struct timm_step TIMM_V0[25][2] = {
 
 /* ---- the policy object ---- */
 
-enum policy_kind { POL_RAND, POL_TRIVIAL, POL_AUTO, POL_TIMM_RAND, POL_TIMM_AUTO };
+enum policy_kind { POL_RAND, POL_TRIVIAL, POL_AUTO, POL_AUGMIX, POL_TIMM_RAND, POL_TIMM_AUTO };
 
 struct policy {
 	enum policy_kind kind;
 	/* torchvision */
 	unsigned num_ops, magnitude, bins;
+	/* AugMix */
+	unsigned severity, width, space_n;
+	int depth;
+	double alpha;
+	bool has_fill; /* fill given (the tensor kernels' None is not 0) */
 	/* timm */
 	double m, mstd, mmax, prob, translate_pct;
 	bool random_interp;
@@ -412,6 +432,8 @@ static int parse_interp(const struct params *ps, const char *def, bool allow_ran
 static const char *const KEYS_RA[] = { "num_ops", "magnitude", "num_magnitude_bins", "interpolation", "fill", NULL };
 static const char *const KEYS_TA[] = { "num_magnitude_bins", "interpolation", "fill", NULL };
 static const char *const KEYS_AA[] = { "policy", "interpolation", "fill", NULL };
+static const char *const KEYS_AUGMIX[] = { "severity", "mixture_width", "chain_depth", "alpha", "all_ops",
+					   "interpolation", "fill", NULL };
 static const char *const KEYS_TIMM[] = { "config_str", "img_mean", "interpolation", "translate_pct",
 					 "translate_const", NULL };
 
@@ -528,9 +550,33 @@ int policy_parse(const char *name, const struct params *ps, struct policy **out)
 		else
 			r = params_fail(ps, "policy", "\"%s\" is not one of imagenet, cifar10, svhn", text);
 	} else if (!strcmp(name, "AugMix")) {
-		/* torchvision runs AugMix's ops on tensors (its tensor kernels), not on PIL images */
-		r = params_fail(ps, "(all)", "not built: torchvision applies AugMix's ops with its tensor kernels, "
-			       "which stoker does not reproduce");
+		pol->kind = POL_AUGMIX;
+		r = params_check_keys(ps, KEYS_AUGMIX);
+		if (r >= 0)
+			r = params_int(ps, "severity", 3, 1, 10, &l);
+		pol->severity = (unsigned)l;
+		if (r >= 0)
+			r = params_int(ps, "mixture_width", 3, 1, 16, &l);
+		pol->width = (unsigned)l;
+		if (r >= 0)
+			r = params_int(ps, "chain_depth", -1, -16, 16, &l);
+		pol->depth = (int)l;
+		if (r >= 0)
+			r = params_number(ps, "alpha", 1.0, 1e-3, 1e3, &pol->alpha);
+		if (r >= 0)
+			r = params_int(ps, "all_ops", 1, 0, 1, &l);
+		pol->space_n = l ? sizeof(AUGMIX_SPACE) / sizeof(AUGMIX_SPACE[0]) : AUGMIX_PARTIAL;
+		if (r >= 0) {
+			const struct op_param *f = params_find(ps, "fill");
+
+			pol->has_fill = f && (f->n_numbers || (f->text && strcmp(f->text, "none") && strcmp(f->text, "None")));
+			r = params_fill(ps, "fill", pol->fill);
+		}
+		/* the tensor kernels sample nearest or bilinear only */
+		if (r >= 0)
+			r = parse_interp(ps, "bilinear", false, pol);
+		if (r >= 0 && pol->interp == RESAMPLE_BICUBIC)
+			r = params_fail(ps, "interpolation", "bicubic: torchvision's tensor kernels take nearest or bilinear");
 		goto out;
 	} else {
 		bool rand = !strcmp(name, "rand_augment_transform");
@@ -659,6 +705,193 @@ static int tv_apply(enum prim op, double mag, enum affine_resample rs, const uin
 	default:
 		return -EINVAL;
 	}
+}
+
+/* Through tvt_grid into scratch, then back. */
+static int grid(struct rgb_image *im, const double m[6], enum affine_resample rs, const uint8_t *fill,
+		struct pixel_scratch *s)
+{
+	uint8_t *out = scratch_image(s, 0, im);
+
+	if (!out)
+		return -ENOMEM;
+	tvt_grid(im, out, m, rs == RESAMPLE_BILINEAR, fill);
+	for (uint32_t y = 0; y < im->height; y++)
+		memcpy(im->px + y * im->stride, out + y * im->stride, (size_t)im->width * 3);
+	return 0;
+}
+
+/* The same ops on a tensor (AugMix): torchvision's tensor kernels; fill NULL is None */
+static int tvt_apply(enum prim op, double mag, enum affine_resample rs, const uint8_t *fill, struct rgb_image *im,
+		     struct pixel_scratch *s)
+{
+	const double zero[2] = { 0, 0 };
+	uint8_t *tmp;
+	double m[6];
+
+	switch (op) {
+	case P_SHEAR_X:
+	case P_SHEAR_Y: {
+		/* center [0, 0] given: relative to the image centre, [-w / 2, -h / 2] */
+		const double center[2] = { 0.0 - im->width * 0.5, 0.0 - im->height * 0.5 };
+		double deg = atan(mag) * (180.0 / M_PI);
+		const double shear[2] = { op == P_SHEAR_X ? deg : 0.0, op == P_SHEAR_Y ? deg : 0.0 };
+
+		affine_tv_matrix(center, 0.0, zero, 1.0, shear, m);
+		return grid(im, m, rs, fill, s);
+	}
+	case P_TRANSLATE_X:
+	case P_TRANSLATE_Y: {
+		const double tr[2] = { op == P_TRANSLATE_X ? trunc(mag) : 0.0, op == P_TRANSLATE_Y ? trunc(mag) : 0.0 };
+
+		affine_tv_matrix(zero, 0.0, tr, 1.0, zero, m);
+		return grid(im, m, rs, fill, s);
+	}
+	case P_ROTATE: {
+		double a = fmod(mag, 360.0);
+
+		a = a < 0 ? a + 360.0 : a;
+		if (a == 0 || a == 180 || ((a == 90 || a == 270) && im->width == im->height)) {
+			/* torch.rot90, as Pillow's transposes */
+			uint8_t *out = scratch_image(s, 0, im);
+
+			if (!out)
+				return -ENOMEM;
+			affine_rotate(im, out, a, RESAMPLE_NEAREST, (const uint8_t[3]){ 0, 0, 0 });
+			for (uint32_t y = 0; y < im->height; y++)
+				memcpy(im->px + y * im->stride, out + y * im->stride, (size_t)im->width * 3);
+			return 0;
+		}
+		affine_tv_matrix(zero, -a, zero, 1.0, zero, m);
+		return grid(im, m, rs, fill, s);
+	}
+	case P_BRIGHTNESS:
+		tvt_brightness(im, 1.0 + mag);
+		return 0;
+	case P_COLOR:
+		tvt_saturation(im, 1.0 + mag);
+		return 0;
+	case P_CONTRAST:
+		tvt_contrast(im, 1.0 + mag);
+		return 0;
+	case P_SHARPNESS:
+		tmp = scratch_image(s, 2, im);
+		if (!tmp)
+			return -ENOMEM;
+		tvt_sharpness(im, 1.0 + mag, tmp);
+		return 0;
+	case P_POSTERIZE:
+		tvt_posterize(im, (unsigned)(int)mag);
+		return 0;
+	case P_SOLARIZE:
+		tvt_solarize(im, 255.0 * mag);
+		return 0;
+	case P_AUTOCONTRAST:
+		tvt_autocontrast(im);
+		return 0;
+	case P_EQUALIZE:
+		color_equalize(im);
+		return 0;
+	case P_INVERT:
+		color_invert(im);
+		return 0;
+	default:
+		return -EINVAL;
+	}
+}
+
+/* A Gamma(a, 1) variate (Marsaglia and Tsang; a < 1 boosted by U^(1/a)) */
+static double gamma_draw(struct rng *rng, double a)
+{
+	double boost = 1.0;
+
+	if (a < 1.0) {
+		boost = pow(1.0 - rng_uniform(rng), 1.0 / a);
+		a += 1.0;
+	}
+	for (;;) {
+		const double d = a - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
+		double x, v, u;
+
+		do {
+			x = sqrt(-2.0 * log(1.0 - rng_uniform(rng))) * cos(2.0 * M_PI * rng_uniform(rng));
+			v = 1.0 + c * x;
+		} while (v <= 0.0);
+		v = v * v * v;
+		u = 1.0 - rng_uniform(rng);
+		if (log(u) < 0.5 * x * x + d - d * v + d * log(v))
+			return boost * d * v;
+	}
+}
+
+/* torch._sample_dirichlet of n copies of alpha, as float32 */
+static void dirichlet(struct rng *rng, double alpha, unsigned n, float *out)
+{
+	double g[16], sum = 0;
+
+	for (unsigned i = 0; i < n; i++)
+		sum += g[i] = gamma_draw(rng, alpha);
+	for (unsigned i = 0; i < n; i++)
+		out[i] = (float)(g[i] / sum);
+}
+
+static bool tv_sign(struct rng *rng, struct pixel_scratch *s);
+
+/* AugMix.forward on a PIL image (to a tensor, the chains, the float mix, .to(uint8)) */
+static int augmix(const struct policy *pol, struct rgb_image *im, struct rng *rng, struct pixel_scratch *s)
+{
+	const size_t n = (size_t)im->width * 3;
+	const uint8_t *fill = pol->has_fill ? pol->fill : NULL;
+	uint8_t *orig = scratch_image(s, 3, im);
+	float m[2], w[16], *mix = scratch_floats(s, n * im->height);
+	int r = 0;
+
+	if (!orig || !mix)
+		return -ENOMEM;
+	memcpy(orig, im->px, im->stride * im->height);
+	dirichlet(rng, pol->alpha, 2, m);
+	dirichlet(rng, pol->alpha, pol->width, w);
+	pixel_trace(s, "m0", m[0]);
+	for (unsigned i = 0; i < pol->width; i++) {
+		w[i] = w[i] * m[1];
+		pixel_trace(s, "w", w[i]);
+	}
+	for (uint32_t y = 0; y < im->height; y++)
+		for (size_t i = 0; i < n; i++)
+			mix[y * n + i] = m[0] * (float)orig[y * im->stride + i];
+	for (unsigned c = 0; c < pol->width && r >= 0; c++) {
+		unsigned depth = pol->depth > 0 ? (unsigned)pol->depth : 1 + (unsigned)rng_below(rng, 3);
+
+		pixel_trace(s, "depth", depth);
+		memcpy(im->px, orig, im->stride * im->height);
+		for (unsigned d = 0; d < depth && r >= 0; d++) {
+			enum prim op = AUGMIX_SPACE[rng_below(rng, pol->space_n)];
+			double mag = 0.0;
+			bool sign;
+
+			pixel_trace(s, "op", op);
+			if (tv_magnitude(SPACE_AUGMIX, op, 10, 0, im->width, im->height, &mag, &sign)) {
+				unsigned bin = (unsigned)rng_below(rng, pol->severity);
+
+				pixel_trace(s, "bin", bin);
+				tv_magnitude(SPACE_AUGMIX, op, 10, bin, im->width, im->height, &mag, &sign);
+				if (sign && tv_sign(rng, s))
+					mag = -mag;
+			}
+			pixel_trace(s, "magnitude", mag);
+			r = tvt_apply(op, mag, pol->interp, fill, im, s);
+		}
+		for (uint32_t y = 0; y < im->height; y++)
+			for (size_t i = 0; i < n; i++)
+				mix[y * n + i] = mix[y * n + i] + w[c] * (float)im->px[y * im->stride + i];
+	}
+	for (uint32_t y = 0; y < im->height; y++)
+		for (size_t i = 0; i < n; i++) {
+			float v = mix[y * n + i];
+
+			im->px[y * im->stride + i] = (uint8_t)(int)(v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v);
+		}
+	return r;
 }
 
 /* timm's op functions with their final argument */
@@ -889,6 +1122,8 @@ int policy_apply(const struct policy *pol, struct rgb_image *im, struct rng *rng
 		}
 		return r;
 	}
+	case POL_AUGMIX:
+		return augmix(pol, im, rng, s);
 	case POL_TIMM_RAND:
 		/* np.random.choice(ops, n, replace=True): all chosen first */
 		for (unsigned i = 0; i < pol->num_ops; i++)
@@ -934,6 +1169,8 @@ int policy_apply_named(const struct policy *pol, const char *spec, struct rgb_im
 			continue;
 		if (timm && p != P_TRANSLATE_X && p != P_TRANSLATE_Y && p != P_IDENTITY)
 			return timm_apply((enum prim)p, v, rs, pol->fill, im, s);
+		if (pol->kind == POL_AUGMIX && p <= P_INVERT)
+			return tvt_apply((enum prim)p, v, rs, pol->has_fill ? pol->fill : NULL, im, s);
 		if (!timm && p <= P_INVERT)
 			return tv_apply((enum prim)p, v, rs, pol->fill, im, s);
 	}

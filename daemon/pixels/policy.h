@@ -2,7 +2,8 @@
 /*
  * The augmentation policies, with their op tables, magnitude bins, signs
  * and probabilities as their references' sources have them: torchvision's
- * RandAugment, TrivialAugmentWide and AutoAugment (ImageNet, CIFAR10, SVHN);
+ * RandAugment, TrivialAugmentWide, AutoAugment (ImageNet, CIFAR10, SVHN) and
+ * AugMix (with the tensor kernels it uses);
  * timm's rand_augment_transform and auto_augment_transform strings.
  */
 #ifndef STOKER_POLICY_H

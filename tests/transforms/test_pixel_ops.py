@@ -229,7 +229,8 @@ def test_policies_refused():
                              ("RandAugment", {"interpolation": "lanczos"}, "interpolation"),
                              ("TrivialAugmentWide", {"fill": [1, 2]}, "fill"),
                              ("AutoAugment", {"policy": "mnist"}, "policy"),
-                             ("AugMix", {}, "not built"),
+                             ("AugMix", {"severity": 0}, "severity"),
+                             ("AugMix", {"interpolation": "bicubic"}, "interpolation"),
                              ("rand_augment_transform", {"config_str": "rand-m9-x3"}, "config_str"),
                              ("rand_augment_transform", {"config_str": "rand-m9-tweights"}, "config_str"),
                              ("rand_augment_transform", {}, "config_str"),
@@ -389,3 +390,76 @@ def test_hue_and_saturation_every_colour(tmp_path):
         assert max_diff(apply("ColorJitter", {"hue": [h, h]}, path), np.asarray(F.adjust_hue(im, h))) == 0, h
     got = apply("ColorJitter", {"saturation": [1.7, 1.7]}, path)
     assert max_diff(got, np.asarray(ImageEnhance.Color(im).enhance(1.7))) == 0
+
+
+# ---- AugMix: torchvision runs its ops with the tensor kernels ----
+
+AUGMIX_OPS = [("ShearX", 0.27), ("ShearY", -0.3), ("TranslateX", -67.2), ("TranslateY", 31.0), ("Rotate", 21.0),
+              ("Rotate", -17.3), ("Rotate", 90.0), ("Rotate", 180.0), ("Brightness", 0.5), ("Brightness", -0.8),
+              ("Color", -0.6), ("Color", 0.9), ("Contrast", 0.9), ("Contrast", -0.5), ("Sharpness", -0.9),
+              ("Sharpness", 0.7), ("Posterize", 3), ("Posterize", 0), ("Solarize", 0.5333333), ("AutoContrast", 0.0),
+              ("Equalize", 0.0)]
+
+
+@pytest.mark.parametrize("interp", ["bilinear", "nearest"])
+@pytest.mark.parametrize("fill", [None, [10, 200, 30]])
+def test_augmix_ops(photos, interp, fill):
+    """Each AugMix op at a fixed magnitude against AugMix's own _apply_image_or_video_transform on the
+    tensor it makes of the PIL image (float32 kernels: grid_sample, blends): within 1."""
+    from torchvision.transforms import InterpolationMode
+    am = T.AugMix(interpolation=getattr(InterpolationMode, interp.upper()), fill=fill)
+    params = {"interpolation": interp}
+    if fill:
+        params["fill"] = fill
+    worst = {}
+    for path, im in photos[:3]:
+        t = F.pil_to_tensor(im)
+        for op, m in AUGMIX_OPS:
+            got = apply("AugMix", params, path, forced=f"{op}:{m}")
+            want = am._apply_image_or_video_transform(t, op, m, interpolation=am.interpolation,
+                                                      fill=am._fill).permute(1, 2, 0).numpy()
+            worst[op] = max(worst.get(op, 0), max_diff(got, want))
+    print(f"parity AugMix ops ({interp}, fill {fill}): {worst}")
+    assert max(worst.values()) <= 1, worst
+
+
+AUGMIX_PRIMS = TV_PRIMS
+
+
+@pytest.mark.parametrize("params,kw", [({"severity": 7, "alpha": 0.5}, dict(severity=7, alpha=0.5))])
+def test_augmix_draws(params, kw):
+    n = N_DRAWS
+    ours, m0_a, w0_a = [], [], []
+    for d in draws("AugMix", params, n, size="8x8"):
+        steps, cur = [], None
+        for name, v in d:
+            if name == "op":
+                cur = AUGMIX_PRIMS[int(v)]
+            elif name == "magnitude":
+                steps.append((cur, round(v + 0.0, 4) + 0.0))
+            elif name == "m0":
+                m0_a.append(v)
+            elif name == "w" and len(w0_a) < len(m0_a):
+                w0_a.append(v)
+        ours.append(tuple(steps))
+    from PIL import Image
+    am = T.AugMix(**kw)
+    rec, dirs = [], []
+    am._apply_image_or_video_transform = \
+        lambda img, tid, mag, interpolation, fill: (rec.append((tid, round(mag + 0.0, 4) + 0.0)), img)[1]
+    real = am._sample_dirichlet
+    am._sample_dirichlet = lambda p: (lambda r: (dirs.append(r[0].tolist()), r)[1])(real(p))
+    im = Image.new("RGB", (8, 8))
+    torch.manual_seed(0)
+    theirs, m0_b, w0_b = [], [], []
+    for _ in range(n):
+        rec.clear()
+        dirs.clear()
+        am(im)
+        theirs.append(tuple(rec))
+        m0_b.append(dirs[0][0])
+        w0_b.append(dirs[1][0] * dirs[0][1])
+    close_freqs(_counts(s for t in ours for s in t), _counts(s for t in theirs for s in t), "AugMix op, bin, sign")
+    close_freqs(_counts(len(t) for t in ours), _counts(len(t) for t in theirs), "AugMix ops per sample")
+    close_values(m0_a, m0_b, "AugMix m[0]", 0, 1)
+    close_values(w0_a, w0_b, "AugMix weight of chain 0", 0, 1)

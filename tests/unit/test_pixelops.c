@@ -112,7 +112,10 @@ static void test_bounds_refused(void **state)
 	refused("RandAugment", "fill", 1, "fill=256");
 	refused("TrivialAugmentWide", "interpolation", 1, "interpolation=lanczos");
 	refused("AutoAugment", "policy", 1, "policy=mnist");
-	refused("AugMix", "not built", 0);
+	refused("AugMix", "severity", 1, "severity=11");
+	refused("AugMix", "mixture_width", 1, "mixture_width=0");
+	refused("AugMix", "alpha", 1, "alpha=0");
+	refused("AugMix", "interpolation", 1, "interpolation=bicubic");
 	refused("rand_augment_transform", "config_str", 0);
 	refused("rand_augment_transform", "config_str", 1, "config_str=augmix-m5");
 	refused("rand_augment_transform", "config_str", 1, "config_str=rand-m9-q4");
@@ -252,6 +255,8 @@ static void test_policies_run(void **state)
 		{ "RandAugment", "num_ops=3", "interpolation=bilinear" },
 		{ "TrivialAugmentWide", "fill=1,2,3", "interpolation=bicubic" },
 		{ "AutoAugment", "policy=imagenet", "fill=128" },
+		{ "AugMix", "severity=5", "all_ops=0" },
+		{ "AugMix", "chain_depth=2", "fill=9,8,7" },
 		{ "rand_augment_transform", "config_str=rand-m9-mstd0.5-inc1", "img_mean=124,116,104" },
 		{ "rand_augment_transform", "config_str=rand-m15-n4-mstd101-mmax20", "interpolation=random" },
 		{ "auto_augment_transform", "config_str=original-mstd0.5", "interpolation=bilinear" },
@@ -304,6 +309,8 @@ static void test_tiny_images(void **state)
 		{ "RandAugment", "num_ops=8", "interpolation=nearest" },
 		{ "TrivialAugmentWide", "interpolation=bilinear", NULL },
 		{ "AutoAugment", "interpolation=nearest", NULL },
+		{ "AugMix", "severity=10", "mixture_width=16" },
+		{ "AugMix", "interpolation=nearest", "alpha=0.01" },
 		{ "rand_augment_transform", "config_str=rand-m30-n16-mstd101-mmax30", NULL },
 		{ "auto_augment_transform", "config_str=original-mstd5", NULL },
 	};
