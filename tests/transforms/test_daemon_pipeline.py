@@ -106,3 +106,19 @@ def test_conflicting_options_refused(daemon, small):
         assert word in str(e.value)
     with pytest.raises(TypeError):
         stoker.Loader(small, socket=d.socket, transform="center_crop", transforms=TRAIN)
+
+
+def test_pixel_ops_in_the_pipeline(daemon, small):
+    """pixelops' colour and policy ops between the crop and the tensor steps:
+    the workers hand them the materialised crop; the same pixels as the
+    pipeline alone."""
+    ops = [("RandomResizedCrop", {"size": 80}), ("ColorJitter", {"brightness": 0.4, "saturation": 0.4}),
+           ("RandomGrayscale", {"p": 0.3}), ("TrivialAugmentWide", {}), ("ToTensor", {}),
+           ("Normalize", {"mean": MEAN, "std": STD})]
+    want = expected_samples(small)
+    d = daemon(workers=2)
+    _, got = epoch_images(d, small, transforms=ops, dct_scaling=False)
+    ref = run(stoker.transforms_text(ops), [p for p, _ in want], seed=7)
+    for i, (_, img) in enumerate(ref):
+        assert isinstance(img, np.ndarray), img
+        np.testing.assert_array_equal(got[i], img, err_msg=f"sample {i}")

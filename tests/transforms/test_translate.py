@@ -151,3 +151,23 @@ def test_torch_loader_takes_a_compose(daemon, make_dataset):
                                          "interpolation=bilinear, antialias=true)") for s in shown), shown
     with pytest.raises(ValueError):
         stoker.torch.Loader(root, socket=d.socket, batch_size=4, transform=T.Compose([T.Lambda(abs)]))
+
+
+def test_doc_recipes_are_accepted():
+    """docs/transforms.md's ready-to-copy pipelines pass the daemon's validation."""
+    import re
+    from pathlib import Path
+    from tpipe_util import REPO, check
+    doc = (REPO / "docs" / "transforms.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", doc, re.S)
+    found = 0
+    for block in blocks:
+        if "train = [" not in block:
+            continue
+        ns = {"MEAN": MEAN, "STD": STD}
+        exec("\n".join(line for line in block.splitlines() if not line.startswith("loader =")), ns)
+        for name in ("train", "val"):
+            r = check(stoker.transforms_text(ns[name]))
+            assert r[0], f"{name} of a recipe refused: {r[1]}"
+            found += 1
+    assert found == 8
