@@ -17,12 +17,18 @@ scripts/mkyolo.py --kind photos, warms the page cache, then measures
     rect=False (LetterBox(640, scaleup=False), no random draws),
   - extras: stoker mosaic with the daemon's decoded cache tier
     (cache_decoded_side), against Ultralytics' train loader with
-    cache="ram" (both keep decoded images in memory).
+    cache="ram" (both keep decoded images in memory); stoker mosaic with
+    resample="cv2", letterbox with resample="antialias", and letterbox on
+    the portable cv2 resize (STOKER_RESIZE_ISA=scalar: the SIMD kernels'
+    before, in the same run).
+
+The table gives each row's share of the decode limit and stoker's rate
+per worker (issue 22's goals are stated against both).
 
 Rows run round robin --repeat times; a pass during which other processes
 took over 10% of the CPUs runs again (--retries), and each row keeps its
 best quiet pass, as bench/run.py does; after --budget seconds (default
-600) nothing is repeated or retried. About 7 minutes on 2 quiet cores.
+600) nothing is repeated or retried. About 9 minutes on 2 quiet cores.
 
 Each row runs in its own interpreter (this file, `detect.py peer ...`), for
 one untimed warm-up epoch and then whole epochs until --epochs and
