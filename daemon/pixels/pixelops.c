@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "color.h"
 #include "grow.h"
@@ -134,6 +135,25 @@ int params_int(const struct params *ps, const char *key, long def, long lo, long
 		return params_fail(ps, key, "%g is outside [%ld, %ld]", v, lo, hi);
 	*out = (long)v;
 	return 0;
+}
+
+int params_bool(const struct params *ps, const char *key, bool def, bool *out)
+{
+	const struct op_param *p = params_find(ps, key);
+
+	if (!p) {
+		*out = def;
+		return 0;
+	}
+	if (p->n_numbers == 1 && !p->text && (p->numbers[0] == 0 || p->numbers[0] == 1)) {
+		*out = p->numbers[0] == 1;
+		return 0;
+	}
+	if (!p->n_numbers && p->text && (!strcasecmp(p->text, "true") || !strcasecmp(p->text, "false"))) {
+		*out = !strcasecmp(p->text, "true");
+		return 0;
+	}
+	return params_fail(ps, key, "true or false (1 or 0) is expected");
 }
 
 int params_prob(const struct params *ps, const char *key, double def, double *out)

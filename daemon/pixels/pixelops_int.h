@@ -46,6 +46,8 @@ int params_fail(const struct params *ps, const char *key, const char *fmt, ...)
 int params_number(const struct params *ps, const char *key, double def, double lo, double hi, double *out);
 /* An integer in [lo, hi] (def when absent). */
 int params_int(const struct params *ps, const char *key, long def, long lo, long hi, long *out);
+/* A boolean: true / false (any case) or 1 / 0 (def when absent). */
+int params_bool(const struct params *ps, const char *key, bool def, bool *out);
 /* A probability (def when absent). */
 int params_prob(const struct params *ps, const char *key, double def, double *out);
 /* A text (def when absent; may be NULL). */

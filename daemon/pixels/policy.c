@@ -511,6 +511,7 @@ int policy_parse(const char *name, const struct params *ps, struct policy **out)
 	struct policy *pol = calloc(1, sizeof(*pol));
 	const char *text;
 	double unused;
+	bool all_ops = true;
 	long l = 0;
 	int r;
 
@@ -564,8 +565,8 @@ int policy_parse(const char *name, const struct params *ps, struct policy **out)
 		if (r >= 0)
 			r = params_number(ps, "alpha", 1.0, 1e-3, 1e3, &pol->alpha);
 		if (r >= 0)
-			r = params_int(ps, "all_ops", 1, 0, 1, &l);
-		pol->space_n = l ? sizeof(AUGMIX_SPACE) / sizeof(AUGMIX_SPACE[0]) : AUGMIX_PARTIAL;
+			r = params_bool(ps, "all_ops", true, &all_ops);
+		pol->space_n = all_ops ? sizeof(AUGMIX_SPACE) / sizeof(AUGMIX_SPACE[0]) : AUGMIX_PARTIAL;
 		if (r >= 0) {
 			const struct op_param *f = params_find(ps, "fill");
 

@@ -115,6 +115,8 @@ static void test_bounds_refused(void **state)
 	refused("AugMix", "severity", 1, "severity=11");
 	refused("AugMix", "mixture_width", 1, "mixture_width=0");
 	refused("AugMix", "alpha", 1, "alpha=0");
+	refused("AugMix", "all_ops", 1, "all_ops=maybe");
+	refused("AugMix", "all_ops", 1, "all_ops=2");
 	refused("AugMix", "interpolation", 1, "interpolation=bicubic");
 	refused("rand_augment_transform", "config_str", 0);
 	refused("rand_augment_transform", "config_str", 1, "config_str=augmix-m5");
@@ -257,6 +259,7 @@ static void test_policies_run(void **state)
 		{ "AutoAugment", "policy=imagenet", "fill=128" },
 		{ "AugMix", "severity=5", "all_ops=0" },
 		{ "AugMix", "chain_depth=2", "fill=9,8,7" },
+		{ "AugMix", "all_ops=false", "alpha=2" },
 		{ "rand_augment_transform", "config_str=rand-m9-mstd0.5-inc1", "img_mean=124,116,104" },
 		{ "rand_augment_transform", "config_str=rand-m15-n4-mstd101-mmax20", "interpolation=random" },
 		{ "auto_augment_transform", "config_str=original-mstd0.5", "interpolation=bilinear" },
