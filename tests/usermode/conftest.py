@@ -2,7 +2,8 @@
 built, installed into a fresh venv (Debian's python3, no system site
 packages, no PYTHONPATH), run by unprivileged users this suite creates with
 useradd and removes again; commands run as them with runuser and an empty
-environment. Runs as root."""
+environment. Runs as root. The build and the shared fixtures come from
+tests/conftest.py; what is here is user mode's own."""
 
 import json
 import os
@@ -16,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-BUILD = Path(os.environ.get("STOKER_BUILD") or REPO / "build")
+from stoker_testutil import BUILD, REPO  # noqa: F401 (tests/conftest.py puts tests/support on the path)
+
 WHEEL_DIR = Path(os.environ.get("STOKER_WHEEL_DIR") or BUILD / "wheel")
 USERS = ("stoker-ut1", "stoker-ut2")
 SAMPLES = 64  # the data set: 4 classes x 16 real photos
@@ -171,6 +172,8 @@ def venv(shared):
 
 @pytest.fixture(scope="session")
 def dataset(shared):
+    """The shared fixture's data set, but where the test users may read it
+    (pytest's own temporary directories are root's, 0700)."""
     out = shared / "ds"
     r = subprocess.run(["/usr/bin/python3", REPO / "scripts/mkdataset.py", out, "--classes", "4", "--per-class", "16"],
                        capture_output=True, text=True)
