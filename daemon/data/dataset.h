@@ -135,6 +135,13 @@ int dataset_open_remote_detect(const char *url, const char *split, uint64_t max_
  * the byte range to ask for (length 0: the whole object). -ENAMETOOLONG. */
 int dataset_url(const struct dataset *ds, uint64_t index, char *out, size_t size);
 void dataset_range(const struct dataset *ds, uint64_t index, uint64_t *offset, uint64_t *length);
+/*
+ * Does the store let `s3`'s keys read remote data set ds? A signed HEAD of
+ * its first object (a data set already listed, attached again: S3 decides
+ * at each attach, not only at the listing). 0, or -errno with the store's
+ * reason in errbuf.
+ */
+int dataset_remote_probe(const struct dataset *ds, const struct s3_config *s3, char *errbuf, size_t errlen);
 
 struct dataset *dataset_ref(struct dataset *ds);
 /* An empty data set of `count` samples (no directory: dirfd -1) for the

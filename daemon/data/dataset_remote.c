@@ -99,6 +99,38 @@ static int64_t remote_shard_read(void *ctx, const char *loc, uint64_t off, void 
 	return r < 0 ? r : (int64_t)req.len;
 }
 
+int dataset_remote_probe(const struct dataset *ds, const struct s3_config *s3, char *errbuf, size_t errlen)
+{
+	struct fetch_auth auth;
+	struct fetch_req req = {.head = true};
+	char url[8192];
+	int r;
+
+	if (!ds->remote || ds->count == 0)
+		return 0;
+	r = s3_auth_load(s3, &auth, errbuf, errlen);
+	if (r < 0)
+		goto out;
+	req.auth = r > 0 ? &auth : NULL;
+	r = dataset_url(ds, 0, url, sizeof(url));
+	if (r < 0) {
+		set_err(errbuf, errlen, "%s: %s", ds->root, strerror(-r));
+		goto out;
+	}
+	req.url = url;
+	r = fetch_sync(ds->remote->fetch, &req);
+	if (r < 0) {
+		char why[512];
+
+		s3_error_text(&req, why, sizeof(why));
+		set_err(errbuf, errlen, "%s: %s refused: %s", ds->root, url, why);
+	}
+	free(req.data);
+out:
+	explicit_bzero(&auth, sizeof(auth));
+	return r;
+}
+
 int64_t ds_remote_read(const struct dataset *ds, uint64_t index, uint8_t **buf, size_t *cap, uint64_t max_bytes)
 {
 	struct fetch_req req = {0};

@@ -826,6 +826,8 @@ static void attach_scan(uv_work_t *w)
 		req->result->key = key;
 		req->result->remote->per_client = true;
 	}
+	if (req->err == 0 && req->s3.has_keys && req->existing)
+		req->err = dataset_remote_probe(req->existing, &req->s3, req->errbuf, sizeof(req->errbuf));
 	if (req->err < 0 && req->s3.has_keys && !req->s3.key_id[0]) {
 		size_t n = strlen(req->errbuf);
 
@@ -1087,7 +1089,8 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 	}
 
 	ds = datasets_find(d, req->key);
-	if (ds && (!req->rect || ds->sizes) && !req->check_access) {
+	/* A client's own check (files, or its S3 keys) runs at each attach. */
+	if (ds && (!req->rect || ds->sizes) && !req->check_access && !req->s3.has_keys) {
 		attach_start(c, req, ds);
 		request_free(req);
 		return;

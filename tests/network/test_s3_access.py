@@ -67,7 +67,7 @@ def as_user(d, url, keys=None):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def test_client_credentials_decide(daemon, make_dataset, moto_auth, request, user):
+def test_client_credentials_decide(daemon, make_dataset, moto_auth, request, user, monkeypatch):
     root, _ = make_dataset(classes=2, per_class=4)
     # Bucket roots: moto checks a listing's signature only without escaped
     # characters in the query (test_objects.py, test_s3_credentials).
@@ -113,6 +113,20 @@ def test_client_credentials_decide(daemon, make_dataset, moto_auth, request, use
     # A shared prefix: the node's credentials, for B without any.
     b = as_user(d, "s3://shared-sets/")
     assert sorted(b["indices"]) == list(range(8)), b
+
+    # Keys S3 stops accepting are refused at the next attach, even while a
+    # session with them keeps the data set's listing open.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", keys_b[0])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", keys_b[1])
+    held = stoker.Loader(private, socket=d.socket, batch_size=4, image_size=32, timeout=60)
+    try:
+        iam.delete_access_key(UserName="b", AccessKeyId=keys_b[0])
+        with pytest.raises(stoker.StokerError, match="refused"):
+            stoker.Loader(private, socket=d.socket, batch_size=4, image_size=32, timeout=60)
+    finally:
+        held.close()
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
 
     # No secret in the log, the statistics or the configuration.
     cfg = subprocess.run([str(STOKERCTL), "--socket", d.socket, "config"], capture_output=True, text=True,
