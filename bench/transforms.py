@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""The user's per-sample transform in stokerd against torchvision's v2
+DataLoader, one run, one data set: torchvision's ResNet-50 v2 training
+pipeline (RandomResizedCrop 176, flip, TrivialAugmentWide, ToDtype float32,
+Normalize, RandomErasing 0.1), and RandomResizedCrop + flip alone.
+
+    STOKER_BUILD=build PYTHONPATH=client/python python3 bench/transforms.py DATASET [--workers N]
+
+stoker gets the very Compose the DataLoader runs (stoker.torch.Loader's
+transform=, translated by stoker.transforms), dct_scaling off (PIL's
+pixels). The DataLoader: ImageFolder (PIL), num_workers = --workers
+(default: the usable CPUs), persistent workers, batch 128. Each side
+runs one warm-up epoch then --epochs timed ones; printed: images/s and
+CPU ms per image (all of stokerd's and the client's CPU; the DataLoader's
+main and worker processes'), the best timed epoch of each, and the ratios.
+On a machine shared with other work, CPU per image is the figure to
+compare (throughput depends on the share of the CPUs each side gets).
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from cpu_per_image import BUILD, children, cpu_seconds  # noqa: E402
+
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def pipelines():
+    import torch
+    from torchvision.transforms import v2
+    rrc = [v2.RandomResizedCrop(176, antialias=True), v2.RandomHorizontalFlip()]
+    tail = [v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)]
+    return {
+        "rrc+flip": v2.Compose(rrc + tail),
+        "resnet50-v2": v2.Compose(rrc + [v2.TrivialAugmentWide()] + tail + [v2.RandomErasing(0.1)]),
+    }
+
+
+def timed(run_epoch, pids, epochs):
+    """(best images/s, best CPU ms per image) over the timed epochs, after a warm-up epoch."""
+    run_epoch(0)
+    rates, cpus = [], []
+    for e in range(1, epochs + 1):
+        p = pids()
+        c0, t0 = cpu_seconds(p), time.monotonic()
+        n = run_epoch(e)
+        dt, cpu = time.monotonic() - t0, cpu_seconds(p) - c0
+        rates.append(n / dt)
+        cpus.append(1000 * cpu / n)
+    return max(rates), min(cpus)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("dataset")
+    ap.add_argument("--workers", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--batch-size", type=int, default=128)
+    a = ap.parse_args()
+    import torch
+    import stoker.torch
+    from torchvision import datasets
+
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        sock = os.path.join(tmp, "s.sock")
+        d = subprocess.Popen([os.path.join(BUILD, "stokerd"), "--socket", sock, "--workers", str(a.workers),
+                              "--set", "cache_bytes=0"], stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(400):
+                if os.path.exists(sock):
+                    break
+                time.sleep(0.025)
+            for name, compose in pipelines().items():
+                with stoker.torch.Loader(a.dataset, socket=sock, batch_size=a.batch_size, transform=compose,
+                                         dct_scaling=False) as ld:
+                    def epoch(e, ld=ld):
+                        ld.set_epoch(e)
+                        return sum(len(labels) for _, labels in ld)
+
+                    rows[("stoker", name)] = timed(epoch, lambda: [d.pid, os.getpid()], a.epochs)
+        finally:
+            d.terminate()
+            d.wait()
+
+    for name, compose in pipelines().items():
+        torch.manual_seed(0)
+        loader = torch.utils.data.DataLoader(datasets.ImageFolder(a.dataset, transform=compose),
+                                             batch_size=a.batch_size, shuffle=True, num_workers=a.workers,
+                                             persistent_workers=True)
+        rows[("torch", name)] = timed(lambda e: sum(len(labels) for _, labels in loader),
+                                      lambda: [os.getpid()] + children(os.getpid()), a.epochs)
+        del loader
+
+    print(f"{'pipeline':14} {'loader':8} {'images/s':>10} {'CPU ms/image':>13}")
+    for (who, name), (rate, cpu) in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        print(f"{name:14} {who:8} {rate:10.1f} {cpu:13.2f}")
+    for name in ("rrc+flip", "resnet50-v2"):
+        (sr, sc), (tr, tc) = rows[("stoker", name)], rows[("torch", name)]
+        print(f"{name}: stoker / DataLoader images/s {sr / tr:.2f}x, DataLoader / stoker CPU per image "
+              f"{tc / sc:.2f}x")
+    for who in ("stoker", "torch"):
+        base, full = rows[(who, "rrc+flip")][1], rows[(who, "resnet50-v2")][1]
+        print(f"{who}: TrivialAugmentWide + erasing cost {100 * (full / base - 1):+.0f}% CPU per image over "
+              f"RRC + flip")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
