@@ -6,13 +6,17 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <linux/capability.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -25,6 +29,7 @@
 
 #define NOBODY 4243u
 #define GROUP 4242u
+#define DAEMON 4244u /* a non-root stokerd, as the unit runs it */
 
 static void put(const char *rel, mode_t mode, gid_t gid)
 {
@@ -131,6 +136,59 @@ static void test_map_as_client(void **state)
 	dataset_unref(ds);
 }
 
+/* The daemon as the systemd unit runs it: not root, CAP_DAC_READ_SEARCH,
+ * CAP_SETUID and CAP_SETGID in its effective set. It reads every file
+ * itself, but the check lends the client none of that (the kernel clears
+ * nothing on a fsuid change between two non-zero uids: access.c must). */
+static int as_capable_daemon(const struct dataset *ds)
+{
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+	struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3];
+	struct access_id nobody = {.uid = NOBODY, .gid = NOBODY};
+	struct access_map *m;
+	char err[256], path[512];
+	int fd;
+
+	if (prctl(PR_SET_KEEPCAPS, 1) < 0 || setgroups(0, NULL) < 0 || setresgid(DAEMON, DAEMON, DAEMON) < 0 ||
+	    setresuid(DAEMON, DAEMON, DAEMON) < 0)
+		return 10;
+	if (syscall(SYS_capget, &h, data) < 0)
+		return 11;
+	data[0].effective = (1u << CAP_DAC_READ_SEARCH) | (1u << CAP_SETUID) | (1u << CAP_SETGID);
+	if (syscall(SYS_capset, &h, data) < 0)
+		return 12;
+	snprintf(path, sizeof(path), "%s/ds/a/2.jpg", root);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 13; /* the daemon itself reads the 0600 file */
+	close(fd);
+	if (access_map_build(&nobody, ds, &m, err, sizeof(err)) < 0)
+		return 14;
+	fd = m->unreadable == 3 ? 0 : 15; /* as for the client without capabilities */
+	free(m);
+	return fd;
+}
+
+static void test_capable_daemon_lends_nothing(void **state)
+{
+	struct dataset *ds;
+	pid_t pid;
+	int status;
+
+	(void)state;
+	if (geteuid() != 0)
+		skip();
+	ds = make_tree();
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(as_capable_daemon(ds));
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	dataset_unref(ds);
+}
+
 static void test_realpath_refused(void **state)
 {
 	struct access_id nobody = {.uid = NOBODY, .gid = NOBODY};
@@ -195,6 +253,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_map_as_client, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_realpath_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_capable_daemon_lends_nothing, setup, teardown),
 		cmocka_unit_test(test_map_helpers),
 	};
 
