@@ -987,6 +987,9 @@ int tpipe_draw_params(const struct tpipe *t, size_t op, uint32_t width, uint32_t
 /* ---- running ---- */
 
 #define TRACE_MAX 256
+/* A worker's buffers hold at most this many pixels each (two of them, 3 bytes a pixel), whatever the
+ * ops ask for (a source image itself is bounded by the decoder's max_pixels). */
+#define TPIPE_MAX_BUFFER_PIXELS (1ull << 26)
 
 struct tpipe_ctx {
 	uint8_t *buf[2];        /* the materialised image, and the next one */
@@ -1087,6 +1090,11 @@ static int materialize(struct tpipe_ctx *c, struct pipeline *p, const struct pip
 	view_size(v, &w, &h);
 	if (v->mat && !v->resized && !v->hflip && v->rx == 0 && v->ry == 0 && v->rw == v->bw && v->rh == v->bh)
 		return 0;
+	if ((uint64_t)w * h > TPIPE_MAX_BUFFER_PIXELS && (v->resized || v->mat)) {
+		snprintf(c->error, sizeof(c->error), "an intermediate image of %ux%u is over %llu pixels", w, h,
+			 TPIPE_MAX_BUFFER_PIXELS);
+		return -E2BIG;
+	}
 	if (grow((void **)&c->buf[next], &c->cap[next], (size_t)w * h * 3, 1) < 0)
 		return -ENOMEM;
 	rq = (struct resample_req){
@@ -1197,8 +1205,11 @@ static int pad_image(struct tpipe_ctx *c, struct view *v, const uint32_t pad[4],
 	const uint8_t *src = c->buf[c->cur];
 	uint8_t *dst;
 
-	if (w > 4 * TPIPE_MAX_SIZE || h > 4 * TPIPE_MAX_SIZE)
+	if ((uint64_t)w * h > TPIPE_MAX_BUFFER_PIXELS) {
+		snprintf(c->error, sizeof(c->error), "the padded image of %ux%u is over %llu pixels", w, h,
+			 TPIPE_MAX_BUFFER_PIXELS);
 		return -E2BIG;
+	}
 	if (grow((void **)&c->buf[next], &c->cap[next], (size_t)w * h * 3, 1) < 0)
 		return -ENOMEM;
 	dst = c->buf[next];

@@ -122,3 +122,16 @@ def test_pixel_ops_in_the_pipeline(daemon, small):
     for i, (_, img) in enumerate(ref):
         assert isinstance(img, np.ndarray), img
         np.testing.assert_array_equal(got[i], img, err_msg=f"sample {i}")
+
+
+def test_intermediate_images_are_bounded(daemon, small):
+    """A pipeline asking for a huge intermediate image (padding to 16000 px)
+    gets its samples refused (counted as decode errors), not a worker's memory."""
+    d = daemon()
+    ops = [("RandomCrop", {"size": 16000, "pad_if_needed": True}), ("Resize", {"size": (8, 8)})]
+    with stoker.Loader(small, socket=d.socket, batch_size=4, transforms=ops) as ld:
+        for _ in ld:
+            pass
+    assert stoker.stats(socket=d.socket)["decode_errors"] >= 12
+    with stoker.Loader(small, socket=d.socket, batch_size=4, transforms=[("CenterCrop", {"size": 8})]) as ld:
+        assert next(iter(ld)).images.shape == (4, 8, 8, 3)
