@@ -2,10 +2,12 @@
 /* stokerctl: watch and steer a running stokerd. */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,7 +31,8 @@ static void usage(FILE *f)
 		"  reload                    re-read the configuration files (as SIGHUP)\n"
 		"  drain [--timeout S]       take no new clients; stokerd exits once the\n"
 		"                            attached ones have left (or after S seconds)\n\n"
-		"  -s, --socket PATH  the daemon's socket (default $STOKER_SOCKET or %s)\n"
+		"  -s, --socket PATH  the daemon's socket (default $STOKER_SOCKET, else %s,\n"
+		"                     else this user's user-mode daemon's)\n"
 		"  -h, --help         show this help\n"
 		"  -V, --version      show the version\n\n"
 		"set, reload and drain need root, stokerd's user or its admin_group.\n"
@@ -317,6 +320,31 @@ static int run(struct ctl *c, int argc, char **argv)
 	return cmd_top(c);
 }
 
+/*
+ * The socket to use when neither --socket nor $STOKER_SOCKET names one:
+ * the system daemon's, else (where nothing is there) the user-mode
+ * daemon's that `pip install`'s Loader starts for this user
+ * (docs/slurm.md): $XDG_RUNTIME_DIR/stoker/stoker.sock, or
+ * /tmp/stoker-UID/stoker.sock without XDG_RUNTIME_DIR. The rule is
+ * stoker/_userd.py's runtime_dir().
+ */
+static const char *default_socket(char *buf, size_t size)
+{
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	struct stat st;
+	int n;
+
+	if (stat(STOKER_DEFAULT_SOCKET, &st) == 0 && S_ISSOCK(st.st_mode))
+		return STOKER_DEFAULT_SOCKET;
+	if (xdg && xdg[0] == '/' && stat(xdg, &st) == 0 && S_ISDIR(st.st_mode))
+		n = snprintf(buf, size, "%s/stoker/stoker.sock", xdg);
+	else
+		n = snprintf(buf, size, "/tmp/stoker-%u/stoker.sock", (unsigned)geteuid());
+	if (n < 0 || (size_t)n >= size || stat(buf, &st) != 0 || !S_ISSOCK(st.st_mode))
+		return STOKER_DEFAULT_SOCKET;
+	return buf;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -328,6 +356,7 @@ int main(int argc, char **argv)
 	static const char *const commands[] = {"stats", "top", "metrics", "config", "set", "reload", "drain"};
 	struct ctl c = {.delay = 1.0};
 	const char *socket_path = NULL;
+	char user_socket[PATH_MAX];
 	bool known = false;
 	char *end;
 	int opt, r;
@@ -388,6 +417,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "stokerctl: %s takes no argument '%s'\n", c.command, argv[optind + 1]);
 		return EXIT_USAGE;
 	}
+	if (!socket_path && !getenv("STOKER_SOCKET"))
+		socket_path = default_socket(user_socket, sizeof(user_socket));
 	r = stoker_connect(socket_path, &c.s);
 	if (r < 0) {
 		/* The daemon's reason too, when it gave one (max_clients, access). */
