@@ -112,7 +112,7 @@ def tagged(varied, tmp_path):
     """The varied photos with EXIF orientations 1..8 in turn, mostly JPEG, some PNG and WebP
     (lossless), as a camera or phone writes them."""
     from PIL import Image
-    from test_detect_exif import tagged as with_tag
+    from stoker_testutil import exif_tagged as with_tag
 
     out = tmp_path / "tagged"
     (out / "images" / "train").mkdir(parents=True)

@@ -16,18 +16,9 @@ import pytest
 from PIL import Image, ImageOps
 
 import stoker
+from stoker_testutil import exif_tagged as tagged
 
 PAD = 114
-
-
-def tagged(im, o, fmt="JPEG"):
-    """im saved as fmt with EXIF orientation o (bytes)."""
-    ex = Image.Exif()
-    ex[274] = o
-    b = io.BytesIO()
-    kw = dict(quality=95) if fmt == "JPEG" else dict(lossless=True) if fmt == "WEBP" else {}
-    im.save(b, fmt, exif=ex, **kw)
-    return b.getvalue()
 
 
 def upright(data):

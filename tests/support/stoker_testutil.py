@@ -155,3 +155,18 @@ def client_for_users(dest):
             os.chmod(os.path.join(root, f), 0o644 if not f.endswith(".so.0") else 0o755)
     return {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(dest / "py"), "STOKER_BUILD": str(dest / "lib"),
             "STOKER_AUTOSTART": "0", "HOME": "/nonexistent"}
+
+
+def exif_tagged(im, o, fmt="JPEG"):
+    """A PIL image saved as fmt with EXIF orientation o (bytes): what a
+    camera or phone writes (test_detect_exif, tests/detect_parity)."""
+    import io
+
+    from PIL import Image
+
+    ex = Image.Exif()
+    ex[274] = o
+    b = io.BytesIO()
+    kw = dict(quality=95) if fmt == "JPEG" else dict(lossless=True) if fmt == "WEBP" else {}
+    im.save(b, fmt, exif=ex, **kw)
+    return b.getvalue()
