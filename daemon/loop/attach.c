@@ -318,7 +318,7 @@ static bool area_end(uint64_t base, uint64_t n, uint64_t size, uint64_t *acc)
 int attach_slot_layout(const struct slot_request *r, struct slot_layout *out)
 {
 	struct slot_layout l;
-	uint64_t side, sample, end = 0, partner = 0;
+	uint64_t side, sample = 0, end = 0, partner = 0;
 	bool ok;
 
 	if (!r->batch_size || !r->image_size || !r->page_size)
