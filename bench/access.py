@@ -35,7 +35,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 BUILD = Path(os.environ.get("STOKER_BUILD") or REPO / "build").resolve()
+sys.path.insert(0, str(REPO / "tests" / "support"))
+from stoker_testutil import client_for_users  # noqa: E402
+
 USER = "stkbench"
+CLIENT_ENV = {}  # the binding's copy every user can load (client_for_users)
 PYTHON = "/usr/bin/python3"
 
 CLIENT = r"""
@@ -58,8 +62,7 @@ def cpu_seconds(pid):
 
 
 def client(user, sock, dataset, batch, size, daemon_pid=None):
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO / "client" / "python"), "STOKER_BUILD": str(BUILD),
-           "HOME": "/"}
+    env = dict(CLIENT_ENV)
     cmd = [PYTHON, "-c", CLIENT, json.dumps({"socket": sock, "dataset": dataset, "batch": batch, "size": size})]
     if user != "root":
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups"] + cmd
@@ -143,6 +146,7 @@ def main():
     subprocess.run(["useradd", "--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin", USER],
                    check=True)
     try:
+        CLIENT_ENV.update(client_for_users(os.path.join(base, "client")))
         dataset = os.path.join(base, "ds")
         subprocess.run([sys.executable, str(REPO / "scripts" / "mkdataset.py"), dataset, "--classes", "8",
                         "--per-class", str(a.images // 8), "--min-side", "200", "--max-side", "400"],
