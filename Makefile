@@ -109,6 +109,8 @@ FAULT_BINS   += $(B)/tests/imgdecode
 FAULT_BINS   += $(B)/tests/pixelop
 # The transform pipeline outside the daemon, for tests/transforms/.
 FAULT_BINS   += $(B)/tests/tpipe
+# The batch ops' draws (tests/batchops/).
+FAULT_BINS   += $(B)/tests/batchmix
 
 LIB_SO       := $(B)/libstoker.so.$(SOVERSION)
 # The GPU tests' programs (tests/gpu/run.sh runs them on a GPU; `make`
@@ -268,6 +270,11 @@ $(B)/tests/imgdecode: tests/tools/imgdecode.c $(B)/libstokerd.a
 	$(call say,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 
+$(B)/tests/batchmix: tests/tools/batchmix.c $(B)/libstokerd.a
+	@mkdir -p $(dir $@)
+	$(call say,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
+
 $(B)/tests/pixelop: tests/tools/pixelop.c $(B)/libstokerd.a
 	@mkdir -p $(dir $@)
 	$(call say,CCLD,$@)
@@ -295,6 +302,7 @@ ifeq ($(SANITIZE),)
 	$(MAKE) --no-print-directory check-network
 	$(MAKE) --no-print-directory check-torch
 	$(MAKE) --no-print-directory check-transforms
+	$(MAKE) --no-print-directory check-batchops
 	$(MAKE) --no-print-directory check-detect-parity
 	$(MAKE) --no-print-directory check-ultralytics
 	$(MAKE) --no-print-directory check-sanitize
@@ -392,6 +400,15 @@ check-torch: all
 check-transforms: all
 	$(call pip_need,torch$(comma) torchvision$(comma) timm,torch torchvision timm)
 	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) -m pytest -q tests/transforms
+
+# The batch ops (MixUp / CutMix, torchvision's and timm's) and repeated
+# augmentation (tests/batchops/): mixed batches against the unmixed ones
+# mixed by the references' code, 100,000-draw distributions against
+# theirs, RASampler / RepeatAugSampler counts, resume.
+.PHONY: check-batchops
+check-batchops: all
+	$(call pip_need,torch$(comma) torchvision$(comma) timm,torch torchvision timm)
+	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) -m pytest -q tests/batchops
 
 # Ultralytics' trainer fed by stokerd (stoker.ultralytics): its batch dicts
 # against Ultralytics' own loader, and a short yolo11n training on the CPU.

@@ -64,6 +64,7 @@ struct stoker_opts {
 	Stoker__DetectOptions detect; /* attach.detect points here once set */
 	char split[64];
 	char device[16];   /* attach.device points here once set */
+	char batch_transform[STOKER_BATCH_TRANSFORM_MAX + 1]; /* attach.batch_transform points here once set */
 	int ordinal;       /* cuda:N; -1: cpu */
 	enum { PIN_NO, PIN_YES, PIN_TRY } pin;
 	/* aws_access_key_id, aws_secret_access_key, aws_session_token:
@@ -91,6 +92,9 @@ struct stoker {
 	bool detect;
 	uint64_t boxes_offset, label_errors;
 	uint64_t shapes_offset, ratio_pad_offset; /* 0: the daemon sends no metadata */
+	/* A batch op: soft targets [batch_size][soft_classes] and mix records; 0: none. */
+	uint64_t soft_offset, mix_offset;
+	uint32_t soft_classes;
 	/* Sample names: chunks of NAMES_CHUNK paths, joined to the data set's directory. */
 	struct names_chunk {
 		uint64_t first; /* UINT64_MAX: empty */
@@ -786,6 +790,7 @@ static int opt_set_pin(struct stoker_opts *o, const struct opt_key *k, const cha
 static int opt_set_resume(struct stoker_opts *o, const struct opt_key *k, const char *value);
 static int opt_set_split(struct stoker_opts *o, const struct opt_key *k, const char *value);
 static int opt_set_transforms(struct stoker_opts *o, const struct opt_key *k, const char *value);
+static int opt_set_batch_transform(struct stoker_opts *o, const struct opt_key *k, const char *value);
 
 static const struct opt_key opt_keys[] = {
 	KEY(batch_size, OPT_U32, batch_size, "u32"),
@@ -801,6 +806,10 @@ static const struct opt_key opt_keys[] = {
 	KEY(coordinated, OPT_BOOL, coordinated, "bool"),
 	KEY(dct_scaling, OPT_BOOL, dct_scaling, "bool"),
 	KEY(drop_last, OPT_BOOL, drop_last, "bool"),
+	CUSTOM(batch_transform, false, "text1024", opt_set_batch_transform),
+	KEY(aug_repeats, OPT_U32, aug_repeats, "u32"),
+	KEY(aug_selected_round, OPT_U32, aug_selected_round, "u32"),
+	KEY(aug_selected_ratio, OPT_U32, aug_selected_ratio, "u32"),
 	CUSTOM(device, false, "device", opt_set_device),
 	CUSTOM(pin_memory, false, "false|true|try", opt_set_pin),
 	KEY(dtype, OPT_CHOICE, dtype, "uint8|float32|float16"),
@@ -942,6 +951,16 @@ static int opt_set_transforms(struct stoker_opts *o, const struct opt_key *k, co
 	o->n_ops = n;
 	o->attach.transforms = ops;
 	o->attach.n_transforms = n;
+	return 0;
+}
+
+/* The daemon parses and checks it (daemon/pixels/batchmix.h). */
+static int opt_set_batch_transform(struct stoker_opts *o, const struct opt_key *k, const char *value)
+{
+	if (!value[0] || strlen(value) > STOKER_BATCH_TRANSFORM_MAX)
+		return -EINVAL;
+	snprintf(o->batch_transform, sizeof(o->batch_transform), "%s", value);
+	o->attach.batch_transform = o->batch_transform;
 	return 0;
 }
 
@@ -1090,6 +1109,13 @@ static int map_ring(struct stoker *s, const Stoker__Attached *at, int fd)
 	     at->ratio_pad_offset < at->shapes_offset + 16ull * at->batch_size || at->ratio_pad_offset > at->slot_bytes ||
 	     (at->slot_bytes - at->ratio_pad_offset) / 32 < at->batch_size))
 		return set_error(s, -EPROTO, "the daemon described an impossible metadata area");
+	if (at->soft_offset &&
+	    (at->soft_classes == 0 || at->soft_offset % 4 || at->mix_offset % 8 ||
+	     at->soft_offset < at->indices_offset + 8ull * at->batch_size || at->soft_offset > at->slot_bytes ||
+	     (at->slot_bytes - at->soft_offset) / (4ull * at->batch_size) < at->soft_classes ||
+	     at->mix_offset < at->soft_offset + 4ull * at->batch_size * at->soft_classes ||
+	     at->mix_offset > at->slot_bytes || (at->slot_bytes - at->mix_offset) / 40 < at->batch_size))
+		return set_error(s, -EPROTO, "the daemon described an impossible soft-target area");
 	/* A ring that could shrink under us would turn reads into SIGBUS. */
 	seals = fcntl(fd, F_GET_SEALS);
 	if (seals < 0 || !(seals & F_SEAL_SHRINK) || fstat(fd, &st) < 0 || (uint64_t)st.st_size < at->ring_bytes)
@@ -1261,6 +1287,9 @@ STOKER_API int stoker_attach(struct stoker *s, const char *dataset, const struct
 	s->max_boxes = at->max_boxes;
 	s->shapes_offset = s->detect ? at->shapes_offset : 0;
 	s->ratio_pad_offset = s->detect ? at->ratio_pad_offset : 0;
+	s->soft_offset = s->detect ? 0 : at->soft_offset;
+	s->mix_offset = s->soft_offset ? at->mix_offset : 0;
+	s->soft_classes = s->soft_offset ? at->soft_classes : 0;
 	s->label_errors = at->label_errors;
 	if (at->n_class_names) {
 		s->class_names = calloc(at->n_class_names, sizeof(*s->class_names));
@@ -1559,6 +1588,22 @@ STOKER_API const float *stoker_batch_boxes(const struct stoker_batch *b, uint32_
 	if (count)
 		*count = b->boxes;
 	return (const float *)(slot_base(b) + b->s->boxes_offset);
+}
+
+STOKER_API const float *stoker_batch_soft_labels(const struct stoker_batch *b, uint32_t *classes)
+{
+	if (!b || !b->s->soft_offset)
+		return NULL;
+	if (classes)
+		*classes = b->s->soft_classes;
+	return (const float *)(slot_base(b) + b->s->soft_offset);
+}
+
+STOKER_API const void *stoker_batch_mix(const struct stoker_batch *b)
+{
+	if (!b || !b->s->mix_offset)
+		return NULL;
+	return slot_base(b) + b->s->mix_offset;
 }
 
 STOKER_API const int32_t *stoker_batch_shapes(const struct stoker_batch *b)

@@ -254,6 +254,17 @@ const float *stoker_batch_boxes(const struct stoker_batch *b, uint32_t *count);
 const int32_t *stoker_batch_shapes(const struct stoker_batch *b);
 const double *stoker_batch_ratio_pad(const struct stoker_batch *b);
 /*
+ * With a batch op (option batch_transform: MixUp / CutMix / RandomChoice of
+ * them, or timm.Mixup; docs/transforms.md): the batch's float32 soft
+ * targets [count][*classes] (the hard labels stay in stoker_batch_labels),
+ * and per sample a 40-byte record of what it got (float64 lam, float64
+ * lam_drawn, int32 partner, kind (0 none, 1 mixup, 2 cutmix), x1, y1, x2,
+ * y2). NULL without a batch op.
+ */
+#define STOKER_BATCH_TRANSFORM_MAX 1024
+const float *stoker_batch_soft_labels(const struct stoker_batch *b, uint32_t *classes);
+const void *stoker_batch_mix(const struct stoker_batch *b);
+/*
  * Rectangular batches (option rect=true, with transform=letterbox,
  * shuffle=false; stride (32) and pad (0.5) as Ultralytics' validator):
  * the data set in aspect-ratio order, each batch letterboxed to its own

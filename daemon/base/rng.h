@@ -16,6 +16,7 @@ enum rng_purpose {
 	RNG_PERMUTATION = 1, /* the epoch's order (index unused) */
 	RNG_AUGMENT = 2,     /* crop, flip and other per-sample draws */
 	RNG_REPLACE = 3,     /* choosing a stand-in for an unreadable sample */
+	RNG_BATCHMIX = 4,    /* a batch op's draws (index: batch * world_size + rank) */
 };
 
 struct rng {

@@ -16,6 +16,7 @@
 
 #include "access.h"
 #include "attach.h"
+#include "batchmix.h"
 #include "cudadrv.h"
 #include "daemon.h"
 #include "dataset.h"
@@ -63,6 +64,9 @@ struct attach_request {
 	char device[32];
 	uint8_t uuid[GPU_UUID_BYTES];
 	bool has_uuid;
+	/* The batch op, parsed (attach_validate checked it). */
+	struct batchmix mix;
+	bool has_mix;
 	struct dataset *result;
 	int err;
 	char errbuf[512];
@@ -226,6 +230,41 @@ static int validate_device(const Stoker__Attach *a, char *errbuf, size_t errlen)
 	return 0;
 }
 
+/* The batch op's text and repeated augmentation: classification on the
+ * host only (a device batch's float output is made on the GPU from uint8). */
+static int validate_batch_ops(const Stoker__Attach *a, char *errbuf, size_t errlen)
+{
+	bool on_device = a->device && strcmp(a->device, "cpu") != 0;
+
+	if (a->batch_transform) {
+		struct batchmix m;
+
+		if (a->task != STOKER__TASK__CLASSIFY) {
+			set_err(errbuf, errlen, "batch_transform is for task classify");
+			return -EINVAL;
+		}
+		if (on_device && a->dtype != STOKER__DTYPE__UINT8) {
+			set_err(errbuf, errlen,
+				"batch_transform with a device and a float dtype is not built (the GPU makes the floats "
+				"after the host ring's uint8); use dtype uint8 or device cpu");
+			return -EINVAL;
+		}
+		if (batchmix_parse(a->batch_transform, &m, errbuf, errlen) < 0)
+			return -EINVAL;
+	}
+	if (a->aug_repeats > 1) {
+		if (a->task != STOKER__TASK__CLASSIFY || a->shard_order) {
+			set_err(errbuf, errlen, "aug_repeats is for task classify in sample order");
+			return -EINVAL;
+		}
+		if (a->aug_repeats > PLAN_MAX_REPEATS) {
+			set_err(errbuf, errlen, "aug_repeats %u is over %u", a->aug_repeats, PLAN_MAX_REPEATS);
+			return -EINVAL;
+		}
+	}
+	return 0;
+}
+
 int attach_validate(const Stoker__Attach *a, const struct attach_limits *lim, char *errbuf, size_t errlen)
 {
 	if (a->n_transforms && a->task != STOKER__TASK__CLASSIFY) {
@@ -291,6 +330,9 @@ int attach_validate(const Stoker__Attach *a, const struct attach_limits *lim, ch
 	r = validate_device(a, errbuf, errlen);
 	if (r < 0)
 		return r;
+	r = validate_batch_ops(a, errbuf, errlen);
+	if (r < 0)
+		return r;
 	if (!a->dataset || !a->dataset[0] || strlen(a->dataset) >= PATH_MAX) {
 		set_err(errbuf, errlen, "no data set path given");
 		return -EINVAL;
@@ -345,6 +387,17 @@ int attach_slot_layout(const struct slot_request *r, struct slot_layout *out)
 		ok = ok && align_up(end, 64, &end);
 		l.ratio_pad_offset = end;
 		ok = ok && area_end(end, r->batch_size, 4 * sizeof(double), &end);
+	}
+	if (r->soft_classes) {
+		ok = ok && align_up(end, 64, &end);
+		l.soft_offset = end;
+		ok = ok && area_end(end, (uint64_t)r->batch_size * r->soft_classes, sizeof(float), &end);
+		ok = ok && align_up(end, 64, &end);
+		l.mix_offset = end;
+		ok = ok && area_end(end, r->batch_size, sizeof(struct batchmix_rec), &end);
+		ok = ok && align_up(end, 64, &end);
+		l.mix_scratch_offset = end;
+		ok = ok && area_end(end, 1, sample, &end);
 	}
 	ok = ok && align_up(end, r->page_size, &l.slot_bytes);
 	/* The batch the client holds, plus those ready ahead. */
@@ -494,6 +547,11 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 		.shuffle = a->shuffle,
 		.drop_last = a->drop_last,
 	};
+	if (a->aug_repeats > 1) {
+		s->plan.repeats = a->aug_repeats;
+		s->plan.selected_round = a->aug_selected_round;
+		s->plan.selected_ratio = a->aug_selected_ratio;
+	}
 	if (a->shard_order) {
 		s->plan.shard_starts = ds->shards->starts;
 		s->plan.shards = ds->shards->n;
@@ -532,6 +590,14 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	s->boxes_offset = lay->boxes_offset;
 	s->shapes_offset = lay->shapes_offset;
 	s->ratio_pad_offset = lay->ratio_pad_offset;
+	if (req->has_mix) {
+		s->mix = req->mix;
+		s->has_mix = true;
+		s->mix_classes = batchmix_classes(&req->mix, ds->num_classes);
+		s->soft_offset = lay->soft_offset;
+		s->mix_offset = lay->mix_offset;
+		s->mix_scratch_offset = lay->mix_scratch_offset;
+	}
 	if (lay->fit_bytes) {
 		/* Populated now, as rings are, so workers take no first-touch faults. */
 		void *m = mmap(NULL, lay->fit_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
@@ -570,6 +636,13 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	s->pins = calloc(slots, sizeof(*s->pins));
 	s->jobs = calloc(slots, sizeof(*s->jobs));
 	s->job_orders = calloc((size_t)slots * a->batch_size, sizeof(*s->job_orders));
+	if (s->plan.repeats > 1) {
+		s->job_copies = calloc((size_t)slots * a->batch_size, sizeof(*s->job_copies));
+		if (!s->job_copies) {
+			conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory for the copy numbers");
+			goto fail;
+		}
+	}
 	if (ds->remote) {
 		s->fetches = calloc((size_t)slots * a->batch_size, sizeof(*s->fetches));
 		for (uint32_t i = 0; s->fetches && s->jobs && i < slots; i++)
@@ -676,6 +749,15 @@ static void attach_start(struct conn *c, struct attach_request *req, struct data
 		spec->std[ch] = a->n_std == 3 ? a->std[ch] : imagenet_std[ch];
 	}
 	req->rect_side = req->rect ? (uint32_t)rect_max_side(a->image_size, req->stride, req->pad) : 0;
+	if (req->has_mix) {
+		char why[256];
+
+		if (batchmix_check(&req->mix, a->batch_size, a->image_size, a->image_size, ds->num_classes, spec->dtype,
+				   why, sizeof(why)) < 0) {
+			conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "%s", why);
+			goto fail;
+		}
+	}
 	sr = (struct slot_request){
 		.batch_size = a->batch_size,
 		.image_size = a->image_size,
@@ -684,6 +766,7 @@ static void attach_start(struct conn *c, struct attach_request *req, struct data
 		.detect = a->task == STOKER__TASK__DETECT,
 		.max_boxes = req->max_boxes,
 		.mosaic = a->task == STOKER__TASK__DETECT && a->transform != STOKER__TRANSFORM__LETTERBOX,
+		.soft_classes = req->has_mix ? batchmix_classes(&req->mix, ds->num_classes) : 0,
 		.prefetch = a->prefetch ? a->prefetch : d->cfg.prefetch,
 		.page_size = (size_t)sysconf(_SC_PAGESIZE),
 	};
@@ -1058,6 +1141,12 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 	if (req->has_uuid)
 		memcpy(req->uuid, a->device_uuid.data, GPU_UUID_BYTES);
 	req->params.device = NULL;
+	if (a->batch_transform) {
+		char reason[256];
+
+		req->has_mix = batchmix_parse(a->batch_transform, &req->mix, reason, sizeof(reason)) == 0;
+		req->params.batch_transform = NULL;
+	}
 	req->params.has_device_uuid = false;
 	req->params.device_uuid = (ProtobufCBinaryData){0, NULL};
 	snprintf(req->path, sizeof(req->path), "%s", real);

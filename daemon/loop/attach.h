@@ -59,6 +59,7 @@ struct slot_request {
 	bool detect;             /* boxes, shapes and ratio_pad follow the indices */
 	uint32_t max_boxes;      /* detect: rows per image */
 	bool mosaic;             /* detect's training transform: partner images per slot */
+	uint32_t soft_classes;   /* a batch op: float soft targets per sample, its records and one image of scratch */
 	uint32_t prefetch;       /* batches ready ahead: slots = prefetch + 1 */
 	size_t page_size;        /* slots are page aligned */
 };
@@ -70,6 +71,9 @@ struct slot_layout {
 	size_t boxes_offset;                  /* detect: float[max_boxes][DETECT_BOX_FLOATS] per image */
 	size_t shapes_offset;                 /* detect: int32[4] per image */
 	size_t ratio_pad_offset;              /* detect: double[4] per image */
+	size_t soft_offset;                   /* batch op: float[soft_classes] per image */
+	size_t mix_offset;                    /* batch op: struct batchmix_rec per image */
+	size_t mix_scratch_offset;            /* batch op: one image's bytes */
 	uint64_t slot_bytes;                  /* page aligned */
 	uint32_t slots;
 	uint64_t ring_bytes; /* slots x slot_bytes */
@@ -77,7 +81,8 @@ struct slot_layout {
 };
 
 /* Images, then labels and indices, each 64-byte aligned; for detect the
- * boxes, shapes and ratio_pad areas after them, 64-byte aligned; the slot
+ * boxes, shapes and ratio_pad areas after them, 64-byte aligned; for a batch
+ * op the soft targets, mix records and scratch image; the slot
  * rounded up to the page. 0, or -EOVERFLOW (*out untouched) if a size
  * does not fit 64 bits, or -EINVAL for a zero batch, image size or page. */
 int attach_slot_layout(const struct slot_request *r, struct slot_layout *out);

@@ -14,6 +14,8 @@ int plan_validate(const struct plan_spec *s)
 		return -EINVAL;
 	if (s->fixed && (s->shuffle || s->drop_last || s->shard_starts))
 		return -EINVAL;
+	if (s->repeats > 1 && (s->fixed || s->shard_starts || s->repeats > PLAN_MAX_REPEATS))
+		return -EINVAL;
 	if (plan_batches_per_epoch(s) == 0)
 		return -EINVAL;
 	return 0;
@@ -37,10 +39,42 @@ void plan_fixed_range(const struct plan_spec *s, uint64_t *first, uint64_t *end)
 	*end = (start + mine) * unit < n ? (start + mine) * unit : n;
 }
 
+static bool repeated(const struct plan_spec *s)
+{
+	return s->repeats > 1;
+}
+
+/* RASampler / RepeatAugSampler: num_samples and num_selected_samples. */
+static uint64_t repeat_selected(const struct plan_spec *s)
+{
+	uint64_t n = s->samples, w = s->world_size, ratio = s->selected_ratio ? s->selected_ratio : w, sel;
+	uint64_t num = (n * s->repeats + w - 1) / w;
+
+	/* timm's rule; RASampler's is the first branch always (0 for N < 256) */
+	if (s->selected_round && n >= s->selected_round)
+		sel = n / s->selected_round * s->selected_round / ratio; /* floor of a non-negative quotient */
+	else
+		sel = (n + ratio - 1) / ratio;
+	/* indices[:num_selected] of num_samples */
+	return sel < num ? sel : num;
+}
+
+uint32_t plan_copy(const struct plan_spec *s, uint64_t k)
+{
+	uint64_t span;
+
+	if (!repeated(s))
+		return 0;
+	span = s->samples * s->repeats;
+	return (uint32_t)((s->rank + k * s->world_size) % span % s->repeats);
+}
+
 uint64_t plan_samples_per_epoch(const struct plan_spec *s)
 {
 	uint64_t first, end;
 
+	if (repeated(s))
+		return repeat_selected(s);
 	if (!s->fixed)
 		return plan_total(s) / s->world_size;
 	plan_fixed_range(s, &first, &end);
@@ -144,7 +178,8 @@ static int shard_order(const struct plan_spec *s, uint64_t epoch, uint64_t mine,
 
 int plan_epoch_order(const struct plan_spec *s, uint64_t epoch, uint64_t **out)
 {
-	uint64_t n = s->samples, total = plan_total(s), mine = total / s->world_size;
+	uint64_t n = s->samples, total = plan_total(s);
+	uint64_t mine = repeated(s) ? repeat_selected(s) : total / s->world_size;
 	uint64_t *order, *result;
 
 	if (s->fixed) {
@@ -181,6 +216,17 @@ int plan_epoch_order(const struct plan_spec *s, uint64_t epoch, uint64_t **out)
 		return -ENOMEM;
 	}
 	permutation(s, epoch, 0, order, n);
+	if (repeated(s)) {
+		/* position q of the repeated, padded sequence holds
+		 * order[(q mod N*repeats) / repeats] */
+		uint64_t span = n * s->repeats;
+
+		for (uint64_t k = 0; k < mine; k++)
+			result[k] = order[(s->rank + k * s->world_size) % span / s->repeats];
+		free(order);
+		*out = result;
+		return 0;
+	}
 	for (uint64_t k = 0; k < mine; k++)
 		result[k] = order[(s->rank + k * s->world_size) % n];
 	free(order);

@@ -19,6 +19,17 @@
  * for the buffer), so any worker count gives the same order, and the ranks
  * together still cover the data set exactly once (padding aside).
  *
+ * Repeated augmentation (repeats > 1; torchvision's RASampler, timm's
+ * RepeatAugSampler): the order (permuted if shuffle) with each index
+ * repeated `repeats` times in a row, padded from its start to
+ * total = ceil(N * repeats / W) * W, rank r taking positions r, r+W, ...,
+ * and only the first `selected` of them: floor(N // round * round / ratio)
+ * (round = selected_round, default 256; ratio = selected_ratio, 0: W), or
+ * ceil(N / ratio) when round is 0 or above N (timm's rule; RASampler
+ * selects none below 256 samples), at most ceil(N * repeats / W). The copy number of a position (its
+ * place in its run of repeats) keys the per-sample stream, so each copy is
+ * augmented differently. Not with shard order or a fixed order.
+ *
  * Or, with a `fixed` order (rectangular detection batches), Ultralytics'
  * ContiguousDistributedSampler: that order cut into batches (of one sample
  * when batch_size covers the data set), rank r taking a contiguous run of
@@ -30,6 +41,9 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+
+/* Most copies of a sample aug_repeats may ask. */
+#define PLAN_MAX_REPEATS 64u
 
 struct plan_spec {
 	uint64_t samples; /* N, the data set's size */
@@ -43,6 +57,9 @@ struct plan_spec {
 	uint32_t shards;
 	uint32_t shuffle_buffer; /* samples; 0 or 1: none */
 	const uint64_t *fixed; /* [samples] the order, or NULL; not owned */
+	uint32_t repeats;        /* 0 or 1: none */
+	uint32_t selected_round; /* repeats: RepeatAugSampler's selected_round */
+	uint32_t selected_ratio; /* repeats: its selected_ratio; 0: world_size */
 };
 
 /* -EINVAL for an impossible spec (world_size 0, rank >= world_size, ...). */
@@ -54,6 +71,10 @@ uint64_t plan_batches_per_epoch(const struct plan_spec *s);
 void plan_fixed_range(const struct plan_spec *s, uint64_t *first, uint64_t *end);
 /* Samples in batch b (batch_size, or fewer for the last). */
 uint32_t plan_batch_count(const struct plan_spec *s, uint64_t b);
+
+/* Repeated augmentation: the copy number (0 .. repeats-1) of this rank's
+ * k-th sample of an epoch; 0 without repeats. */
+uint32_t plan_copy(const struct plan_spec *s, uint64_t k);
 
 /* This rank's ordered indices for `epoch` (malloc'd, plan_samples_per_epoch
  * of them). */

@@ -135,6 +135,7 @@ void session_free(struct session *s)
 	free(s->fetches);
 	free(s->jobs);
 	free(s->job_orders);
+	free(s->job_copies);
 	free(s->order);
 	free(s->dataset_name);
 	free(s->readable);
@@ -194,7 +195,10 @@ static bool same_group(const struct session *a, const struct session *b)
 	       p->shuffle_buffer == q->shuffle_buffer && x->kind == y->kind && x->image_size == y->image_size &&
 	       x->dtype == y->dtype && x->dct_scaling == y->dct_scaling && !memcmp(x->mean, y->mean, sizeof(x->mean)) &&
 	       !memcmp(x->std, y->std, sizeof(x->std)) && a->epoch == b->epoch && !a->tpipe == !b->tpipe &&
-	       (!a->tpipe || !strcmp(a->tpipe_text, b->tpipe_text));
+	       (!a->tpipe || !strcmp(a->tpipe_text, b->tpipe_text)) && p->repeats == q->repeats &&
+	       p->selected_round == q->selected_round && p->selected_ratio == q->selected_ratio &&
+	       a->has_mix == b->has_mix && (!a->has_mix || (batchmix_equal(&a->mix, &b->mix) &&
+							   a->mix_classes == b->mix_classes));
 }
 
 /* Does o's `slot` hold, or is it filling, batch b of o's current epoch? */
@@ -252,6 +256,24 @@ static void job_prepare(struct session *s, uint32_t slot, uint64_t b)
 	job->images = base;
 	job->labels = (int64_t *)(base + s->labels_offset);
 	job->indices = (int64_t *)(base + s->indices_offset);
+	job->mix = NULL;
+	if (s->has_mix) {
+		job->mix = &s->mix;
+		job->mix_key = b * s->plan.world_size + s->plan.rank;
+		job->mix_w = job->mix_h = s->spec.image_size;
+		job->mix_classes = s->mix_classes;
+		job->soft = (float *)(base + s->soft_offset);
+		job->mix_recs = (struct batchmix_rec *)(base + s->mix_offset);
+		job->mix_scratch = base + s->mix_scratch_offset;
+	}
+	job->copies = NULL;
+	if (s->job_copies) {
+		uint32_t *copies = s->job_copies + (size_t)slot * s->plan.batch_size;
+
+		for (uint32_t i = 0; i < job->count; i++)
+			copies[i] = plan_copy(&s->plan, b * s->plan.batch_size + i);
+		job->copies = copies;
+	}
 	job->owner = s;
 	job->copy_from = NULL;
 	job->source_owner = NULL;
@@ -527,6 +549,12 @@ void session_announce(struct session *s, int fd)
 	at.epoch = s->attach_epoch;
 	at.has_dtype = true;
 	at.dtype = (Stoker__DType)s->out_dtype;
+	if (s->has_mix) {
+		at.has_soft_offset = at.has_soft_classes = at.has_mix_offset = true;
+		at.soft_offset = s->soft_offset;
+		at.soft_classes = s->mix_classes;
+		at.mix_offset = s->mix_offset;
+	}
 	if (ds->shards) {
 		at.has_shards = true;
 		at.shards = ds->shards->n;

@@ -67,6 +67,12 @@ struct session {
 	size_t boxes_offset;
 	enum fit_resample resample;
 	size_t shapes_offset, ratio_pad_offset; /* per-image metadata in each slot */
+	/* A batch op (batchmix.h): its soft targets, records and scratch in each slot. */
+	bool has_mix;
+	struct batchmix mix;
+	uint32_t mix_classes;
+	size_t soft_offset, mix_offset, mix_scratch_offset;
+	uint32_t *job_copies; /* [slot_count][batch_size] with aug_repeats, else NULL */
 	/* Rectangular batches: the data set in aspect-ratio order (the plan's
 	 * fixed order) and each of this rank's batches' height and width. */
 	bool rect;

@@ -430,7 +430,8 @@ static int produce_one(struct worker *w, struct batch_job *job, uint32_t pos, ui
 		return -EACCES;
 	if (dataset_is_bad(ds, index))
 		return -EBADMSG;
-	rng_init(&rng, job->seed, job->epoch, index, RNG_AUGMENT);
+	/* A repeated sample's copies each draw from their own stream. */
+	rng_init(&rng, job->seed, job->epoch, index + (job->copies ? job->copies[pos] * ds->count : 0), RNG_AUGMENT);
 	if (job->tpipe)
 		return produce_pipeline(w, job, pos, index, &rng, dst);
 	/* The decoded tier holds images at a DCT reduction: a transform without
@@ -471,6 +472,15 @@ static void produce_sample(struct worker *w, struct batch_job *job, uint32_t pos
 		memcpy(dst, job->copy_from + (size_t)pos * image_bytes, image_bytes);
 		memcpy(&job->labels[pos], job->copy_from + labels_off + pos * sizeof(int64_t), sizeof(int64_t));
 		memcpy(&job->indices[pos], job->copy_from + indices_off + pos * sizeof(int64_t), sizeof(int64_t));
+		if (job->mix) {
+			size_t soft_off = (size_t)((uint8_t *)job->soft - job->images);
+			size_t recs_off = (size_t)((uint8_t *)job->mix_recs - job->images);
+			size_t row = (size_t)job->mix_classes * sizeof(float);
+
+			memcpy((uint8_t *)job->soft + pos * row, job->copy_from + soft_off + pos * row, row);
+			memcpy(&job->mix_recs[pos], job->copy_from + recs_off + pos * sizeof(struct batchmix_rec),
+			       sizeof(struct batchmix_rec));
+		}
 		atomic_fetch_add_explicit(&w->counters[COUNTER_SAMPLES_COPIED], 1, memory_order_relaxed);
 		return;
 	}
@@ -531,6 +541,18 @@ static void pack_boxes(struct batch_job *job)
 	job->box_count = (uint32_t)at;
 }
 
+/* Classification's batch op, once every sample is in place (not for a
+ * copy: its source was mixed). */
+static void mix_batch(struct batch_job *job)
+{
+	struct rng rng;
+
+	rng_init(&rng, job->seed, job->epoch, job->mix_key, RNG_BATCHMIX);
+	batchmix_draw(job->mix, &rng, job->count, job->mix_w, job->mix_h, job->mix_recs);
+	batchmix_apply(job->mix, job->mix_recs, job->count, job->images, job->spec.dtype, job->mix_w, job->mix_h,
+		       job->labels, job->mix_classes, job->soft, job->mix_scratch);
+}
+
 static void job_finish(struct pool *p, struct batch_job *job)
 {
 	struct batch_job *head = atomic_load_explicit(&p->done_head, memory_order_relaxed);
@@ -578,6 +600,9 @@ static void *worker_main(void *arg)
 		if (atomic_fetch_sub_explicit(&t.job->remaining, 1, memory_order_acq_rel) == 1) {
 			if (t.job->detect && !atomic_load_explicit(&t.job->cancelled, memory_order_relaxed))
 				pack_boxes(t.job);
+			if (t.job->mix && !t.job->copy_from &&
+			    !atomic_load_explicit(&t.job->cancelled, memory_order_relaxed))
+				mix_batch(t.job);
 			job_finish(p, t.job);
 		}
 	}

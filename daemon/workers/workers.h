@@ -19,6 +19,7 @@
 
 #include "augment.h"
 #include "pipeline.h"
+#include "batchmix.h"
 #include "cache.h"
 #include "detect.h"
 #include "fetch.h"
@@ -103,6 +104,20 @@ struct batch_job {
 	enum fit_resample resample;
 	int32_t *shapes;    /* [count][4] in the slot: detect_meta.shape */
 	double *ratio_pad;  /* [count][4] in the slot: detect_meta.ratio_pad */
+	/* Classification's batch op (batchmix.h), or NULL: the worker that
+	 * finishes the job draws from the stream (seed, epoch, mix_key,
+	 * RNG_BATCHMIX), mixes the images in place (mix_w x mix_h, spec.dtype)
+	 * and writes mix_recs[count] and soft[count][mix_classes]; a copy job
+	 * copies them. mix_scratch holds one image. */
+	const struct batchmix *mix;
+	uint64_t mix_key;
+	uint32_t mix_w, mix_h, mix_classes;
+	struct batchmix_rec *mix_recs;
+	float *soft;
+	void *mix_scratch;
+	/* Repeated augmentation: [count] each sample's copy number (its
+	 * per-sample stream is keyed by index + copy * N), or NULL: all 0. */
+	const uint32_t *copies;
 	/* Remote data sets: [count] fetched bytes (NULL for local files). */
 	struct sample_fetch *fetches;
 	atomic_uint fetch_pending;     /* fetches not yet finished (+1 while starting) */

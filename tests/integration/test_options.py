@@ -23,6 +23,7 @@ GOOD = {
     "device": ["cpu", "cuda:0", "cuda:1023"],
     "token": [TOKEN, TOKEN + " order=shards shuffle_buffer=1000", TOKEN + " rect=1 stride=32 pad=0.5"],
     "text": ["val", "x" * 63],
+    "text1024": ["MixUp(alpha=0.2)", "x" * 1024],
 }
 BAD = {
     "u32": ["4294967296", "-1", "+1", "", "1x", "0x10"],
@@ -34,6 +35,7 @@ BAD = {
     "device": ["gpu", "cuda:", "cuda:-1", "cuda:1024", "cuda:01", "CPU", ""],
     "token": ["garbage", TOKEN.replace("world_size=2", "world_size=0"), TOKEN + " trailing", ""],
     "text": ["", "x" * 64],
+    "text1024": ["", "x" * 1025],
 }
 
 

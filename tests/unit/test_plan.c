@@ -117,12 +117,55 @@ static void test_invalid(void **state)
 	assert_int_equal(plan_validate(&s), -22);
 }
 
+/* Repeated augmentation, unshuffled: RepeatAugSampler(num_repeats=3) on 10
+ * samples and 4 ranks (num_samples 8, selected ceil(10/4) = 3 below the
+ * selected_round): rank r takes positions r, r+4, r+8 of
+ * 0,0,0,1,1,1,...,9,9,9 (padded from its start); copy numbers are the
+ * positions' places in their runs. */
+static void test_repeats(void **state)
+{
+	static const uint64_t want[4][3] = {{0, 1, 2}, {0, 1, 3}, {0, 2, 3}, {1, 2, 3}};
+	static const uint32_t copies[4][3] = {{0, 1, 2}, {1, 2, 0}, {2, 0, 1}, {0, 1, 2}};
+	uint64_t *o;
+
+	(void)state;
+	for (uint32_t r = 0; r < 4; r++) {
+		struct plan_spec s = spec(10, r, 4, 2, false, false);
+
+		s.repeats = 3;
+		s.selected_round = 256;
+		assert_int_equal(plan_validate(&s), 0);
+		assert_int_equal(plan_samples_per_epoch(&s), 3);
+		assert_int_equal(plan_batches_per_epoch(&s), 2);
+		assert_int_equal(plan_epoch_order(&s, 0, &o), 0);
+		for (uint64_t k = 0; k < 3; k++) {
+			assert_int_equal(o[k], want[r][k]);
+			assert_int_equal(plan_copy(&s, k), copies[r][k]);
+		}
+		free(o);
+		/* selected_round at or below N: floor(N // round * round / ratio) */
+		s.selected_round = 4;
+		assert_int_equal(plan_samples_per_epoch(&s), 2);
+		/* never more than the rank's num_samples, ceil(10 * 3 / 4) */
+		s.selected_round = 0;
+		s.selected_ratio = 1;
+		assert_int_equal(plan_samples_per_epoch(&s), 8);
+	}
+	/* not with a fixed order or beyond the bound */
+	{
+		struct plan_spec s = spec(10, 0, 1, 2, false, false);
+
+		s.repeats = PLAN_MAX_REPEATS + 1;
+		assert_int_equal(plan_validate(&s), -22);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_unshuffled_single_rank), cmocka_unit_test(test_ranks_partition),
 		cmocka_unit_test(test_padding_like_torch),     cmocka_unit_test(test_shuffle_deterministic),
-		cmocka_unit_test(test_invalid),
+		cmocka_unit_test(test_invalid),                cmocka_unit_test(test_repeats),
 	};
 	return cmocka_run_group_tests_name("plan", tests, NULL, NULL);
 }

@@ -34,7 +34,8 @@ import numpy as np
 from . import _userd
 
 __all__ = ["Loader", "Batch", "DeviceArray", "StokerError", "stats", "metrics", "config", "set_config", "reload", "drain",
-           "library_version", "load_library", "launcher_rank", "option_keys", "transforms_text"]
+           "library_version", "load_library", "launcher_rank", "option_keys", "transforms_text",
+           "MIX_DTYPE"]
 
 _ERR_NO_LIBRARY = ("libstoker not found (install the stoker wheel or Debian's libstoker0, or set STOKER_LIB, "
                    "or STOKER_BUILD to a build directory)")
@@ -107,6 +108,8 @@ def _declare(lib):
         "stoker_batch_boxes": (ctypes.c_void_p, [P, ctypes.POINTER(ctypes.c_uint32)]),
         "stoker_batch_shapes": (ctypes.c_void_p, [P]),
         "stoker_batch_ratio_pad": (ctypes.c_void_p, [P]),
+        "stoker_batch_soft_labels": (ctypes.c_void_p, [P, ctypes.POINTER(ctypes.c_uint32)]),
+        "stoker_batch_mix": (ctypes.c_void_p, [P]),
         "stoker_sample_path": (ctypes.c_int, [P, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t]),
         "stoker_task": (ctypes.c_int, [P]),
         "stoker_label_errors": (ctypes.c_uint64, [P]),
@@ -219,6 +222,11 @@ def _view(addr, shape, dtype, readonly=True):
     return arr
 
 
+def _mix_view(addr, count):
+    """The batch's mix records (MIX_DTYPE [count]), read-only."""
+    return _view(addr, (count * MIX_DTYPE.itemsize,), np.uint8).view(MIX_DTYPE)
+
+
 class DeviceArray:
     """A batch's images in GPU memory (Loader(device="cuda:N")), exposed with
     __cuda_array_interface__ (version 3): `torch.as_tensor(images,
@@ -264,12 +272,18 @@ class Batch:
     h, w; load_image's resized h, w) and .ratio_pad float64 [B, 4]
     (ratio h, ratio w, pad left, pad top: Ultralytics' ratio_pad is
     ((r[0], r[1]), (r[2], r[3]))). Rectangular batches (rect=True) have
-    each their own image height and width. Valid until the loader takes
-    the next batch."""
+    each their own image height and width. With a batch op
+    (batch_transform=: MixUp / CutMix), .soft_labels float32 [B, classes]
+    holds the mixed soft targets (unpacking gives `images, soft_labels`;
+    .labels keeps the hard ones) and .mix what each sample got (MIX_DTYPE
+    records: lam, lam_drawn, partner, kind, x1, y1, x2, y2). Valid until
+    the loader takes the next batch."""
 
-    __slots__ = ("images", "labels", "indices", "epoch", "index", "replaced", "boxes", "shapes", "ratio_pad")
+    __slots__ = ("images", "labels", "indices", "epoch", "index", "replaced", "boxes", "shapes", "ratio_pad",
+                 "soft_labels", "mix")
 
-    def __init__(self, images, labels, indices, epoch, index, replaced, boxes=None, shapes=None, ratio_pad=None):
+    def __init__(self, images, labels, indices, epoch, index, replaced, boxes=None, shapes=None, ratio_pad=None,
+                 soft_labels=None, mix=None):
         self.images = images
         self.labels = labels
         self.indices = indices
@@ -279,10 +293,13 @@ class Batch:
         self.boxes = boxes
         self.shapes = shapes
         self.ratio_pad = ratio_pad
+        self.soft_labels = soft_labels
+        self.mix = mix
 
     def __iter__(self):
         yield self.images
-        yield self.labels if self.boxes is None else self.boxes
+        yield (self.boxes if self.boxes is not None else
+               self.soft_labels if self.soft_labels is not None else self.labels)
 
     def __len__(self):
         return len(self.labels)
@@ -291,6 +308,11 @@ class Batch:
         return (f"<stoker.Batch epoch={self.epoch} index={self.index} "
                 f"shape={tuple(self.images.shape)} replaced={self.replaced}>")
 
+
+# A batch op's record per sample (stoker.h stoker_batch_mix): kind 0 none,
+# 1 mixup, 2 cutmix; the box [x1, x2) x [y1, y2).
+MIX_DTYPE = np.dtype([("lam", "<f8"), ("lam_drawn", "<f8"), ("partner", "<i4"), ("kind", "<i4"),
+                      ("x1", "<i4"), ("y1", "<i4"), ("x2", "<i4"), ("y2", "<i4")])
 
 # enum stoker_dtype -> numpy; uint8 is HWC, the float types CHW.
 _DTYPES = {0: np.uint8, 1: np.float32, 2: np.float16}
@@ -301,7 +323,8 @@ class _BatchMemory:
     shapes and numpy dtypes, for whichever framework wraps them."""
 
     __slots__ = ("count", "images", "image_shape", "image_dtype", "labels", "label_dtype", "indices",
-                 "boxes", "box_rows", "shapes", "ratio_pad", "epoch", "index", "replaced", "device", "stream")
+                 "boxes", "box_rows", "shapes", "ratio_pad", "epoch", "index", "replaced", "device", "stream",
+                 "soft", "soft_classes", "mix")
 
     def __init__(self, b, device=-1, stream=0):
         n = int(_lib.stoker_batch_count(b))
@@ -324,6 +347,10 @@ class _BatchMemory:
         # Detection's per-image metadata: int32 [count, 4] and float64 [count, 4].
         self.shapes = _lib.stoker_batch_shapes(b) or None
         self.ratio_pad = _lib.stoker_batch_ratio_pad(b) or None
+        classes = ctypes.c_uint32()
+        self.soft = _lib.stoker_batch_soft_labels(b, ctypes.byref(classes)) or None
+        self.soft_classes = int(classes.value)
+        self.mix = _lib.stoker_batch_mix(b) or None
         self.epoch = int(_lib.stoker_batch_epoch(b))
         self.index = int(_lib.stoker_batch_index(b))
         self.replaced = int(_lib.stoker_batch_replaced(b))
@@ -473,7 +500,8 @@ class Loader:
                  world_size=None, transform=None, shuffle=None, drop_last=False,
                  epoch=0, prefetch=0, timeout=None, dtype=None, mean=None, std=None,
                  coordinated=False, task="classify", order="samples", shuffle_buffer=1000, dct_scaling=None,
-                 device="cpu", pin_memory=False, stream=None, auto_start=None, transforms=None, **detect):
+                 device="cpu", pin_memory=False, stream=None, auto_start=None, transforms=None,
+                 batch_transform=None, aug_repeats=0, aug_selected_round=256, aug_selected_ratio=0, **detect):
         """device: "cpu" or "cuda:N": with a GPU, .images is a DeviceArray in
         that GPU's memory (labels, indices and boxes stay numpy; docs/gpu.md).
         stream: the CUstream handle (int) on which each batch's release is
@@ -499,7 +527,16 @@ class Loader:
         timm's transforms into it (stoker.transforms).
         auto_start: with no system daemon and no STOKER_SOCKET, start this
         user's own stokerd on this node if none runs (None: unless
-        STOKER_AUTOSTART=0; README "Without root")."""
+        STOKER_AUTOSTART=0; README "Without root").
+        batch_transform: a batch op after the per-sample transforms, as
+        ("MixUp", {"alpha": 0.2, "num_classes": 10}), ("CutMix", {...}),
+        ("RandomChoice", {"transforms": [...], "p": [...]}) or
+        ("timm.Mixup", {...}), or a list of one (stoker.batch_transforms;
+        docs/transforms.md): batches then carry .soft_labels.
+        aug_repeats: repeated augmentation (torchvision's RASampler, timm's
+        RepeatAugSampler with selected_round=aug_selected_round and
+        selected_ratio=aug_selected_ratio, 0: world_size), each copy
+        augmented differently."""
         self._h = None
         self._stream = int(stream or 0)
         self._batch = None
@@ -551,6 +588,12 @@ class Loader:
         if dct_scaling is not None:  # None: the transform's default
             opts["dct_scaling"] = bool(dct_scaling)
         opts.update((k, v) for k, v in detect.items() if v is not None)
+        if batch_transform is not None:
+            from . import batch_transforms
+            opts["batch_transform"] = batch_transforms.to_text(batch_transform)
+        if aug_repeats and aug_repeats > 1:
+            opts.update(aug_repeats=int(aug_repeats), aug_selected_round=int(aug_selected_round),
+                        aug_selected_ratio=int(aug_selected_ratio))
         if pin_memory:
             self._pin_context()
         opts.update(_s3_credentials(self.dataset))
@@ -749,6 +792,8 @@ class Loader:
             boxes=None if mem.boxes is None else _view(mem.boxes, (mem.box_rows, 6), np.float32),
             shapes=None if mem.shapes is None else _view(mem.shapes, (mem.count, 4), np.int32),
             ratio_pad=None if mem.ratio_pad is None else _view(mem.ratio_pad, (mem.count, 4), np.float64),
+            soft_labels=None if mem.soft is None else _view(mem.soft, (mem.count, mem.soft_classes), np.float32),
+            mix=None if mem.mix is None else _mix_view(mem.mix, mem.count),
             images=(DeviceArray(mem.images, mem.image_shape, mem.image_dtype, mem.device, mem.stream)
                     if mem.device >= 0 else _view(mem.images, mem.image_shape, mem.image_dtype)),
             labels=_view(mem.labels, (mem.count,), mem.label_dtype),

@@ -85,12 +85,18 @@ class Batch(tuple):
     (detection: int32 [B, 4] and float64 [B, 4], Ultralytics' per-image
     metadata, see stoker.Batch), .indices (int64 [B], the samples
     delivered), .epoch, .index (batch number in the epoch), .replaced
-    (unreadable samples replaced). Valid until the next batch."""
+    (unreadable samples replaced). With a batch op (batch_transform=),
+    the second element is .soft_labels (float32 [B, classes], the mixed soft
+    targets) and .mix the numpy records of what each sample got. Valid until
+    the next batch."""
 
-    def __new__(cls, images, labels, indices, epoch, index, replaced, boxes=None, shapes=None, ratio_pad=None):
-        self = super().__new__(cls, (images, labels if boxes is None else boxes))
+    def __new__(cls, images, labels, indices, epoch, index, replaced, boxes=None, shapes=None, ratio_pad=None,
+                soft_labels=None, mix=None):
+        second = boxes if boxes is not None else soft_labels if soft_labels is not None else labels
+        self = super().__new__(cls, (images, second))
         self.images, self.labels, self.indices, self.boxes = images, labels, indices, boxes
         self.shapes, self.ratio_pad = shapes, ratio_pad
+        self.soft_labels, self.mix = soft_labels, mix
         self.epoch, self.index, self.replaced = epoch, index, replaced
         return self
 
@@ -112,13 +118,21 @@ class Loader(_core.Loader):
 
     _launcher_rank = staticmethod(distributed_rank)
 
-    def __init__(self, dataset, *args, transform=None, **kwargs):
+    def __init__(self, dataset, *args, transform=None, batch_transform=None, **kwargs):
+        """transform: a torchvision (v2 or v1) Compose or timm's
+        create_transform result, translated (stoker.transforms).
+        batch_transform: torchvision.transforms.v2's MixUp / CutMix /
+        RandomChoice of them, timm's Mixup, or stoker's framework-free form
+        (stoker.batch_transforms); anything else raises ValueError."""
         if transform is not None and not isinstance(transform, str):
             from stoker.transforms import translate
             if kwargs.get("transforms") is not None:
                 raise TypeError("transform and transforms both given")
             kwargs["transforms"], transform = translate(transform), None
-        super().__init__(dataset, *args, transform=transform, **kwargs)
+        if batch_transform is not None:
+            from stoker import batch_transforms
+            batch_transform = batch_transforms.from_object(batch_transform)
+        super().__init__(dataset, *args, transform=transform, batch_transform=batch_transform, **kwargs)
 
     def _pin_context(self):
         # pin_memory pins in the current context: torch's, on its current
@@ -143,9 +157,11 @@ class Loader(_core.Loader):
         boxes = None if mem.boxes is None else _tensor(mem.boxes, (mem.box_rows, 6), np.float32)
         shapes = None if mem.shapes is None else _tensor(mem.shapes, (mem.count, 4), np.int32)
         ratio_pad = None if mem.ratio_pad is None else _tensor(mem.ratio_pad, (mem.count, 4), np.float64)
+        soft = None if mem.soft is None else _tensor(mem.soft, (mem.count, mem.soft_classes), np.float32)
+        mix = None if mem.mix is None else _core._mix_view(mem.mix, mem.count)
         return Batch(images=images, labels=labels, indices=_tensor(mem.indices, (mem.count,), np.int64),
                      epoch=mem.epoch, index=mem.index, replaced=mem.replaced, boxes=boxes, shapes=shapes,
-                     ratio_pad=ratio_pad)
+                     ratio_pad=ratio_pad, soft_labels=soft, mix=mix)
 
     def __repr__(self):
         return "<stoker.torch" + super().__repr__()[len("<stoker"):]
