@@ -24,6 +24,7 @@ GOOD = {
     "token": [TOKEN, TOKEN + " order=shards shuffle_buffer=1000", TOKEN + " rect=1 stride=32 pad=0.5"],
     "text": ["val", "x" * 63],
     "text1024": ["MixUp(alpha=0.2)", "x" * 1024],
+    "pipeline": ["RandomHorizontalFlip(p=0.5)", "RandomResizedCrop(size=176); RandomHorizontalFlip()"],
 }
 BAD = {
     "u32": ["4294967296", "-1", "+1", "", "1x", "0x10"],
@@ -36,6 +37,7 @@ BAD = {
     "token": ["garbage", TOKEN.replace("world_size=2", "world_size=0"), TOKEN + " trailing", ""],
     "text": ["", "x" * 64],
     "text1024": ["", "x" * 1025],
+    "pipeline": ["", "Bogus(", "x" * 5000],
 }
 
 
