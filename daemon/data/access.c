@@ -118,7 +118,9 @@ static void *access_thread(void *p)
 	struct access_call *c = p;
 
 	c->r = become(c->id);
-	if (c->r == 0)
+	if (c->r < 0)
+		c->r = -ENOTSUP; /* not the client's fault: the daemon cannot check */
+	else
 		c->r = c->fn(c->arg);
 	return NULL;
 }
@@ -181,6 +183,11 @@ int access_realpath(const struct access_id *id, const char *path, char real[PATH
 	if (r == -EACCES || r == -EPERM) {
 		set_err(errbuf, errlen, "data set %s: permission denied to uid %u (the client's own permissions decide)",
 			path, (unsigned)id->uid);
+		return -EACCES;
+	}
+	if (r == -ENOTSUP) {
+		set_err(errbuf, errlen, "data set %s: stokerd cannot check what uid %u may read (it lacks CAP_SETUID and "
+			"CAP_SETGID), so it serves no other user's attach", path, (unsigned)id->uid);
 		return -EACCES;
 	}
 	if (r < 0) {

@@ -51,7 +51,7 @@ static inline bool access_id_is_root(const struct access_id *id)
 
 /*
  * Run fn(arg) on a new thread holding id's file-system identity and no
- * effective capability, and wait for it. fn's result, or -EPERM when the
+ * effective capability, and wait for it. fn's result, or -ENOTSUP when the
  * daemon cannot take the identity (it lacks CAP_SETUID/CAP_SETGID), or
  * -errno from the thread's creation. For a root id, fn runs with the
  * daemon's own credentials.

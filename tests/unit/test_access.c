@@ -189,6 +189,42 @@ static void test_capable_daemon_lends_nothing(void **state)
 	dataset_unref(ds);
 }
 
+/* A daemon without those capabilities (a user's own stokerd): its own uid
+ * is checked, any other is refused with the reason, never served. */
+static int as_plain_daemon(void)
+{
+	struct access_id other = {.uid = NOBODY, .gid = NOBODY};
+	struct access_id self = {.uid = DAEMON, .gid = NOBODY}; /* a primary group it does not hold */
+	char path[512], real[PATH_MAX], err[512];
+
+	if (setgroups(0, NULL) < 0 || setresgid(DAEMON, DAEMON, DAEMON) < 0 || setresuid(DAEMON, DAEMON, DAEMON) < 0)
+		return 10;
+	snprintf(path, sizeof(path), "%s/ds", root);
+	if (access_realpath(&other, path, real, err, sizeof(err)) != -EACCES || !strstr(err, "CAP_SETUID"))
+		return 11;
+	return access_realpath(&self, path, real, err, sizeof(err)) == 0 ? 0 : 12;
+}
+
+static void test_plain_daemon_refuses_others(void **state)
+{
+	struct dataset *ds;
+	pid_t pid;
+	int status;
+
+	(void)state;
+	if (geteuid() != 0)
+		skip();
+	ds = make_tree();
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(as_plain_daemon());
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	dataset_unref(ds);
+}
+
 static void test_realpath_refused(void **state)
 {
 	struct access_id nobody = {.uid = NOBODY, .gid = NOBODY};
@@ -254,6 +290,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_map_as_client, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_realpath_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_capable_daemon_lends_nothing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_plain_daemon_refuses_others, setup, teardown),
 		cmocka_unit_test(test_map_helpers),
 	};
 
