@@ -838,6 +838,8 @@ static const struct opt_key opt_keys[] = {
 	DKEY(rect, OPT_BOOL, "bool"),
 	DKEY(stride, OPT_U32, "u32"),
 	DKEY(pad, OPT_DOUBLE, "number"),
+	DKEY(fraction, OPT_DOUBLE, "number"),
+	DKEY(images, OPT_U64, "u64"),
 	DKEY(resample, OPT_CHOICE, "default|antialias|cv2"),
 	CUSTOM(split, true, "text", opt_set_split),
 };

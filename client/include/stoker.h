@@ -226,7 +226,11 @@ int stoker_pinned(const struct stoker *s);
  * hyper-parameters by name (hsv_h hsv_s hsv_v degrees translate scale
  * shear perspective flipud fliplr mosaic mixup), close_mosaic and epochs
  * (mosaic and mixup stop for epochs >= epochs - close_mosaic), max_boxes
- * per image (default 1000), rect, stride, pad, resample (below). Images
+ * per image (default 1000), rect, stride, pad, resample (below);
+ * fraction (> 0) or images: Ultralytics' fraction, only the data set's
+ * first max(1, round(N * fraction)) images (round half to even), or its
+ * first `images` (Ultralytics' integer fraction); the session's data set is
+ * that prefix (its order, rect batches, stand-ins, dataset_samples). Images
  * are uint8 [count, size, size, 3] (rect: each batch's own height and
  * width); the labels array holds each image's box count.
  */

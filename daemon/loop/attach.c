@@ -49,6 +49,8 @@ struct attach_request {
 	struct detect_params detect;
 	uint32_t close_mosaic, max_boxes;
 	uint64_t train_epochs;
+	double fraction;  /* Ultralytics' fraction: the first images ... */
+	uint64_t images;  /* ... or this many of them (0: by fraction) */
 	char split[64];
 	bool rect;
 	uint32_t stride;
@@ -195,6 +197,14 @@ static int validate_task(const Stoker__Attach *a, char *errbuf, size_t errlen)
 			set_err(errbuf, errlen, "rect %s", no);
 			return -EINVAL;
 		}
+	}
+	if (o && o->has_fraction && !(o->fraction > 0 && isfinite(o->fraction))) {
+		set_err(errbuf, errlen, "fraction %g is not a number above 0 (1: the whole data set)", o->fraction);
+		return -EINVAL;
+	}
+	if (o && (o->has_images || (o->has_fraction && o->fraction < 1)) && a->shard_order) {
+		set_err(errbuf, errlen, "fraction takes the data set's first images: not with order=shards");
+		return -EINVAL;
 	}
 	if (o && o->split && (!o->split[0] || strlen(o->split) > ATTACH_MAX_SPLIT_LEN || strchr(o->split, '/'))) {
 		set_err(errbuf, errlen, "split '%.40s' is not a data.yaml key",
@@ -538,8 +548,9 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 		return;
 	}
 	snprintf(s->device, sizeof(s->device), "%s", req->device);
+	s->samples = session_samples(ds->count, req->fraction, req->images);
 	s->plan = (struct plan_spec){
-		.samples = ds->count,
+		.samples = s->samples,
 		.seed = a->seed,
 		.rank = a->rank,
 		.world_size = a->world_size,
@@ -572,7 +583,7 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	}
 	if (s->rect) {
 		/* The plan's order: the data set by aspect ratio, fixed. */
-		if (rect_order(ds->sizes, ds->count, &s->rect_order) < 0) {
+		if (rect_order(ds->sizes, s->samples, &s->rect_order) < 0) {
 			conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory for the rect order");
 			goto fail;
 		}
@@ -582,7 +593,7 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT,
 				"data set %s has %llu samples: with world_size %u, batch_size %u and drop_last, rank %u "
 				"gets no batch",
-				ds->root, (unsigned long long)ds->count, a->world_size, a->batch_size, a->rank);
+				ds->root, (unsigned long long)s->samples, a->world_size, a->batch_size, a->rank);
 		goto fail;
 	}
 	s->labels_offset = lay->labels_offset;
@@ -672,7 +683,7 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 		plan_fixed_range(&s->plan, &first, &end);
 		for (uint64_t b = 0; b < s->batches_per_epoch; b++) {
 			uint64_t g = (first + b * a->batch_size) / a->batch_size * a->batch_size;
-			uint64_t last = g + a->batch_size < ds->count ? g + a->batch_size - 1 : ds->count - 1;
+			uint64_t last = g + a->batch_size < s->samples ? g + a->batch_size - 1 : s->samples - 1;
 
 			rect_batch_shape(ds->sizes, s->rect_order, g, last, a->image_size, req->stride, req->pad,
 					 &s->rect_hw[2 * b], &s->rect_hw[2 * b + 1]);
@@ -725,10 +736,12 @@ static void attach_start(struct conn *c, struct attach_request *req, struct data
 				"shard order needs a data set of tar shards; %s is loose files", ds->root);
 		goto fail;
 	}
-	if (a->expect_samples && a->expect_samples != ds->count) {
+	if (a->expect_samples &&
+	    a->expect_samples != session_samples(ds->count, req->fraction, req->images)) {
 		conn_send_error(c, STOKER__ERROR_CODE__FAILED_PRECONDITION,
 				"cannot resume: the checkpoint was taken on %llu samples, %s now has %llu",
-				(unsigned long long)a->expect_samples, ds->root, (unsigned long long)ds->count);
+				(unsigned long long)a->expect_samples, ds->root,
+				(unsigned long long)session_samples(ds->count, req->fraction, req->images));
 		goto fail;
 	}
 	spec->kind = a->transform == STOKER__TRANSFORM__CENTER_CROP ? TRANSFORM_CENTER_CROP
@@ -1150,6 +1163,7 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 	req->params.has_device_uuid = false;
 	req->params.device_uuid = (ProtobufCBinaryData){0, NULL};
 	snprintf(req->path, sizeof(req->path), "%s", real);
+	req->fraction = 1.0;
 	if (a->task == STOKER__TASK__DETECT) {
 		const Stoker__DetectOptions *o = a->detect;
 
@@ -1157,6 +1171,8 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 		req->close_mosaic = o ? o->close_mosaic : 10;
 		req->train_epochs = o ? o->epochs : 0;
 		req->max_boxes = o && o->has_max_boxes ? o->max_boxes : ATTACH_DEFAULT_MAX_BOXES;
+		req->fraction = o ? o->fraction : 1.0;
+		req->images = o ? o->images : 0;
 		snprintf(req->split, sizeof(req->split), "%s", o && o->split ? o->split : "train");
 		req->rect = o && o->rect;
 		req->stride = o ? o->stride : 32;

@@ -105,6 +105,20 @@ bool session_on_device(const struct session *s)
 	return strcmp(s->device, "cpu") != 0;
 }
 
+uint64_t session_samples(uint64_t n, double fraction, uint64_t images)
+{
+	double k;
+
+	if (images)
+		return images < n ? images : n;
+	if (!(fraction < 1))
+		return n;
+	k = nearbyint((double)n * fraction); /* round half to even, as Python's round() */
+	if (k < 1)
+		return n ? 1 : 0;
+	return k < (double)n ? (uint64_t)k : n;
+}
+
 static int device_send_ring(struct session *s);
 
 void session_free(struct session *s)
@@ -241,6 +255,7 @@ static void job_prepare(struct session *s, uint32_t slot, uint64_t b)
 	uint8_t *base = ring_slot(s->ring, slot);
 
 	job->ds = s->ds;
+	job->samples = s->samples;
 	job->spec = s->spec;
 	job->tpipe = s->tpipe;
 	job->seed = s->plan.seed;
@@ -537,7 +552,7 @@ void session_announce(struct session *s, int fd)
 	at.slot_count = s->ring->slot_count;
 	at.slot_bytes = s->ring->slot_bytes;
 	at.ring_bytes = s->ring->bytes;
-	at.dataset_samples = ds->count;
+	at.dataset_samples = s->samples;
 	at.num_classes = ds->num_classes;
 	at.samples_per_epoch = plan_samples_per_epoch(&s->plan);
 	at.batches_per_epoch = s->batches_per_epoch;
@@ -904,12 +919,12 @@ void session_handle_names(struct conn *c, const Stoker__NamesRequest *m)
 		return;
 	}
 	ds = s->ds;
-	if (m->first >= ds->count) {
+	if (m->first >= s->samples) {
 		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "sample %llu is past the data set's %llu",
-				(unsigned long long)m->first, (unsigned long long)ds->count);
+				(unsigned long long)m->first, (unsigned long long)s->samples);
 		return;
 	}
-	left = ds->count - m->first;
+	left = s->samples - m->first;
 	/* Bounded reply: at least one name, then while they fit. */
 	while (n < m->count && n < left && n < SESSION_NAMES_MAX_COUNT) {
 		/* A file the client may not read has no name for it (access.h). */

@@ -53,6 +53,7 @@ struct session {
 	struct dataset *ds;
 	struct ring *ring;
 	struct plan_spec plan;
+	uint64_t samples; /* the data set's first samples this session uses (fraction) */
 	struct transform_spec spec;
 	/* Classification: the client's transform pipeline (Attach.transforms), or NULL. */
 	struct tpipe *tpipe;
@@ -136,6 +137,10 @@ struct dataset *datasets_find(struct daemon *d, const char *key);
 int datasets_add(struct daemon *d, struct dataset *ds);
 void datasets_put(struct daemon *d, struct dataset *ds);
 /* Everything a session holds; NULL is fine. */
+/* The samples a session uses: the data set's first `images` of its n (if
+ * not 0), else Ultralytics' max(1, round(n * fraction)) (Python's round:
+ * half to even), n at most. */
+uint64_t session_samples(uint64_t n, double fraction, uint64_t images);
 void session_free(struct session *s);
 bool session_on_device(const struct session *s);
 /* An epoch may start at any batch up to its end; else the client is told. */

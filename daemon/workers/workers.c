@@ -462,7 +462,7 @@ static void produce_sample(struct worker *w, struct batch_job *job, uint32_t pos
 	/* detection batches may be rectangular: their own shape */
 	size_t image_bytes = job->detect ? (size_t)job->out_w * job->out_h * 3 : transform_output_bytes(&job->spec);
 	uint8_t *dst = job->images + (size_t)pos * image_bytes;
-	uint64_t index = job->order[pos], n = job->ds->count, candidate = index;
+	uint64_t index = job->order[pos], n = job->samples ? job->samples : job->ds->count, candidate = index;
 
 	if (job->copy_from) {
 		/* Same layout as ours: labels and indices at the same offsets. */

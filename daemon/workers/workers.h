@@ -70,6 +70,7 @@ struct sample_fetch {
  * before submission and only read by workers. */
 struct batch_job {
 	struct dataset *ds;
+	uint64_t samples; /* the data set's first samples the session uses: stand-ins come from them */
 	struct transform_spec spec;
 	const struct tpipe *tpipe; /* classification: the client's pipeline (pipeline.h), or NULL: spec */
 	uint64_t seed, epoch, batch_index;

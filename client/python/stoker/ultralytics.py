@@ -48,6 +48,44 @@ _SAME_NAME = ("mosaic", "mixup", "degrees", "translate", "scale", "shear", "pers
 # Ultralytics augmentations stoker does not make: refused when switched on,
 # rather than silently training on other data.
 _NOT_BUILT = ("cutmix", "copy_paste", "bgr")
+# Tasks whose labels and transforms stoker does not make yet (docs/ultralytics.md).
+_TASKS_NOT_BUILT = {
+    "segment": "segment polygons and masks are not built yet (stoker reads boxes only)",
+    "pose": "pose keypoints (kpt_shape, flip_idx) are not built yet (stoker reads boxes only)",
+    "obb": "oriented boxes (xywhr) are not built yet (stoker reads axis-aligned boxes only)",
+}
+
+
+def split_fraction(args, data, mode="train"):
+    """The share of a split Ultralytics' build_yolo_dataset takes: a ratio
+    (float) or an image count (int) of the split's first images (sorted
+    paths), as its get_split_fraction resolves `fraction` (a scalar: the
+    train split only; a list: [train, val, test]); 1.0: all."""
+    if data.get("complete"):  # Ultralytics: already limited when downloaded
+        return 1.0
+    split = "train" if mode == "train" else (getattr(args, "split", None) or "val")
+    fraction = getattr(args, "fraction", 1.0)
+    if fraction is None:
+        return 1.0
+    try:
+        from ultralytics.data.utils import get_split_fraction
+    except ImportError:  # older Ultralytics: a float ratio of the training set
+        return float(fraction) if split == "train" else 1.0
+    return get_split_fraction(fraction, split)
+
+
+def _fraction_options(fraction):
+    """stoker's options for a resolved fraction: images=N for a count,
+    fraction=f for a ratio, none for the whole split."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+        raise ValueError(f"fraction={fraction!r}: a ratio or an image count")
+    if isinstance(fraction, int):
+        if fraction < 1:
+            raise ValueError(f"fraction={fraction}: an image count must be at least 1")
+        return {"images": fraction}
+    if not fraction > 0:
+        raise ValueError(f"fraction={fraction}: a ratio above 0")
+    return {} if fraction >= 1 else {"fraction": float(fraction)}
 
 
 def loader_options(args, mode="train", epochs=None):
@@ -55,14 +93,15 @@ def loader_options(args, mode="train", epochs=None):
     (imgsz, seed, workers and, for mode "train", the augmentation
     hyper-parameters, close_mosaic and `epochs`); ValueError for settings
     stoker cannot honour."""
+    task = getattr(args, "task", "detect") or "detect"
+    if task != "detect":
+        why = _TASKS_NOT_BUILT.get(task, "stoker.ultralytics serves task=detect")
+        raise ValueError(f"stoker does not build task={task}: {why}; train with Ultralytics' own loader")
     bad = [f"{k}={getattr(args, k)}" for k in _NOT_BUILT if getattr(args, k, 0)]
     if getattr(args, "augmentations", None):
         bad.append("augmentations (Albumentations)")
     if mode == "train" and args.rect:
         bad.append("rect=True for training")
-    fraction = getattr(args, "fraction", 1.0)
-    if fraction not in (1, 1.0, None):
-        bad.append(f"fraction={fraction}")
     if bad:
         raise ValueError(f"stoker does not build {', '.join(bad)}: unset it, or train with Ultralytics' own loader")
     imgsz = args.imgsz
@@ -109,8 +148,9 @@ class _Dataset:
     they are read. close_mosaic() is what the trainer calls to close the
     mosaic."""
 
-    def __init__(self, loader, path, args, data, stride):
+    def __init__(self, loader, path, args, data, stride, fraction=1.0):
         self._loader = loader
+        self._fraction = fraction
         self._path, self._args, self._data, self._stride = path, args, data, stride
         self._labels = None
         self._im_files = None
@@ -131,7 +171,7 @@ class _Dataset:
             ds = YOLODataset(img_path=self._path, imgsz=a.imgsz, augment=False, hyp=copy.copy(a), rect=False,
                              cache=False, single_cls=a.single_cls or False, stride=self._stride, pad=0.0,
                              prefix=colorstr("labels: "), task="detect", classes=a.classes, data=self._data,
-                             fraction=1.0)
+                             fraction=self._fraction)
             self._labels = ds.labels
         return self._labels
 
@@ -164,8 +204,10 @@ class YOLOLoader:
         # else this process's share, the rank and world size of
         # torch.distributed (what DistributedSampler takes), as stoker.torch finds them.
         whole = {"rank": 0, "world_size": 1} if rank == -1 else {}
+        # fraction: the split's first images, as Ultralytics' build_yolo_dataset takes them.
+        self._fraction = split_fraction(args, data, mode)
         self._opts = dict(loader_options(args, mode, epochs), socket=socket, timeout=timeout,
-                          batch_size=int(batch_size), **whole)
+                          batch_size=int(batch_size), **whole, **_fraction_options(self._fraction))
         self._rect = mode == "val" and rect
         if self._rect:
             self._opts.update(rect=True, stride=int(stride), pad=0.5)
@@ -188,7 +230,7 @@ class YOLOLoader:
         self.batch_size = min(int(batch_size), self._stoker.dataset_samples)
         self.drop_last = False
         self.num_workers = 0  # no loader processes: stokerd's workers do the work
-        self.dataset = _Dataset(self, self._path, args, data, stride)
+        self.dataset = _Dataset(self, self._path, args, data, stride, self._fraction)
         self.sampler = _Sampler(self)
         LOGGER.info(f"{colorstr(mode + ':')} stoker: {self._stoker.dataset_samples} images of {self._path}, "
                     f"{len(self)} batches of {self.batch_size} per epoch for this rank "
