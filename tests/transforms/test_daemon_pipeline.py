@@ -135,3 +135,19 @@ def test_intermediate_images_are_bounded(daemon, small):
     assert stoker.stats(socket=d.socket)["decode_errors"] >= 12
     with stoker.Loader(small, socket=d.socket, batch_size=4, transforms=[("CenterCrop", {"size": 8})]) as ld:
         assert next(iter(ld)).images.shape == (4, 8, 8, 3)
+
+
+def test_decoded_cache_tier(daemon, small):
+    """With the decoded tier on: a RandomResizedCrop-first pipeline with DCT
+    scaling reads the tier's images (the same pixels cold and warm); one that
+    needs PIL's pixels (dct_scaling off, or a CenterCrop first) reads the
+    files, as center_crop does: equal to a daemon without the cache."""
+    c = daemon(extra=["--set", "cache_bytes=64M", "--set", "cache_decoded_side=64"])
+    plain = daemon()
+    rrc = [("RandomResizedCrop", {"size": 48}), ("RandomHorizontalFlip", {})]
+    cold, warm = (epoch_images(c, small, transforms=rrc)[1] for _ in range(2))
+    np.testing.assert_array_equal(cold, warm)
+    for ops, kw in [(rrc, {"dct_scaling": False}), ([("Resize", {"size": 64}), ("CenterCrop", {"size": 56})], {})]:
+        for _ in range(2):
+            got = epoch_images(c, small, transforms=ops, **kw)[1]
+            np.testing.assert_array_equal(got, epoch_images(plain, small, transforms=ops, **kw)[1])
