@@ -50,8 +50,9 @@ void color_lut(struct rgb_image *im, const uint8_t lut[3][256]);
 void color_gaussian_weights(unsigned n, double sigma, float *w);
 /* torchvision's gaussian_blur(im, [kx, ky], [sx, sy]) as its PIL path runs
  * it (to a tensor, the float kernel, rounded back). tmp holds
- * color_gaussian_floats(width, height, kx) floats. kx, ky odd, at most 2 * min(w, h) - 1 as
- * reflect padding allows (the caller clamps: torch refuses larger). */
+ * color_gaussian_floats(width, height, kx) floats. kx, ky odd, up to 255; a kernel
+ * wider than reflect padding allows (torch refuses one: half of it >= the side) reflects
+ * again at the far edge rather than failing the sample. */
 static inline size_t color_gaussian_floats(uint32_t w, uint32_t h, unsigned kx)
 {
 	return (size_t)w * 3 * (h + 2) + 3 * (size_t)(kx / 2) * 2;
