@@ -130,6 +130,17 @@ static int bilinear(const struct rgb_image *in, double xin, double yin, uint8_t 
 	y = floor_i(yin);
 	dx = xin - x;
 	dy = yin - y;
+	if (x >= 0 && x + 1 < w && y >= 0 && y + 1 < h) {
+		/* inside: no clipping, the same arithmetic */
+		const uint8_t *r0 = in->px + (size_t)y * in->stride + 3 * (size_t)x, *r1 = r0 + in->stride;
+
+		for (int b = 0; b < 3; b++) {
+			double v1 = r0[b] + (r0[3 + b] - r0[b]) * dx, v2 = r1[b] + (r1[3 + b] - r1[b]) * dx;
+
+			o[b] = (uint8_t)(v1 + (v2 - v1) * dy);
+		}
+		return 1;
+	}
 	x0 = xclip(x, w) * 3;
 	x1 = xclip(x + 1, w) * 3;
 	for (int b = 0; b < 3; b++) {
