@@ -113,8 +113,10 @@ int stoker_opts_set(struct stoker_opts *o, const char *key, const char *value);
  * ("detect", or "" for every task) and its kind: "u32", "u64", "bool",
  * "number" (finite), "float3" (three comma-separated numbers; "float3>0":
  * each positive), "device" (cpu or cuda:N), "token" (a stoker_checkpoint()
- * token), "text", or the values it takes separated by '|'. Out-parameters
- * may be NULL; the strings are static. 0, or -ENOENT past the last key. */
+ * token), "pipeline" (transforms' text), "text" (1..63 characters),
+ * "text1024" (1..1024 characters), or the values it takes separated by '|'.
+ * Out-parameters may be NULL; the strings are static. 0, or -ENOENT past
+ * the last key. */
 int stoker_opts_key(size_t i, const char **name, const char **task, const char **kind);
 
 /* Attach to a data set (ImageFolder directory or `path label` list file, as

@@ -24,7 +24,9 @@ GOOD = {
     "token": [TOKEN, TOKEN + " order=shards shuffle_buffer=1000", TOKEN + " rect=1 stride=32 pad=0.5"],
     "text": ["val", "x" * 63],
     "text1024": ["MixUp(alpha=0.2)", "x" * 1024],
-    "pipeline": ["RandomHorizontalFlip(p=0.5)", "RandomResizedCrop(size=176); RandomHorizontalFlip()"],
+    "pipeline": ["RandomHorizontalFlip(p=0.5)", "RandomResizedCrop(size=176); RandomHorizontalFlip()",
+                 "Resize(size=256)", "RandomResizedCrop(size=176, scale=(0.08, 1)); RandomHorizontalFlip(p=0.5)",
+                 'RandomErasing(p=0.1, value="random")', "; ".join(["Resize(size=1)"] * 32)],
 }
 BAD = {
     "u32": ["4294967296", "-1", "+1", "", "1x", "0x10"],
@@ -37,7 +39,8 @@ BAD = {
     "token": ["garbage", TOKEN.replace("world_size=2", "world_size=0"), TOKEN + " trailing", ""],
     "text": ["", "x" * 64],
     "text1024": ["", "x" * 1025],
-    "pipeline": ["", "Bogus(", "x" * 5000],
+    "pipeline": ["", "Bogus(", "x" * 5000, ";", "(", "Resize(size=", "Resize size=1", "Resize(=1)",
+                 'Resize(size="x)', "; ".join(["Resize(size=1)"] * 33)],
 }
 
 
