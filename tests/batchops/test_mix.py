@@ -27,6 +27,8 @@ def pairs(dataset, sock, op, **kw):
     """(unmixed, mixed) batches of the same seed: images, labels, and the
     mixed one's soft labels and records, as copies."""
     opts = dict(SMALL, socket=sock, **kw)
+    if "transforms" in kw:
+        opts.pop("image_size")  # the pipeline's output size
     out = []
     with stoker.Loader(dataset, **opts) as a, stoker.Loader(dataset, batch_transform=op, **opts) as b:
         for x, y in zip(a, b):
@@ -331,3 +333,25 @@ def test_timm_elem_draws_match_params_per_elem(mode):
     if mode == "pair":
         g = got.reshape(-1, count)
         assert np.array_equal(g[:, :8]["lam"], g[:, ::-1][:, :8]["lam"])  # a pair shares its draw
+
+
+RECIPE = [("RandomResizedCrop", {"size": 32}), ("RandomHorizontalFlip", {"p": 0.5}),
+          ("TrivialAugmentWide", {}), ("ToDtype", {"dtype": "float32", "scale": True}),
+          ("Normalize", {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}),
+          ("RandomErasing", {"p": 0.1})]
+
+
+def test_recipe_pipeline_then_batch_op_equals_reference(daemon, dataset):
+    """torchvision's ResNet-50 v2 recipe: the per-sample pipeline (issue 19's),
+    then RandomChoice(MixUp, CutMix) and repeated augmentation: each mixed
+    batch is the same pipeline's unmixed batch mixed by torchvision."""
+    d = daemon()
+    op = ("RandomChoice", {"transforms": [("MixUp", {"alpha": 0.2}), ("CutMix", {"alpha": 1.0})]})
+    got = pairs(dataset, d.socket, op, transforms=RECIPE, aug_repeats=4, aug_selected_round=0)
+    for unmixed, labels, mixed, soft, mix in got:
+        assert unmixed.dtype == np.float32
+        rec = mix[0]
+        ref_images, ref_soft = tv_reference(int(rec["kind"]), 0.2 if rec["kind"] == 1 else 1.0, unmixed, labels,
+                                            rec)
+        check_pixels(mixed, ref_images.numpy(), "float32")
+        assert np.array_equal(soft, ref_soft.numpy())

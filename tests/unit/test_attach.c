@@ -334,6 +334,31 @@ static void test_layout_classify(void **state)
 	assert_int_equal(l.slots, 1);
 }
 
+/* A batch op: soft targets, mix records and one scratch image after the
+ * indices, each 64-byte aligned, overflow-checked like the rest. */
+static void test_layout_soft_targets(void **state)
+{
+	struct slot_request r = {.batch_size = 8, .image_size = 32, .dtype = DTYPE_FLOAT32, .soft_classes = 1000,
+				 .prefetch = 1, .page_size = 4096};
+	struct slot_layout l;
+	uint64_t image = 32ull * 32 * 3 * 4;
+
+	(void)state;
+	assert_int_equal(attach_slot_layout(&r, &l), 0);
+	assert_int_equal(l.labels_offset, 8 * image);
+	assert_int_equal(l.soft_offset, l.indices_offset + 64);
+	assert_int_equal(l.mix_offset, l.soft_offset + 8 * 1000 * 4);
+	assert_int_equal(l.mix_scratch_offset, l.mix_offset + 8 * 40); /* 320: a multiple of 64 */
+	assert_true(l.slot_bytes >= l.mix_scratch_offset + image && l.slot_bytes % 4096 == 0);
+	r.soft_classes = 0;
+	assert_int_equal(attach_slot_layout(&r, &l), 0);
+	assert_int_equal(l.soft_offset, 0);
+	assert_int_equal(l.mix_offset, 0);
+	r = (struct slot_request){.batch_size = UINT32_MAX, .image_size = 1, .soft_classes = UINT32_MAX,
+				  .prefetch = 0, .page_size = 4096};
+	assert_int_equal(attach_slot_layout(&r, &l), -EOVERFLOW);
+}
+
 static void test_layout_device(void **state)
 {
 	struct slot_request r = {.batch_size = 32, .image_size = 224, .prefetch = 3, .page_size = 4096};
@@ -440,6 +465,7 @@ int main(void)
 		cmocka_unit_test(test_limits_refused),
 		cmocka_unit_test(test_layout_classify),
 		cmocka_unit_test(test_layout_device),
+		cmocka_unit_test(test_layout_soft_targets),
 		cmocka_unit_test(test_layout_detect),
 		cmocka_unit_test(test_layout_rect),
 		cmocka_unit_test(test_layout_overflow),
