@@ -116,6 +116,7 @@ struct stoker {
 	bool shuffle, drop_last;
 	uint32_t shard_buffer; /* shard order's shuffle buffer + 1; 0: sample order */
 	uint32_t rect_stride;  /* rectangular batches' stride; 0: not rect */
+	uint32_t repeats, selected_round, selected_ratio; /* aug_repeats (0: none) and its selection */
 	double rect_pad;
 
 	uint64_t epoch;
@@ -544,6 +545,7 @@ struct checkpoint {
 	uint32_t shard_buffer; /* as in struct stoker */
 	uint32_t rect_stride;  /* as in struct stoker */
 	double rect_pad;
+	uint32_t repeats, selected_round, selected_ratio; /* as in struct stoker */
 };
 
 #define CHECKPOINT_FORMAT                                                                                   \
@@ -567,6 +569,7 @@ static int checkpoint_parse(const char *token, struct checkpoint *out)
 	c.shard_buffer = 0;
 	c.rect_stride = 0;
 	c.rect_pad = 0;
+	c.repeats = c.selected_round = c.selected_ratio = 0;
 	/* Shard order adds its buffer, rectangular batches their stride and
 	 * pad; tokens without them are sample order, square batches. */
 	if (token[end] != '\0' && !strncmp(token + end, " order=shards", 13)) {
@@ -578,11 +581,21 @@ static int checkpoint_parse(const char *token, struct checkpoint *out)
 		c.shard_buffer++;
 		end += more;
 	}
-	if (token[end] != '\0') {
+	if (token[end] != '\0' && !strncmp(token + end, " rect=1", 7)) {
 		int more = -1;
 
 		if (sscanf(token + end, " rect=1 stride=%" SCNu32 " pad=%lf%n", &c.rect_stride, &c.rect_pad, &more) != 2 ||
 		    more < 0 || c.rect_stride == 0 || !isfinite(c.rect_pad))
+			return -EINVAL;
+		end += more;
+	}
+	/* Repeated augmentation: its repeats and selection. */
+	if (token[end] != '\0') {
+		int more = -1;
+
+		if (sscanf(token + end, " repeats=%" SCNu32 " selected_round=%" SCNu32 " selected_ratio=%" SCNu32 "%n",
+			   &c.repeats, &c.selected_round, &c.selected_ratio, &more) != 3 ||
+		    more < 0 || c.repeats < 2)
 			return -EINVAL;
 		end += more;
 	}
@@ -609,6 +622,10 @@ STOKER_API int stoker_checkpoint(const struct stoker *s, char *buf, size_t size)
 	if (n >= 0 && (size_t)n < size && s->rect_stride)
 		n += snprintf(buf + n, size - (size_t)n, " rect=1 stride=%" PRIu32 " pad=%.17g", s->rect_stride,
 			      s->rect_pad);
+	if (n >= 0 && (size_t)n < size && s->repeats)
+		n += snprintf(buf + n, size - (size_t)n,
+			      " repeats=%" PRIu32 " selected_round=%" PRIu32 " selected_ratio=%" PRIu32, s->repeats,
+			      s->selected_round, s->selected_ratio);
 	if (n < 0 || (size_t)n >= size)
 		return -ENOBUFS;
 	return 0;
@@ -987,6 +1004,14 @@ static int opt_set_resume(struct stoker_opts *o, const struct opt_key *k, const 
 	a->shard_order = c.shard_buffer != 0;
 	a->shuffle_buffer = c.shard_buffer ? c.shard_buffer - 1 : a->shuffle_buffer;
 	a->has_shard_order = a->has_shuffle_buffer = true;
+	/* Repeated augmentation as it was (none: none). */
+	a->aug_repeats = c.repeats;
+	if (c.repeats) {
+		a->aug_selected_round = c.selected_round;
+		a->aug_selected_ratio = c.selected_ratio;
+		a->has_aug_selected_round = a->has_aug_selected_ratio = true;
+	}
+	a->has_aug_repeats = true;
 	/* The rect order and batch shapes as they were. */
 	o->detect.rect = c.rect_stride != 0;
 	o->detect.has_rect = c.rect_stride || a->detect;
@@ -1323,6 +1348,9 @@ STOKER_API int stoker_attach(struct stoker *s, const char *dataset, const struct
 	s->shard_buffer = a.shard_order ? a.shuffle_buffer + 1 : 0;
 	s->rect_stride = a.detect && a.detect->has_rect && a.detect->rect ? a.detect->stride : 0;
 	s->rect_pad = s->rect_stride ? a.detect->pad : 0;
+	s->repeats = a.aug_repeats > 1 ? a.aug_repeats : 0;
+	s->selected_round = s->repeats ? a.aug_selected_round : 0;
+	s->selected_ratio = s->repeats ? a.aug_selected_ratio : 0;
 	s->attached = true;
 	r = 0;
 out:
@@ -1421,6 +1449,13 @@ STOKER_API int stoker_restore(struct stoker *s, const char *token)
 				 "stride and pad",
 				 c.rect_stride ? "rect=true (rectangular batches)" : "rect=false (square batches)",
 				 s->rect_stride ? "rect=true (rectangular batches)" : "rect=false (square batches)");
+	if (c.repeats != s->repeats || c.selected_round != s->selected_round || c.selected_ratio != s->selected_ratio)
+		return set_error(s, -EINVAL,
+				 "the checkpoint was taken with aug_repeats %" PRIu32 " (selected_round %" PRIu32
+				 ", selected_ratio %" PRIu32 "), this attachment has %" PRIu32 " (%" PRIu32 ", %" PRIu32
+				 "): resume with the same",
+				 c.repeats, c.selected_round, c.selected_ratio, s->repeats, s->selected_round,
+				 s->selected_ratio);
 	if (c.batch > s->batches_per_epoch)
 		return set_error(s, -EINVAL, "the checkpoint's batch %" PRIu64 " is past the epoch's end", c.batch);
 	return start_epoch(s, c.epoch, c.batch);

@@ -142,6 +142,12 @@ def test_resume_mid_epoch_exact(daemon, dataset):
     for got, want in zip(head + tail, whole, strict=True):
         for g, w in zip(got, want):
             assert np.array_equal(g, w)
+    assert "repeats=3 selected_round=0 selected_ratio=0" in state["token"]
+    # the token carries the repeats: another plan is refused, not served
+    other = dict(kw, aug_repeats=2)
+    with stoker.Loader(dataset, **other) as ld:
+        with pytest.raises(stoker.StokerError, match="aug_repeats 3"):
+            ld.load_state_dict(state)
 
 
 def test_coordinated_jobs_share_mixed_batches(daemon, dataset):
