@@ -33,13 +33,15 @@ import os
 import numpy as np
 import torch
 from ultralytics.data.dataset import YOLODataset
+from ultralytics.models.yolo.classify import ClassificationTrainer, ClassificationValidator
 from ultralytics.models.yolo.detect import DetectionTrainer, DetectionValidator
 from ultralytics.utils import LOGGER, colorstr
 from ultralytics.utils.torch_utils import torch_distributed_zero_first, unwrap_model
 
 import stoker.torch
 
-__all__ = ["StokerDetectionTrainer", "StokerDetectionValidator", "YOLOLoader", "loader_options"]
+__all__ = ["StokerDetectionTrainer", "StokerDetectionValidator", "YOLOLoader", "loader_options",
+           "StokerClassificationTrainer", "StokerClassificationValidator", "ClassifyLoader"]
 
 # Ultralytics hyper-parameters that are stoker detect options of the same
 # name and meaning (docs/detection.md).
@@ -375,3 +377,105 @@ class StokerDetectionValidator(_Configurable, DetectionValidator):
             keep = torch.arange(len(self.names), dtype=torch.float32)
             loader._classes = keep if loader._classes is None else loader._classes[torch.isin(loader._classes, keep)]
         return loader
+
+
+# ---- classification (YOLO-cls) ----
+
+class ClassifyLoader:
+    """Ultralytics' classification dataloader over a stoker.torch.Loader.
+
+    `dataset` is Ultralytics' own ClassificationDataset for the split: its
+    torch_transforms (classify_augmentations for training: RandomResizedCrop
+    with scale=(1 - scale, 1), flips, auto_augment or the hsv ColorJitter,
+    RandomErasing; classify_transforms for evaluation: Resize + CenterCrop)
+    are translated into stokerd's per-sample pipeline by stoker.transforms
+    (what cannot run exactly raises ValueError naming it), and its samples
+    must be the folder's own (a `fraction` below 1, or class folders the
+    model's names reorder or drop, are refused). Iterating yields one
+    epoch of {"img": float32 [B, 3, H, W], "cls": int64 [B]}, as Ultralytics'
+    collate of the dataset does."""
+
+    def __init__(self, dataset, batch_size=16, mode="train", rank=-1, socket=None, timeout=None):
+        from stoker.transforms import translate
+
+        # Ultralytics' samples are [path, class, .npy path, image]: the
+        # paths and classes must be the folder's own, in its order
+        if [(str(x[0]), int(x[1])) for x in dataset.samples] != [(str(p), int(c)) for p, c in dataset.base.samples]:
+            raise ValueError(f"{dataset.root}: a fraction of the split, or class folders the model's names "
+                             "reorder or drop, are not built (stoker serves the folder's ImageFolder order)")
+        ops = translate(dataset.torch_transforms)
+        whole = {"rank": 0, "world_size": 1} if rank == -1 else {}
+        self.mode = mode
+        self._stoker = stoker.torch.Loader(dataset.root, transforms=ops, batch_size=int(batch_size),
+                                           shuffle=mode == "train", socket=socket, timeout=timeout, **whole)
+        self._epoch, self._taken = 0, False
+        self.dataset = dataset
+        self.batch_size = min(int(batch_size), len(dataset.samples))
+        self.drop_last = False
+        self.num_workers = 0  # stokerd's workers do the work
+        self.sampler = self
+        LOGGER.info(f"{colorstr(mode + ':')} stoker: {len(dataset.samples)} images of {dataset.root}, "
+                    f"{len(self)} batches of {self.batch_size} per epoch for this rank")
+
+    def __len__(self):
+        return len(self._stoker)
+
+    def __bool__(self):
+        return True
+
+    def set_epoch(self, epoch):
+        """As DistributedSampler.set_epoch (the trainer calls it on .sampler)."""
+        if epoch != self._epoch or self._taken:
+            self._stoker.set_epoch(epoch)
+            self._epoch, self._taken = epoch, False
+
+    def reset(self):
+        pass
+
+    def close(self):
+        self._stoker.close()
+
+    def __iter__(self):
+        if self._taken:  # another pass over the same epoch (the validator's)
+            self._stoker.set_epoch(self._epoch)
+        self._taken = True
+        for images, labels in self._stoker:
+            yield {"img": images, "cls": labels}
+
+
+def _classify_loader(dataset, batch_size, mode, rank, cls):
+    return ClassifyLoader(dataset, batch_size, mode, rank, socket=cls.socket, timeout=cls.timeout)
+
+
+class StokerClassificationTrainer(ClassificationTrainer):
+    """Ultralytics' ClassificationTrainer whose train and validation loaders
+    are stoker's (ClassifyLoader): `YOLO("yolo11n-cls.yaml").train(data=root,
+    trainer=StokerClassificationTrainer)`."""
+
+    socket = None
+    timeout = None
+
+    def get_dataloader(self, dataset_path, batch_size=16, rank=0, mode="train"):
+        with torch_distributed_zero_first(rank):
+            dataset = self.build_dataset(dataset_path, mode)
+        loader = _classify_loader(dataset, batch_size, mode, rank, type(self))
+        if mode != "train":  # the model's inference transforms, as Ultralytics attaches them
+            unwrap_model(self.model).transforms = dataset.torch_transforms
+        return loader
+
+    def get_validator(self):
+        v = super().get_validator()
+        v.__class__ = type("StokerClassificationValidator", (StokerClassificationValidator,),
+                           {"socket": self.socket, "timeout": self.timeout})
+        return v
+
+
+class StokerClassificationValidator(ClassificationValidator):
+    """Ultralytics' ClassificationValidator with stoker's loader (Resize +
+    CenterCrop, its own transforms translated)."""
+
+    socket = None
+    timeout = None
+
+    def get_dataloader(self, dataset_path, batch_size):
+        return _classify_loader(self.build_dataset(dataset_path), batch_size, "val", -1, type(self))
