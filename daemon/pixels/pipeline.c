@@ -538,7 +538,7 @@ static int parse_op(struct parse *ps, struct op *o)
 static int check_pipeline(struct tpipe *t, const struct tpipe_op_desc *ops, char *err, size_t errlen)
 {
 	struct tpipe_info *info = &t->info;
-	bool in_float = false, fixed = false, geometric = false;
+	bool in_float = false, fixed = false;
 	float k = 1.0f / 255.0f; /* the float domain's value of 8-bit level 1 */
 	size_t normalizes = 0;
 	struct parse ps = { .err = err, .errlen = errlen };
@@ -557,11 +557,9 @@ static int check_pipeline(struct tpipe *t, const struct tpipe_op_desc *ops, char
 		if (in_float && (geom || o->kind == OP_PIXEL))
 			return fail(&ps, NULL, "runs on 8-bit images (torchvision's PIL path): put it before the "
 					       "ToTensor / ToDtype to a float dtype");
-		if (!geometric && (o->kind == OP_RANDOM_RESIZED_CROP || o->kind == OP_RESIZE ||
-				   o->kind == OP_CENTER_CROP || o->kind == OP_RANDOM_CROP)) {
-			geometric = true;
+		/* Only a pipeline that starts by resampling may start from a DCT-reduced image. */
+		if (i == 0)
 			info->first_crop_random = o->kind == OP_RANDOM_RESIZED_CROP;
-		}
 		switch (o->kind) {
 		case OP_RANDOM_RESIZED_CROP:
 		case OP_CENTER_CROP:

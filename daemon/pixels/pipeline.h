@@ -59,7 +59,7 @@ struct tpipe_info {
 	enum sample_dtype dtype;   /* if has_dtype */
 	float mean[3], std[3];     /* float output: the normalisation of 8-bit levels (ToTensor + Normalize) */
 	bool float_ops;            /* ops on the float output (RandomErasing after ToTensor) */
-	bool first_crop_random;    /* the first geometric op is a RandomResizedCrop (dct_scaling's default) */
+	bool first_crop_random;    /* the first op is a RandomResizedCrop (dct_scaling's default, the cache tier) */
 };
 void tpipe_info(const struct tpipe *t, struct tpipe_info *out);
 
