@@ -111,6 +111,8 @@ FAULT_BINS   += $(B)/tests/pixelop
 FAULT_BINS   += $(B)/tests/tpipe
 # The batch ops' draws (tests/batchops/).
 FAULT_BINS   += $(B)/tests/batchmix
+# A label file read as Ultralytics reads it, every task (tests/ultralytics/test_labels.py).
+FAULT_BINS   += $(B)/tests/labeldump
 
 LIB_SO       := $(B)/libstoker.so.$(SOVERSION)
 # The GPU tests' programs (tests/gpu/run.sh runs them on a GPU; `make`
@@ -276,6 +278,11 @@ $(B)/tests/batchmix: tests/tools/batchmix.c $(B)/libstokerd.a
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 
 $(B)/tests/pixelop: tests/tools/pixelop.c $(B)/libstokerd.a
+	@mkdir -p $(dir $@)
+	$(call say,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
+
+$(B)/tests/labeldump: tests/tools/labeldump.c $(B)/libstokerd.a
 	@mkdir -p $(dir $@)
 	$(call say,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * libFuzzer target: detection's untrusted inputs. The first byte picks
- *   0: a label file's text into labels_parse(),
+ *   0: a label file's text into labels_parse(), and into instances_parse()
+ *      (Ultralytics' reading, every task) with a spec from that byte,
  *   1: a data.yaml's text into data_yaml_load() (through a memfd path),
  *   2: detect_make() with parameters, image sizes and boxes taken from the
  *      input (whatever detect_params_check() accepts), on small outputs,
@@ -26,6 +27,7 @@
 #include "dataset.h"
 #include "detect.h"
 #include "header.h"
+#include "instances.h"
 #include "fuzz_common.h"
 #include "labels.h"
 
@@ -156,6 +158,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			if (!(v.v[i].w > 0 && v.v[i].h > 0 && v.v[i].cx >= 0 && v.v[i].cx <= 1))
 				abort();
 		free(v.v);
+		{
+			struct instances_spec spec = {
+				.num_classes = data[0] / 4 % 8,
+				.keypoint = data[0] >> 2 & 1,
+				.nkpt = (data[0] >> 3 & 3) + 1,
+				.ndim = 2 + (data[0] >> 5 & 1),
+				.single_cls = data[0] >> 6 & 1,
+			};
+			struct instances is;
+			char why[160];
+
+			if (instances_parse((const char *)in.p, in.n, &spec, &is, why, sizeof(why)) == 0) {
+				for (uint32_t i = 0; i < is.n; i++)
+					if (!(is.cls[i] >= 0 && is.box[4 * i + 2] >= 0) || (spec.keypoint && !is.kpt) ||
+					    (is.seg_off && is.seg_off[i] > is.seg_off[i + 1]))
+						abort();
+				instances_clear(&is);
+			}
+		}
 		break;
 	}
 	case 1: {
