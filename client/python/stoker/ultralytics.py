@@ -28,6 +28,7 @@ and writing into it faults (the ring is mapped read-only).
 """
 
 import copy
+import importlib.util
 import os
 
 import numpy as np
@@ -56,6 +57,16 @@ _TASKS_NOT_BUILT = {
     "pose": "pose keypoints (kpt_shape, flip_idx) are not built yet (stoker reads boxes only)",
     "obb": "oriented boxes (xywhr) are not built yet (stoker reads axis-aligned boxes only)",
 }
+
+
+def albumentations_note(args):
+    """The warning for a training where Ultralytics' own loader would apply
+    its default Albumentations ops (albumentations importable, no
+    `augmentations` given), which stoker does not make; None otherwise."""
+    if getattr(args, "augmentations", None) or importlib.util.find_spec("albumentations") is None:
+        return None
+    return ("stoker does not apply Ultralytics' default Albumentations ops (Blur, MedianBlur, ToGray, CLAHE, "
+            "p=0.01 each), which its own loader adds when albumentations is installed")
 
 
 def split_fraction(args, data, mode="train"):
@@ -216,6 +227,9 @@ class YOLOLoader:
         if resample is not None:
             self._opts["resample"] = resample
         self._epochs = self._opts.get("epochs")
+        note = albumentations_note(args) if mode == "train" else None
+        if note:
+            LOGGER.warning(note)
         self._stoker = stoker.torch.Loader(self._path, **self._opts)
         self._epoch = 0
         self._taken = False
