@@ -857,6 +857,7 @@ static const struct opt_key opt_keys[] = {
 	DKEY(pad, OPT_DOUBLE, "number"),
 	DKEY(fraction, OPT_DOUBLE, "number"),
 	DKEY(images, OPT_U64, "u64"),
+	DKEY(bgr, OPT_FLOAT, "number"),
 	DKEY(resample, OPT_CHOICE, "default|antialias|cv2"),
 	CUSTOM(split, true, "text", opt_set_split),
 };

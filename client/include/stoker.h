@@ -232,7 +232,8 @@ int stoker_pinned(const struct stoker *s);
  * fraction (> 0) or images: Ultralytics' fraction, only the data set's
  * first max(1, round(N * fraction)) images (round half to even), or its
  * first `images` (Ultralytics' integer fraction); the session's data set is
- * that prefix (its order, rect batches, stand-ins, dataset_samples). Images
+ * that prefix (its order, rect batches, stand-ins, dataset_samples); bgr
+ * (0..1, mosaic): P(a sample's channels stay BGR), Ultralytics' bgr. Images
  * are uint8 [count, size, size, 3] (rect: each batch's own height and
  * width); the labels array holds each image's box count.
  */

@@ -17,6 +17,7 @@ enum rng_purpose {
 	RNG_AUGMENT = 2,     /* crop, flip and other per-sample draws */
 	RNG_REPLACE = 3,     /* choosing a stand-in for an unreadable sample */
 	RNG_BATCHMIX = 4,    /* a batch op's draws (index: batch * world_size + rank) */
+	RNG_BGR = 5,         /* detection's bgr: the sample left in BGR order */
 };
 
 struct rng {

@@ -51,6 +51,7 @@ struct attach_request {
 	uint64_t train_epochs;
 	double fraction;  /* Ultralytics' fraction: the first images ... */
 	uint64_t images;  /* ... or this many of them (0: by fraction) */
+	float bgr;        /* Ultralytics' bgr: P(a sample stays BGR) */
 	char split[64];
 	bool rect;
 	uint32_t stride;
@@ -197,6 +198,14 @@ static int validate_task(const Stoker__Attach *a, char *errbuf, size_t errlen)
 			set_err(errbuf, errlen, "rect %s", no);
 			return -EINVAL;
 		}
+	}
+	if (o && o->has_bgr && !(o->bgr >= 0 && o->bgr <= 1)) {
+		set_err(errbuf, errlen, "bgr %g is not in 0..1", (double)o->bgr);
+		return -EINVAL;
+	}
+	if (o && o->bgr > 0 && a->transform != STOKER__TRANSFORM__MOSAIC) {
+		set_err(errbuf, errlen, "bgr is a training augmentation: transform mosaic");
+		return -EINVAL;
 	}
 	if (o && o->has_fraction && !(o->fraction > 0 && isfinite(o->fraction))) {
 		set_err(errbuf, errlen, "fraction %g is not a number above 0 (1: the whole data set)", o->fraction);
@@ -578,6 +587,7 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 		s->close_mosaic = req->close_mosaic;
 		s->train_epochs = req->train_epochs;
 		s->max_boxes = req->max_boxes;
+		s->bgr = req->bgr;
 		s->resample = req->resample;
 		s->rect = req->rect;
 	}
@@ -1173,6 +1183,7 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 		req->max_boxes = o && o->has_max_boxes ? o->max_boxes : ATTACH_DEFAULT_MAX_BOXES;
 		req->fraction = o ? o->fraction : 1.0;
 		req->images = o ? o->images : 0;
+		req->bgr = o ? o->bgr : 0;
 		snprintf(req->split, sizeof(req->split), "%s", o && o->split ? o->split : "train");
 		req->rect = o && o->rect;
 		req->stride = o ? o->stride : 32;

@@ -313,6 +313,7 @@ static void job_prepare(struct session *s, uint32_t slot, uint64_t b)
 		job->out_w = s->rect ? s->rect_hw[2 * b + 1] : s->spec.image_size;
 		job->out_h = s->rect ? s->rect_hw[2 * b] : s->spec.image_size;
 		job->resample = s->resample;
+		job->bgr = s->bgr;
 		job->shapes = (int32_t *)(base + s->shapes_offset);
 		job->ratio_pad = (double *)(base + s->ratio_pad_offset);
 	}

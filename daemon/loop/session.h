@@ -65,6 +65,7 @@ struct session {
 	struct detect_params detect_params;
 	uint32_t close_mosaic, max_boxes;
 	uint64_t train_epochs;
+	float bgr;
 	size_t boxes_offset;
 	enum fit_resample resample;
 	size_t shapes_offset, ratio_pad_offset; /* per-image metadata in each slot */

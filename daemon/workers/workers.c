@@ -384,6 +384,19 @@ static int produce_detect(struct worker *w, struct batch_job *job, uint32_t pos,
 	}
 	if (r == 0 && dropped)
 		atomic_fetch_add_explicit(&w->counters[COUNTER_BOXES_DROPPED], dropped, memory_order_relaxed);
+	if (r == 0 && job->bgr > 0 && job->detect_transform == DETECT_TRAIN) {
+		/* Format's bgr: the finished sample left in BGR order with
+		 * probability bgr, from a stream of its own (the other draws
+		 * stay those of bgr 0). */
+		rng_init(&rng, job->seed, job->epoch, index, RNG_BGR);
+		if (rng_uniform(&rng) < job->bgr)
+			for (size_t i = 0, n = (size_t)job->out_w * job->out_h * 3; i < n; i += 3) {
+				uint8_t t = dst[i];
+
+				dst[i] = dst[i + 2];
+				dst[i + 2] = t;
+			}
+	}
 	return r;
 }
 

@@ -103,6 +103,7 @@ struct batch_job {
 	 * (image_size square but for rectangular batches). */
 	uint32_t out_w, out_h;
 	enum fit_resample resample;
+	float bgr;          /* P(the sample's channels stay BGR): Ultralytics' bgr, training */
 	int32_t *shapes;    /* [count][4] in the slot: detect_meta.shape */
 	double *ratio_pad;  /* [count][4] in the slot: detect_meta.ratio_pad */
 	/* Classification's batch op (batchmix.h), or NULL: the worker that

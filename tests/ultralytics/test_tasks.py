@@ -1,9 +1,10 @@
 """Ultralytics' switches and tasks in stoker.ultralytics (make
 check-ultralytics): `fraction` takes the images Ultralytics' own
 YOLODataset takes (which images, in which order), and what stoker does not
-build yet (task=segment, pose, obb; bgr, cutmix, copy_paste, rect training)
+build yet (task=segment, pose, obb; cutmix, copy_paste, rect training)
 is refused with the reason, never trained without."""
 
+import numpy as np
 import pytest
 from ultralytics.cfg import get_cfg
 from ultralytics.data import build_dataloader, build_yolo_dataset
@@ -118,7 +119,7 @@ def test_tasks_not_built_are_refused(yolo, task):
         YOLOLoader(data["train"], args, data, mode="train")
 
 
-@pytest.mark.parametrize("kw,what", [({"bgr": 0.5}, "bgr"), ({"copy_paste": 0.5}, "copy_paste"),
+@pytest.mark.parametrize("kw,what", [({"copy_paste": 0.5}, "copy_paste"),
                                      ({"cutmix": 0.5}, "cutmix"), ({"rect": True}, "rect=True for training")])
 def test_switches_not_built_are_refused(yolo, kw, what):
     path, _ = yolo
@@ -142,3 +143,44 @@ def test_albumentations_defaults_are_named(yolo, monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "albumentations" else real(name, *a))
     assert albumentations_note(_args(path)) is None
+
+
+def _train_images(d, path, **kw):
+    ld = stoker.Loader(str(path / "images" / "train"), socket=d.socket, task="detect", image_size=IMGSZ,
+                       batch_size=4, seed=7, epochs=3, **kw)
+    try:
+        return [(b.indices.tolist(), np.array(b.images, copy=True)) for b in ld]
+    finally:
+        ld.close()
+
+
+def test_bgr(daemon, yolo):
+    """bgr: each training sample left in BGR order with probability bgr, its
+    other draws unchanged: with bgr=1 every image is bgr=0's with its
+    channels reversed, with 0.5 each image is one or the other and both
+    occur; bgr is for training only (refused for letterbox), and the
+    trainer's bgr reaches the loader."""
+    path, _ = yolo
+    d = daemon(workers=2)
+    rgb = _train_images(d, path)
+    every = _train_images(d, path, bgr=1.0)
+    half = _train_images(d, path, bgr=0.5)
+    kinds = set()
+    for (i0, a), (i1, b), (i2, c) in zip(rgb, every, half):
+        assert i0 == i1 == i2
+        assert np.array_equal(b, a[..., ::-1])
+        for k in range(len(a)):
+            same, flipped = np.array_equal(c[k], a[k]), np.array_equal(c[k], a[k][..., ::-1])
+            assert same or flipped
+            kinds.add("rgb" if same else "bgr")
+    assert kinds == {"rgb", "bgr"}
+    with pytest.raises(stoker.StokerError, match="bgr"):
+        stoker.Loader(str(path / "images" / "train"), socket=d.socket, task="detect", transform="letterbox",
+                      image_size=IMGSZ, batch_size=4, bgr=0.5)
+    args = _args(path, bgr=0.25)
+    data = check_det_dataset(args.data)
+    ours = YOLOLoader(data["train"], args, data, batch_size=4, mode="train", rank=-1, socket=d.socket)
+    try:
+        assert ours._opts["bgr"] == 0.25
+    finally:
+        ours.close()

@@ -50,7 +50,7 @@ _SAME_NAME = ("mosaic", "mixup", "degrees", "translate", "scale", "shear", "pers
               "hsv_h", "hsv_s", "hsv_v")
 # Ultralytics augmentations stoker does not make: refused when switched on,
 # rather than silently training on other data.
-_NOT_BUILT = ("cutmix", "copy_paste", "bgr")
+_NOT_BUILT = ("cutmix", "copy_paste")
 # Tasks whose labels and transforms stoker does not make yet (docs/ultralytics.md).
 _TASKS_NOT_BUILT = {
     "segment": "segment polygons and masks are not built yet (stoker reads boxes only)",
@@ -129,6 +129,7 @@ def loader_options(args, mode="train", epochs=None):
     if mode == "train":
         opts.update(transform="mosaic", shuffle=True, close_mosaic=int(args.close_mosaic or 0))
         opts.update((k, float(getattr(args, k))) for k in _SAME_NAME)
+        opts["bgr"] = float(getattr(args, "bgr", 0.0) or 0.0)  # Ultralytics applies it in training only
         if epochs is not None:
             opts["epochs"] = int(epochs)
     else:
