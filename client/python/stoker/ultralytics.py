@@ -107,6 +107,9 @@ def loader_options(args, mode="train", epochs=None):
     hyper-parameters, close_mosaic and `epochs`); ValueError for settings
     stoker cannot honour."""
     task = getattr(args, "task", "detect") or "detect"
+    if task == "classify":
+        raise ValueError("task=classify: YOLO-cls trains with StokerClassificationTrainer and validates with "
+                         "StokerClassificationValidator")
     if task != "detect":
         why = _TASKS_NOT_BUILT.get(task, "stoker.ultralytics serves task=detect")
         raise ValueError(f"stoker does not build task={task}: {why}; train with Ultralytics' own loader")
