@@ -5,6 +5,8 @@ set -euo pipefail
 
 DEB_PACKAGES=(
 	build-essential pkg-config clang libclang-rt-14-dev valgrind
+	# make format-check: the C style in .clang-format
+	clang-format
 	libuv1-dev
 	libturbojpeg0-dev libjpeg62-turbo-dev
 	libprotobuf-c-dev protobuf-c-compiler
