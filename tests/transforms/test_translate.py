@@ -119,6 +119,9 @@ def test_timm_defaults_and_random_interpolation():
                                       "hue": None})
     got = translate(create_transform(224, is_training=True, auto_augment="original"))
     assert got[2][0] == "auto_augment_transform" and got[2][1]["config_str"] == "original"
+    # The magnitude noise of an AutoAugment policy string is carried, not dropped.
+    got = translate(create_transform(224, is_training=True, auto_augment="v0-mstd0.5"))
+    assert got[2][0] == "auto_augment_transform" and got[2][1]["config_str"] == "v0-mstd0.5"
 
 
 @pytest.mark.parametrize("t,words", [

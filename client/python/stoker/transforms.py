@@ -246,7 +246,15 @@ def _timm_auto_augment(op):
         ref = aa.auto_augment_policy(name, hparams=first.hparams)
         if [[(o.name, o.prob, o.magnitude) for o in sp] for sp in ref] == \
                 [[(o.name, o.prob, o.magnitude) for o in sp] for sp in op.policy]:
-            return [("auto_augment_transform", {"config_str": name, **_timm_hparams(op, first.hparams)})]
+            cfg = name
+            std = first.hparams.get("magnitude_std", 0)
+            if std:
+                # auto_augment_transform("original-mstd0.5") keeps it in hparams.
+                cfg += f"-mstd{float(std):g}" if math.isfinite(std) else "-mstd101"
+            mmax = first.hparams.get("magnitude_max", _TIMM_RAND_DEFAULT_MMAX)
+            if mmax != _TIMM_RAND_DEFAULT_MMAX:
+                _fail(op, "magnitude_max", f"{mmax} (timm's auto_augment_transform has no mmax section) is not built")
+            return [("auto_augment_transform", {"config_str": cfg, **_timm_hparams(op, first.hparams)})]
     _fail(op, "policy", "not timm's original or v0 policy")
 
 
