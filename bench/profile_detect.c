@@ -35,14 +35,35 @@
 #include "rng.h"
 
 /* The rows of the table: the fit's stages, then detect_make()'s. */
-enum row { ROW_DECODE, ROW_TURN, ROW_RESIZE, ROW_LOAD_CALL, ROW_CANVAS, ROW_WARP, ROW_COPY, ROW_MIXUP, ROW_HSV,
-	   ROW_BOXES, ROW_OTHER, ROWS };
-static const char *const row_names[ROWS] = {
-	"decode (header, libjpeg/png)", "EXIF turn", "resize (cv2 INTER_LINEAR)", "loader call", "mosaic canvas + 114",
-	"warp (RandomPerspective)", "letterbox copy + pad 114", "mixup", "HSV", "boxes and labels", "other",
+enum row {
+	ROW_DECODE,
+	ROW_TURN,
+	ROW_RESIZE,
+	ROW_LOAD_CALL,
+	ROW_CANVAS,
+	ROW_WARP,
+	ROW_COPY,
+	ROW_MIXUP,
+	ROW_HSV,
+	ROW_BOXES,
+	ROW_OTHER,
+	ROWS
 };
-static const char *const row_keys[ROWS] = { "decode", "exif_turn", "resize", "loader_call", "canvas", "warp",
-					    "copy_pad", "mixup", "hsv", "boxes", "other" };
+static const char *const row_names[ROWS] = {
+	"decode (header, libjpeg/png)",
+	"EXIF turn",
+	"resize (cv2 INTER_LINEAR)",
+	"loader call",
+	"mosaic canvas + 114",
+	"warp (RandomPerspective)",
+	"letterbox copy + pad 114",
+	"mixup",
+	"HSV",
+	"boxes and labels",
+	"other",
+};
+static const char *const row_keys[ROWS] = {"decode",   "exif_turn", "resize", "loader_call", "canvas", "warp",
+					   "copy_pad", "mixup",     "hsv",    "boxes",       "other"};
 
 struct fitted {
 	uint8_t *pixels;
@@ -60,8 +81,11 @@ static int load(void *ctx, uint64_t index, uint32_t side, struct detect_sample *
 	const struct fitted *f = &l->fits[index % l->n];
 
 	(void)side;
-	*out = (struct detect_sample){ .pixels = f->pixels, .width = f->res.width, .height = f->res.height,
-				       .orig_width = f->res.full_width, .orig_height = f->res.full_height };
+	*out = (struct detect_sample){.pixels = f->pixels,
+				      .width = f->res.width,
+				      .height = f->res.height,
+				      .orig_width = f->res.full_width,
+				      .orig_height = f->res.full_height};
 	return 0;
 }
 
@@ -77,7 +101,7 @@ static void time_fits(const struct bench_file *files, size_t n, int epochs, uint
 		      double t[4])
 {
 	struct decode_limits lim = {.max_pixels = 0, .max_scans = 0};
-	struct fit_request req = { size, 0, 0, FIT_CV2, false };
+	struct fit_request req = {size, 0, 0, FIT_CV2, false};
 	struct pipeline *p;
 	struct cv_resizer *cv;
 	tjhandle tj = tjInitDecompress();
@@ -97,7 +121,8 @@ static void time_fits(const struct bench_file *files, size_t n, int epochs, uint
 			double t0 = bench_now();
 
 			for (size_t i = 0; i < n; i++)
-				if (pipeline_fit(p, files[i].data, files[i].len, &req, fits[i].pixels, &fits[i].res) < 0)
+				if (pipeline_fit(p, files[i].data, files[i].len, &req, fits[i].pixels, &fits[i].res) <
+				    0)
 					die(pipeline_error(p));
 			t[k ? 3 : 0] += bench_now() - t0;
 		}
@@ -105,7 +130,7 @@ static void time_fits(const struct bench_file *files, size_t n, int epochs, uint
 	/* the turn and the resize alone, on a decoded copy (a JPEG's; others count in decode) */
 	for (size_t i = 0; i < n; i++) {
 		int w, h, ss, cs;
-		struct image_header hd = { 0 };
+		struct image_header hd = {0};
 		struct decoded_region reg, up;
 
 		if (tjDecompressHeader3(tj, files[i].data, files[i].len, &w, &h, &ss, &cs) < 0)
@@ -119,7 +144,7 @@ static void time_fits(const struct bench_file *files, size_t n, int epochs, uint
 		if (tjDecompress2(tj, files[i].data, files[i].len, rgbx, w, w * 4, h, TJPF_RGBX, 0) < 0)
 			continue;
 		image_header_mem(files[i].data, files[i].len, &hd);
-		reg = (struct decoded_region){ rgbx, (size_t)w * 4, (uint32_t)w, (uint32_t)h };
+		reg = (struct decoded_region){rgbx, (size_t)w * 4, (uint32_t)w, (uint32_t)h};
 		for (int e = 0; e < epochs; e++) {
 			double t0 = bench_now(), t1;
 
@@ -144,7 +169,7 @@ static void time_fits(const struct bench_file *files, size_t n, int epochs, uint
 static double time_transform(enum detect_transform t, const struct fitted *fits, size_t n, int epochs, uint32_t size,
 			     uint64_t ns[DETECT_STAGES])
 {
-	struct loader l = { fits, n };
+	struct loader l = {fits, n};
 	struct detect_params prm;
 	struct detect *d;
 	uint8_t *out = malloc((size_t)size * size * 3);
@@ -193,10 +218,10 @@ static double decode_limit_ms(const struct bench_file *files, size_t n, int epoc
 static void profile(const struct bench_file *files, size_t n, int epochs, uint32_t size, const char *isa, bool first)
 {
 	struct fitted *fits = calloc(n, sizeof(*fits));
-	double images = (double)n * epochs, fit[4], ms[2][ROWS] = { { 0 } }, total[2], aa[2];
-	uint64_t ns[2][DETECT_STAGES] = { { 0 } };
-	static const int stage_row[DETECT_STAGES] = { ROW_LOAD_CALL, ROW_CANVAS, ROW_WARP, ROW_COPY,
-						      ROW_MIXUP,     ROW_HSV,    ROW_BOXES };
+	double images = (double)n * epochs, fit[4], ms[2][ROWS] = {{0}}, total[2], aa[2];
+	uint64_t ns[2][DETECT_STAGES] = {{0}};
+	static const int stage_row[DETECT_STAGES] = {ROW_LOAD_CALL, ROW_CANVAS, ROW_WARP, ROW_COPY,
+						     ROW_MIXUP,     ROW_HSV,    ROW_BOXES};
 
 	if (!fits)
 		die("out of memory");
@@ -206,7 +231,8 @@ static void profile(const struct bench_file *files, size_t n, int epochs, uint32
 	time_fits(files, n, epochs, size, fits, fit);
 	double limit = decode_limit_ms(files, n, epochs);
 	for (int k = 0; k < 2; k++) {
-		double staged = 0, dm = time_transform(k ? DETECT_TRAIN : DETECT_LETTERBOX, fits, n, epochs, size, ns[k]);
+		double staged = 0,
+		       dm = time_transform(k ? DETECT_TRAIN : DETECT_LETTERBOX, fits, n, epochs, size, ns[k]);
 
 		ms[k][ROW_TURN] = fit[1] / images * 1e3;
 		ms[k][ROW_RESIZE] = fit[2] / images * 1e3;
@@ -222,20 +248,20 @@ static void profile(const struct bench_file *files, size_t n, int epochs, uint32
 	printf("\nresize kernels: %s; %zu files x %d epochs, %ux%u, one thread\n", isa, n, epochs, size, size);
 	printf("%-30s %14s %6s %14s %6s\n", "stage", "letterbox ms", "share", "mosaic ms", "share");
 	for (int r = 0; r < ROWS; r++)
-		printf("%-30s %14.3f %5.1f%% %14.3f %5.1f%%\n", row_names[r], ms[0][r], 100 * ms[0][r] / total[0], ms[1][r],
-		       100 * ms[1][r] / total[1]);
+		printf("%-30s %14.3f %5.1f%% %14.3f %5.1f%%\n", row_names[r], ms[0][r], 100 * ms[0][r] / total[0],
+		       ms[1][r], 100 * ms[1][r] / total[1]);
 	printf("%-30s %14.3f %6s %14.3f\n", "total per sample", total[0], "", total[1]);
 	printf("%-30s %14.0f %6s %14.0f\n", "samples/s (one thread)", 1e3 / total[0], "", 1e3 / total[1]);
 	printf("%-30s %14.3f %6s %14.3f\n", "resample=antialias: total", aa[0], "", aa[1]);
 	printf("%-30s %13.2fx %6s %13.2fx\n", "cv2 / antialias speed", aa[0] / total[0], "", aa[1] / total[1]);
 	if (limit > 0)
-		printf("%-30s %14.3f %6s %14s\n%-30s %14.2f %6s %14.2f\n", "decode limit (tjDecompress2 RGB)", limit, "",
-		       "", "of the decode limit", limit / total[0], "", limit / total[1]);
+		printf("%-30s %14.3f %6s %14s\n%-30s %14.2f %6s %14.2f\n", "decode limit (tjDecompress2 RGB)", limit,
+		       "", "", "of the decode limit", limit / total[0], "", limit / total[1]);
 	fprintf(stderr, "%s{\"isa\": \"%s\", \"files\": %zu, \"epochs\": %d, \"size\": %u, \"decode_limit_ms\": %.4f",
 		first ? "" : "\n", isa, n, epochs, size, limit);
 	for (int k = 0; k < 2; k++) {
-		fprintf(stderr, ", \"%s\": {\"total_ms\": %.4f, \"antialias_total_ms\": %.4f", k ? "mosaic" : "letterbox",
-			total[k], aa[k]);
+		fprintf(stderr, ", \"%s\": {\"total_ms\": %.4f, \"antialias_total_ms\": %.4f",
+			k ? "mosaic" : "letterbox", total[k], aa[k]);
 		for (int r = 0; r < ROWS; r++)
 			fprintf(stderr, ", \"%s_ms\": %.4f", row_keys[r], ms[k][r]);
 		fprintf(stderr, "}");
@@ -251,7 +277,7 @@ int main(int argc, char **argv)
 	static const struct {
 		const char *name;
 		enum resize_isa isa;
-	} isas[] = { { "scalar", RESIZE_ISA_SCALAR }, { "avx2", RESIZE_ISA_AVX2 }, { "avx512", RESIZE_ISA_AVX512 } };
+	} isas[] = {{"scalar", RESIZE_ISA_SCALAR}, {"avx2", RESIZE_ISA_AVX2}, {"avx512", RESIZE_ISA_AVX512}};
 	int epochs = 1, a = 1;
 	uint32_t size = 640;
 	const char *which = "scalar,avx2";

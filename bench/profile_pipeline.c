@@ -19,8 +19,8 @@
 #include "rng.h"
 
 /* Seconds for `epochs` passes of pipeline_run over the files. */
-static double run_pipeline(const struct bench_file *files, size_t n, int epochs, enum transform_kind kind, uint32_t size,
-			   bool dct_scaling)
+static double run_pipeline(const struct bench_file *files, size_t n, int epochs, enum transform_kind kind,
+			   uint32_t size, bool dct_scaling)
 {
 	struct decode_limits lim = {.max_pixels = 0, .max_scans = 0};
 	struct transform_spec spec = {.kind = kind, .image_size = size, .dct_scaling = dct_scaling};
@@ -109,6 +109,7 @@ int main(int argc, char **argv)
 	bench_free_files(files, n);
 	return 0;
 usage:
-	fprintf(stderr, "usage: profile_pipeline [--epochs N] [--mode all|rrc|center|center-dct|full] [--size N] FILE... | -\n");
+	fprintf(stderr, "usage: profile_pipeline [--epochs N] [--mode all|rrc|center|center-dct|full] [--size N] "
+			"FILE... | -\n");
 	return 2;
 }

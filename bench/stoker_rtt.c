@@ -109,8 +109,8 @@ static void *echo_thread(void *arg)
 }
 
 /* The baseline rounds: `rounds` x (sleep, per_round timed write + ready read). */
-static void baseline(size_t rounds, unsigned per_round, uint64_t pause, uint64_t *first, size_t *nfirst,
-		     uint64_t *rest, size_t *nrest)
+static void baseline(size_t rounds, unsigned per_round, uint64_t pause, uint64_t *first, size_t *nfirst, uint64_t *rest,
+		     size_t *nrest)
 {
 	int sv[2];
 	pthread_t t;
@@ -210,7 +210,8 @@ int main(int argc, char **argv)
 		die(NULL, "connect", r);
 	if ((r = stoker_opts_new(&o)) < 0)
 		die(s, "opts_new", r);
-	if ((r = stoker_opts_set(o, "batch_size", batch)) < 0 || (r = stoker_opts_set(o, "image_size", image_size)) < 0 ||
+	if ((r = stoker_opts_set(o, "batch_size", batch)) < 0 ||
+	    (r = stoker_opts_set(o, "image_size", image_size)) < 0 ||
 	    (r = stoker_opts_set(o, "prefetch", prefetch)) < 0 ||
 	    (r = stoker_opts_set(o, "transform", "random_resized_crop")) < 0)
 		die(s, "opts_set", r);

@@ -24,9 +24,9 @@ struct client_gpu {
 	size_t size;
 	uint32_t slot_count;
 	uint64_t slot_bytes;
-	uint64_t *words;     /* [slot_count]: the release words, mapped from the host ring */
-	size_t words_bytes;  /* the mapping (whole pages) */
-	uint64_t *released;  /* [slot_count]: this process's releases of each slot */
+	uint64_t *words;    /* [slot_count]: the release words, mapped from the host ring */
+	size_t words_bytes; /* the mapping (whole pages) */
+	uint64_t *released; /* [slot_count]: this process's releases of each slot */
 };
 
 struct client_pin {
@@ -129,8 +129,8 @@ static int map_words(struct client_gpu *cg, int words_fd, const Stoker__DeviceRi
 
 	cg->words_bytes = ((size_t)dr->slot_count * sizeof(uint64_t) + page - 1) / page * page;
 	seals = fcntl(words_fd, F_GET_SEALS);
-	if (!dr->has_release_words_offset || dr->release_words_offset % page || seals < 0 ||
-	    !(seals & F_SEAL_SHRINK) || fstat(words_fd, &st) < 0 || (uint64_t)st.st_size < dr->release_words_offset ||
+	if (!dr->has_release_words_offset || dr->release_words_offset % page || seals < 0 || !(seals & F_SEAL_SHRINK) ||
+	    fstat(words_fd, &st) < 0 || (uint64_t)st.st_size < dr->release_words_offset ||
 	    (uint64_t)st.st_size - dr->release_words_offset < cg->words_bytes) {
 		snprintf(why, whysize, "the daemon sent impossible release words (an older stokerd?)");
 		return -EPROTO;
@@ -343,8 +343,9 @@ int client_pin(void *addr, size_t bytes, struct client_pin **out, char *why, siz
 		}
 	}
 	if (!p->ctx) {
-		snprintf(why, whysize, "no CUDA context in this process yet (pin_memory uses the current one and never "
-				       "creates one): initialise CUDA on the training GPU first");
+		snprintf(why, whysize,
+			 "no CUDA context in this process yet (pin_memory uses the current one and never "
+			 "creates one): initialise CUDA on the training GPU first");
 		free(p);
 		return -ENODEV;
 	}

@@ -49,23 +49,23 @@ struct stoker_batch {
 	uint32_t slot;
 	uint32_t count;
 	uint32_t replaced;
-	uint32_t boxes; /* detection: rows at boxes_offset */
+	uint32_t boxes;         /* detection: rows at boxes_offset */
 	uint32_t height, width; /* this batch's images (rect batches vary) */
 	uint64_t epoch;
 	uint64_t index;
-	bool queued; /* announced, not yet taken */
-	bool held;   /* taken by the caller */
+	bool queued;  /* announced, not yet taken */
+	bool held;    /* taken by the caller */
 	void *stream; /* device batches: the CUstream of stoker_batch_wait() */
 };
 
 struct stoker_opts {
 	Stoker__Attach attach;
-	float mean[3], std[3]; /* attach.mean/std point here once set */
+	float mean[3], std[3];        /* attach.mean/std point here once set */
 	Stoker__DetectOptions detect; /* attach.detect points here once set */
 	char split[64];
-	char device[16];   /* attach.device points here once set */
+	char device[16];                                      /* attach.device points here once set */
 	char batch_transform[STOKER_BATCH_TRANSFORM_MAX + 1]; /* attach.batch_transform points here once set */
-	int ordinal;       /* cuda:N; -1: cpu */
+	int ordinal;                                          /* cuda:N; -1: cpu */
 	enum { PIN_NO, PIN_YES, PIN_TRY } pin;
 	/* aws_access_key_id, aws_secret_access_key, aws_session_token:
 	 * s3:// data sets are read with the client's own keys. */
@@ -114,16 +114,16 @@ struct stoker {
 	uint64_t seed;
 	uint32_t rank, world_size;
 	bool shuffle, drop_last;
-	uint32_t shard_buffer; /* shard order's shuffle buffer + 1; 0: sample order */
-	uint32_t rect_stride;  /* rectangular batches' stride; 0: not rect */
+	uint32_t shard_buffer;                            /* shard order's shuffle buffer + 1; 0: sample order */
+	uint32_t rect_stride;                             /* rectangular batches' stride; 0: not rect */
 	uint32_t repeats, selected_round, selected_ratio; /* aug_repeats (0: none) and its selection */
 	double rect_pad;
 
 	uint64_t epoch;
 	uint32_t generation;
-	uint64_t first_batch;      /* where this generation started */
-	uint64_t taken;            /* batches stoker_next() returned in it */
-	bool epoch_done;           /* EndOfEpoch seen for this generation */
+	uint64_t first_batch;       /* where this generation started */
+	uint64_t taken;             /* batches stoker_next() returned in it */
+	bool epoch_done;            /* EndOfEpoch seen for this generation */
 	struct stoker_batch *slots; /* [slot_count] */
 	uint32_t *queue;            /* announced slots, FIFO */
 	uint32_t queue_head, queue_len;
@@ -132,8 +132,8 @@ struct stoker {
 	Stoker__Message *reply; /* the reply a request waits for */
 	Stoker__Message__BodyCase want;
 
-	bool shutdown;           /* the daemon said it is stopping */
-	bool write_failed;       /* the daemon stopped reading: read what is left */
+	bool shutdown;     /* the daemon said it is stopping */
+	bool write_failed; /* the daemon stopped reading: read what is left */
 	char shutdown_reason[256];
 
 	/* CUDA (client/gpu.h): the device ring, or the pinned host ring. */
@@ -308,9 +308,7 @@ static int handle_message(struct stoker *s, Stoker__Message *m)
 		return 0;
 	}
 	switch (m->body_case) {
-	case STOKER__MESSAGE__BODY_BATCH_READY:
-		r = handle_batch_ready(s, m->batch_ready);
-		break;
+	case STOKER__MESSAGE__BODY_BATCH_READY: r = handle_batch_ready(s, m->batch_ready); break;
 	case STOKER__MESSAGE__BODY_END_OF_EPOCH:
 		if (m->end_of_epoch->generation == s->generation)
 			s->epoch_done = true;
@@ -332,9 +330,7 @@ static int handle_message(struct stoker *s, Stoker__Message *m)
 		if (m->error->code == STOKER__ERROR_CODE__LEASE_EXPIRED)
 			drop_queued(s); /* the session is gone: say so now, not after them */
 		break;
-	default:
-		r = fail_connection(s, -EPROTO, "the daemon sent an unexpected message");
-		break;
+	default: r = fail_connection(s, -EPROTO, "the daemon sent an unexpected message"); break;
 	}
 	stoker__message__free_unpacked(m, NULL);
 	return r;
@@ -548,8 +544,8 @@ struct checkpoint {
 	uint32_t repeats, selected_round, selected_ratio; /* as in struct stoker */
 };
 
-#define CHECKPOINT_FORMAT                                                                                   \
-	"stoker-checkpoint-1 epoch=%" SCNu64 " batch=%" SCNu64 " seed=%" SCNu64 " rank=%" SCNu32              \
+#define CHECKPOINT_FORMAT                                                                        \
+	"stoker-checkpoint-1 epoch=%" SCNu64 " batch=%" SCNu64 " seed=%" SCNu64 " rank=%" SCNu32 \
 	" world_size=%" SCNu32 " batch_size=%" SCNu32 " shuffle=%d drop_last=%d samples=%" SCNu64 "%n"
 
 static int checkpoint_parse(const char *token, struct checkpoint *out)
@@ -584,7 +580,8 @@ static int checkpoint_parse(const char *token, struct checkpoint *out)
 	if (token[end] != '\0' && !strncmp(token + end, " rect=1", 7)) {
 		int more = -1;
 
-		if (sscanf(token + end, " rect=1 stride=%" SCNu32 " pad=%lf%n", &c.rect_stride, &c.rect_pad, &more) != 2 ||
+		if (sscanf(token + end, " rect=1 stride=%" SCNu32 " pad=%lf%n", &c.rect_stride, &c.rect_pad, &more) !=
+			    2 ||
 		    more < 0 || c.rect_stride == 0 || !isfinite(c.rect_pad))
 			return -EINVAL;
 		end += more;
@@ -614,8 +611,8 @@ STOKER_API int stoker_checkpoint(const struct stoker *s, char *buf, size_t size)
 	n = snprintf(buf, size,
 		     "stoker-checkpoint-1 epoch=%" PRIu64 " batch=%" PRIu64 " seed=%" PRIu64 " rank=%" PRIu32
 		     " world_size=%" PRIu32 " batch_size=%" PRIu32 " shuffle=%d drop_last=%d samples=%" PRIu64,
-		     s->epoch, s->first_batch + s->taken, s->seed, s->rank,
-		     s->world_size, s->batch_size, (int)s->shuffle, (int)s->drop_last, s->dataset_samples);
+		     s->epoch, s->first_batch + s->taken, s->seed, s->rank, s->world_size, s->batch_size,
+		     (int)s->shuffle, (int)s->drop_last, s->dataset_samples);
 	if (n >= 0 && (size_t)n < size && s->shard_buffer)
 		n += snprintf(buf + n, size - (size_t)n, " order=shards shuffle_buffer=%" PRIu32, s->shard_buffer - 1);
 	/* %.17g: the pad reads back as the same double */
@@ -662,9 +659,9 @@ STOKER_API void stoker_opts_free(struct stoker_opts *o)
 /* The aws_* keys: the credentials an s3:// data set is read with. */
 static int set_s3_key(struct stoker_opts *o, const char *key, const char *value)
 {
-	char *dst = !strcmp(key, "aws_access_key_id")	    ? o->s3_id
+	char *dst = !strcmp(key, "aws_access_key_id")       ? o->s3_id
 		    : !strcmp(key, "aws_secret_access_key") ? o->s3_secret
-		    : !strcmp(key, "aws_session_token")	    ? o->s3_token
+		    : !strcmp(key, "aws_session_token")     ? o->s3_token
 							    : NULL;
 	size_t size = dst == o->s3_token ? sizeof(o->s3_token) : sizeof(o->s3_id);
 
@@ -774,17 +771,26 @@ struct opt_key {
 	const char *name;
 	enum opt_type type;
 	bool detect;
-	size_t field, has;   /* offsets; has: NO_HAS when the field has none */
-	const char *kind;    /* stoker_opts_key's; the words of an OPT_CHOICE */
-	opt_set_fn set;      /* OPT_CUSTOM */
+	size_t field, has; /* offsets; has: NO_HAS when the field has none */
+	const char *kind;  /* stoker_opts_key's; the words of an OPT_CHOICE */
+	opt_set_fn set;    /* OPT_CUSTOM */
 };
 
 #define NO_HAS SIZE_MAX
 #define A(f) offsetof(Stoker__Attach, f), offsetof(Stoker__Attach, has_##f)
 #define D(f) offsetof(Stoker__DetectOptions, f), offsetof(Stoker__DetectOptions, has_##f)
-#define KEY(name, type, f, kind) {#name, type, false, A(f), kind, NULL}
-#define DKEY(name, type, kind) {#name, type, true, D(name), kind, NULL}
-#define CUSTOM(name, detect, kind, fn) {#name, OPT_CUSTOM, detect, 0, NO_HAS, kind, fn}
+#define KEY(name, type, f, kind)                     \
+	{                                            \
+#name, type, false, A(f), kind, NULL \
+	}
+#define DKEY(name, type, kind)                         \
+	{                                              \
+#name, type, true, D(name), kind, NULL \
+	}
+#define CUSTOM(name, detect, kind, fn)                         \
+	{                                                      \
+#name, OPT_CUSTOM, detect, 0, NO_HAS, kind, fn \
+	}
 
 /* An OPT_CHOICE's words are the enum's values in order. */
 _Static_assert(STOKER__DTYPE__UINT8 == 0 && STOKER__DTYPE__FLOAT32 == 1 && STOKER__DTYPE__FLOAT16 == 2, "dtype");
@@ -1068,26 +1074,20 @@ STOKER_API int stoker_opts_set(struct stoker_opts *o, const char *key, const cha
 		else if (r == 0)
 			*(uint64_t *)(base + k->field) = v;
 		break;
-	case OPT_BOOL:
-		r = parse_bool(value, (protobuf_c_boolean *)(base + k->field));
-		break;
+	case OPT_BOOL: r = parse_bool(value, (protobuf_c_boolean *)(base + k->field)); break;
 	case OPT_FLOAT:
 		r = parse_double(value, &x);
 		if (r == 0)
 			*(float *)(base + k->field) = (float)x;
 		break;
-	case OPT_DOUBLE:
-		r = parse_double(value, (double *)(base + k->field));
-		break;
+	case OPT_DOUBLE: r = parse_double(value, (double *)(base + k->field)); break;
 	case OPT_CHOICE:
 		i = choice_index(k->kind, value);
 		r = i < 0 ? -EINVAL : 0;
 		if (r == 0)
 			*(int *)(base + k->field) = i;
 		break;
-	default:
-		r = k->set(o, k, value);
-		break;
+	default: r = k->set(o, k, value); break;
 	}
 	if (r == 0 && k->has != NO_HAS)
 		*(protobuf_c_boolean *)(base + k->has) = true;
@@ -1127,15 +1127,16 @@ static int map_ring(struct stoker *s, const Stoker__Attached *at, int fd)
 	    at->indices_offset % 8 || at->ring_bytes > SIZE_MAX)
 		return set_error(s, -EPROTO, "the daemon described an impossible ring");
 	if (at->task == STOKER__TASK__DETECT &&
-	    (at->max_boxes == 0 || at->boxes_offset % 4 || at->boxes_offset < at->indices_offset + 8ull * at->batch_size ||
-	     at->boxes_offset > at->slot_bytes ||
+	    (at->max_boxes == 0 || at->boxes_offset % 4 ||
+	     at->boxes_offset < at->indices_offset + 8ull * at->batch_size || at->boxes_offset > at->slot_bytes ||
 	     (at->slot_bytes - at->boxes_offset) / (24ull * at->batch_size) < at->max_boxes))
 		return set_error(s, -EPROTO, "the daemon described an impossible box area");
 	if (at->task == STOKER__TASK__DETECT && (at->shapes_offset || at->ratio_pad_offset) &&
-	    (at->shapes_offset % 4 || at->ratio_pad_offset % 8 || at->shapes_offset < at->indices_offset + 8ull * at->batch_size ||
-	     at->shapes_offset > at->slot_bytes || (at->slot_bytes - at->shapes_offset) / 16 < at->batch_size ||
-	     at->ratio_pad_offset < at->shapes_offset + 16ull * at->batch_size || at->ratio_pad_offset > at->slot_bytes ||
-	     (at->slot_bytes - at->ratio_pad_offset) / 32 < at->batch_size))
+	    (at->shapes_offset % 4 || at->ratio_pad_offset % 8 ||
+	     at->shapes_offset < at->indices_offset + 8ull * at->batch_size || at->shapes_offset > at->slot_bytes ||
+	     (at->slot_bytes - at->shapes_offset) / 16 < at->batch_size ||
+	     at->ratio_pad_offset < at->shapes_offset + 16ull * at->batch_size ||
+	     at->ratio_pad_offset > at->slot_bytes || (at->slot_bytes - at->ratio_pad_offset) / 32 < at->batch_size))
 		return set_error(s, -EPROTO, "the daemon described an impossible metadata area");
 	if (at->soft_offset &&
 	    (at->soft_classes == 0 || at->soft_offset % 4 || at->mix_offset % 8 ||
@@ -1439,10 +1440,11 @@ STOKER_API int stoker_restore(struct stoker *s, const char *token)
 	    c.shuffle != s->shuffle || c.drop_last != s->drop_last || c.samples != s->dataset_samples ||
 	    c.shard_buffer != s->shard_buffer)
 		return set_error(s, -EINVAL,
-				 "the checkpoint's plan (seed %" PRIu64 ", rank %" PRIu32 "/%" PRIu32 ", batch_size %" PRIu32
-				 ", %" PRIu64 " samples, %s order%s) differs from this attachment's",
-				 c.seed, c.rank, c.world_size, c.batch_size, c.samples, c.shard_buffer ? "shard" : "sample",
-				 c.shard_buffer ? " and its shuffle buffer" : "");
+				 "the checkpoint's plan (seed %" PRIu64 ", rank %" PRIu32 "/%" PRIu32
+				 ", batch_size %" PRIu32 ", %" PRIu64
+				 " samples, %s order%s) differs from this attachment's",
+				 c.seed, c.rank, c.world_size, c.batch_size, c.samples,
+				 c.shard_buffer ? "shard" : "sample", c.shard_buffer ? " and its shuffle buffer" : "");
 	/* Rect batches are another order and other shapes: never mixed. */
 	if (c.rect_stride != s->rect_stride || c.rect_pad != s->rect_pad)
 		return set_error(s, -EINVAL,
@@ -1665,7 +1667,7 @@ static void names_chunk_clear(struct names_chunk *k)
 	for (uint32_t i = 0; i < k->count; i++)
 		free(k->paths[i]);
 	free(k->paths);
-	*k = (struct names_chunk){ .first = UINT64_MAX };
+	*k = (struct names_chunk){.first = UINT64_MAX};
 }
 
 /* Fetch the chunk starting at `first` into k (cleared first). The daemon
@@ -1747,7 +1749,7 @@ STOKER_API int stoker_sample_path(struct stoker *s, uint64_t index, char *buf, s
 			oldest = c;
 	}
 	if (!k) {
-		struct names_chunk fresh = { .first = UINT64_MAX };
+		struct names_chunk fresh = {.first = UINT64_MAX};
 
 		r = names_fetch(s, &fresh, first);
 		if (r < 0)
@@ -1845,8 +1847,7 @@ static void text_json_string(struct text *t, const char *s)
 
 static void stats_json(struct text *t, const Stoker__Stats *st)
 {
-	text_printf(t,
-		    "{\"daemon_version\": ");
+	text_printf(t, "{\"daemon_version\": ");
 	text_json_string(t, st->daemon_version);
 	text_printf(t,
 		    ", \"uptime_seconds\": %.3f, \"images_per_second\": %.3f, \"images_served\": %llu, "
@@ -1854,8 +1855,8 @@ static void stats_json(struct text *t, const Stoker__Stats *st)
 		    "\"protocol_errors\": %llu, \"workers\": %u, \"worker_busy\": %.4f, \"clients\": [",
 		    st->uptime_seconds, st->images_per_second, (unsigned long long)st->images_served,
 		    (unsigned long long)st->batches_served, (unsigned long long)st->decode_errors,
-		    (unsigned long long)st->decode_error_files,
-		    (unsigned long long)st->protocol_errors, st->workers, st->worker_busy);
+		    (unsigned long long)st->decode_error_files, (unsigned long long)st->protocol_errors, st->workers,
+		    st->worker_busy);
 	for (size_t i = 0; i < st->n_clients; i++) {
 		const Stoker__ClientStats *c = st->clients[i];
 
@@ -1921,7 +1922,8 @@ static void stats_json(struct text *t, const Stoker__Stats *st)
 			    ": {\"hits\": %llu, \"misses\": %llu, \"entries\": %llu, \"bytes\": %llu, "
 			    "\"evictions\": %llu, \"rejected\": %llu}",
 			    (unsigned long long)c->hits, (unsigned long long)c->misses, (unsigned long long)c->entries,
-			    (unsigned long long)c->bytes, (unsigned long long)c->evictions, (unsigned long long)c->rejected);
+			    (unsigned long long)c->bytes, (unsigned long long)c->evictions,
+			    (unsigned long long)c->rejected);
 	}
 	text_printf(t, "}}\n");
 }
@@ -1937,23 +1939,24 @@ static void stats_text(struct text *t, const Stoker__Stats *st)
 		    "  protocol errors %llu\n"
 		    "  workers         %u (%.0f%% busy)\n"
 		    "  clients         %zu\n",
-		    st->daemon_version ? st->daemon_version : "?", st->uptime_seconds, st->state ? st->state : "serving",
-		    st->images_per_second,
-		    (unsigned long long)st->images_served, (unsigned long long)st->batches_served,
-		    (unsigned long long)st->decode_errors, (unsigned long long)st->decode_error_files,
-		    (unsigned long long)st->protocol_errors, st->workers,
+		    st->daemon_version ? st->daemon_version : "?", st->uptime_seconds,
+		    st->state ? st->state : "serving", st->images_per_second, (unsigned long long)st->images_served,
+		    (unsigned long long)st->batches_served, (unsigned long long)st->decode_errors,
+		    (unsigned long long)st->decode_error_files, (unsigned long long)st->protocol_errors, st->workers,
 		    st->worker_busy * 100.0, st->n_clients);
 	if (st->label_errors || st->boxes_dropped)
-		text_printf(t, "  label errors    %llu (objects dropped from label files)\n  boxes dropped   %llu (over "
-			       "max_boxes)\n",
+		text_printf(t,
+			    "  label errors    %llu (objects dropped from label files)\n  boxes dropped   %llu (over "
+			    "max_boxes)\n",
 			    (unsigned long long)st->label_errors, (unsigned long long)st->boxes_dropped);
 	if (st->net_requests || st->remote_cache_hits)
-		text_printf(t,
-			    "  network         %llu requests, %.1f MiB, %llu retries, %llu errors; remote samples: %llu "
-			    "fetched, %llu from the cache\n",
-			    (unsigned long long)st->net_requests, st->net_bytes / 1048576.0,
-			    (unsigned long long)st->net_retries, (unsigned long long)st->net_errors,
-			    (unsigned long long)st->remote_fetched, (unsigned long long)st->remote_cache_hits);
+		text_printf(
+			t,
+			"  network         %llu requests, %.1f MiB, %llu retries, %llu errors; remote samples: %llu "
+			"fetched, %llu from the cache\n",
+			(unsigned long long)st->net_requests, st->net_bytes / 1048576.0,
+			(unsigned long long)st->net_retries, (unsigned long long)st->net_errors,
+			(unsigned long long)st->remote_fetched, (unsigned long long)st->remote_cache_hits);
 	text_printf(t, "  memory          %.1f MiB of %.1f MiB budget in rings\n", st->ring_bytes / 1048576.0,
 		    st->memory_budget_bytes / 1048576.0);
 	text_printf(t, "  gpu             %.1f MiB in device rings, budget %s; CUDA %s\n", st->device_bytes / 1048576.0,
@@ -2088,13 +2091,17 @@ static int message_number(const ProtobufCMessage *m, const char *name, double *o
 		return -ENOENT;
 	p = (const char *)m + f->offset;
 	switch (f->type) {
-	case PROTOBUF_C_TYPE_UINT32: case PROTOBUF_C_TYPE_FIXED32: *out = *(const uint32_t *)p; return 0;
-	case PROTOBUF_C_TYPE_INT32: case PROTOBUF_C_TYPE_SINT32: case PROTOBUF_C_TYPE_SFIXED32:
+	case PROTOBUF_C_TYPE_UINT32:
+	case PROTOBUF_C_TYPE_FIXED32: *out = *(const uint32_t *)p; return 0;
+	case PROTOBUF_C_TYPE_INT32:
+	case PROTOBUF_C_TYPE_SINT32:
+	case PROTOBUF_C_TYPE_SFIXED32:
 	case PROTOBUF_C_TYPE_ENUM: *out = *(const int32_t *)p; return 0;
-	case PROTOBUF_C_TYPE_UINT64: case PROTOBUF_C_TYPE_FIXED64: *out = (double)*(const uint64_t *)p; return 0;
-	case PROTOBUF_C_TYPE_INT64: case PROTOBUF_C_TYPE_SINT64: case PROTOBUF_C_TYPE_SFIXED64:
-		*out = (double)*(const int64_t *)p;
-		return 0;
+	case PROTOBUF_C_TYPE_UINT64:
+	case PROTOBUF_C_TYPE_FIXED64: *out = (double)*(const uint64_t *)p; return 0;
+	case PROTOBUF_C_TYPE_INT64:
+	case PROTOBUF_C_TYPE_SINT64:
+	case PROTOBUF_C_TYPE_SFIXED64: *out = (double)*(const int64_t *)p; return 0;
 	case PROTOBUF_C_TYPE_DOUBLE: *out = *(const double *)p; return 0;
 	case PROTOBUF_C_TYPE_FLOAT: *out = *(const float *)p; return 0;
 	case PROTOBUF_C_TYPE_BOOL: *out = *(const protobuf_c_boolean *)p ? 1.0 : 0.0; return 0;

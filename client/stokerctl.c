@@ -228,9 +228,11 @@ static void top_frame(const struct stoker_stats *st, struct tier_prev *prev, siz
 	       human_bytes(num(st, "ring_bytes"), b, sizeof(b)),
 	       human_bytes(num(st, "memory_budget_bytes"), c, sizeof(c)));
 	if (num(st, "device_bytes") > 0 || num(st, "gpu_memory_budget_bytes") > 0)
-		printf("gpu       device rings %s   budget %s per GPU\n", human_bytes(num(st, "device_bytes"), a, sizeof(a)),
-		       num(st, "gpu_memory_budget_bytes") > 0 ? human_bytes(num(st, "gpu_memory_budget_bytes"), b, sizeof(b))
-							 : "free memory");
+		printf("gpu       device rings %s   budget %s per GPU\n",
+		       human_bytes(num(st, "device_bytes"), a, sizeof(a)),
+		       num(st, "gpu_memory_budget_bytes") > 0
+			       ? human_bytes(num(st, "gpu_memory_budget_bytes"), b, sizeof(b))
+			       : "free memory");
 	top_cache(st, prev, nprev);
 	if (num(st, "net_requests") > 0 || num(st, "remote_cache_hits") > 0) {
 		double fetched = num(st, "remote_fetched"), hits = num(st, "remote_cache_hits");
@@ -363,12 +365,8 @@ int main(int argc, char **argv)
 
 	while ((opt = getopt_long(argc, argv, "s:jt:n:d:hV", opts, NULL)) != -1) {
 		switch (opt) {
-		case 's':
-			socket_path = optarg;
-			break;
-		case 'j':
-			c.json = true;
-			break;
+		case 's': socket_path = optarg; break;
+		case 'j': c.json = true; break;
 		case 't':
 			errno = 0;
 			c.timeout = strtoul(optarg, &end, 10);
@@ -391,15 +389,9 @@ int main(int argc, char **argv)
 				return EXIT_USAGE;
 			}
 			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		case 'V':
-			printf("stokerctl %s\n", stoker_version());
-			return 0;
-		default:
-			usage(stderr);
-			return EXIT_USAGE;
+		case 'h': usage(stdout); return 0;
+		case 'V': printf("stokerctl %s\n", stoker_version()); return 0;
+		default: usage(stderr); return EXIT_USAGE;
 		}
 	}
 	if (optind >= argc) {
@@ -426,7 +418,8 @@ int main(int argc, char **argv)
 		int more = strcmp(why, strerror(-r)) != 0;
 
 		fprintf(stderr, "stokerctl: cannot reach stokerd at %s: %s%s%s%s\n",
-			socket_path ? socket_path : (getenv("STOKER_SOCKET") ? getenv("STOKER_SOCKET") : STOKER_DEFAULT_SOCKET),
+			socket_path ? socket_path
+				    : (getenv("STOKER_SOCKET") ? getenv("STOKER_SOCKET") : STOKER_DEFAULT_SOCKET),
 			strerror(-r), more ? " (" : "", more ? why : "", more ? ")" : "");
 		return EXIT_FAILURE;
 	}

@@ -46,25 +46,24 @@ static void setup_shard_index_dir(const struct config *cfg)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"Usage: stokerd [OPTIONS]\n"
-		"Decode and augment JPEG data sets into shared-memory batches for the\n"
-		"trainer processes of this node.\n\n"
-		"  -s, --socket PATH       listen on PATH (default /run/stoker/stoker.sock)\n"
-		"  -w, --workers N         decode threads (default: the usable CPUs)\n"
-		"  -p, --prefetch N        batches kept ready ahead of each client (default 4)\n"
-		"  -c, --config FILE       read only FILE, not the layered files below\n"
-		"      --config-root DIR   look for the layered files under DIR (default /,\n"
-		"                          or $STOKER_CONFIG_ROOT)\n"
-		"  -o, --set KEY=VALUE     set any configuration key\n"
-		"  -l, --log-level LVL     err, warning, notice, info or debug (default info)\n"
-		"  -h, --help              show this help\n"
-		"  -V, --version           show the version\n\n"
-		"Settings, each layer overriding the one before: built-in defaults,\n"
-		"  " STOKER_VENDOR_CONFIG "\n"
-		"  " STOKER_ADMIN_CONFIG_DIR "/stoker.conf\n"
-		"  " STOKER_ADMIN_CONFIG_DIR "/stoker.conf.d/*.conf (in lexical order)\n"
-		"then flags. SIGHUP re-reads them; see stoker.conf(5) and stokerd(8).\n");
+	fprintf(f, "Usage: stokerd [OPTIONS]\n"
+		   "Decode and augment JPEG data sets into shared-memory batches for the\n"
+		   "trainer processes of this node.\n\n"
+		   "  -s, --socket PATH       listen on PATH (default /run/stoker/stoker.sock)\n"
+		   "  -w, --workers N         decode threads (default: the usable CPUs)\n"
+		   "  -p, --prefetch N        batches kept ready ahead of each client (default 4)\n"
+		   "  -c, --config FILE       read only FILE, not the layered files below\n"
+		   "      --config-root DIR   look for the layered files under DIR (default /,\n"
+		   "                          or $STOKER_CONFIG_ROOT)\n"
+		   "  -o, --set KEY=VALUE     set any configuration key\n"
+		   "  -l, --log-level LVL     err, warning, notice, info or debug (default info)\n"
+		   "  -h, --help              show this help\n"
+		   "  -V, --version           show the version\n\n"
+		   "Settings, each layer overriding the one before: built-in defaults,\n"
+		   "  " STOKER_VENDOR_CONFIG "\n"
+		   "  " STOKER_ADMIN_CONFIG_DIR "/stoker.conf\n"
+		   "  " STOKER_ADMIN_CONFIG_DIR "/stoker.conf.d/*.conf (in lexical order)\n"
+		   "then flags. SIGHUP re-reads them; see stoker.conf(5) and stokerd(8).\n");
 }
 
 /* Record a flag's value for `key` (checked now, applied over the files). */
@@ -89,11 +88,16 @@ static int flag_value(struct config_state *cs, const char *key, const char *valu
 static int parse_args(int argc, char **argv, struct config_state *cs)
 {
 	static const struct option opts[] = {
-		{"socket", required_argument, NULL, 's'},   {"workers", required_argument, NULL, 'w'},
-		{"prefetch", required_argument, NULL, 'p'}, {"config", required_argument, NULL, 'c'},
-		{"set", required_argument, NULL, 'o'},      {"log-level", required_argument, NULL, 'l'},
-		{"help", no_argument, NULL, 'h'},           {"version", no_argument, NULL, 'V'},
-		{"config-root", required_argument, NULL, 'R'}, {NULL, 0, NULL, 0},
+		{"socket", required_argument, NULL, 's'},
+		{"workers", required_argument, NULL, 'w'},
+		{"prefetch", required_argument, NULL, 'p'},
+		{"config", required_argument, NULL, 'c'},
+		{"set", required_argument, NULL, 'o'},
+		{"log-level", required_argument, NULL, 'l'},
+		{"help", no_argument, NULL, 'h'},
+		{"version", no_argument, NULL, 'V'},
+		{"config-root", required_argument, NULL, 'R'},
+		{NULL, 0, NULL, 0},
 	};
 	char flag[64];
 	char *eq;
@@ -118,15 +122,9 @@ static int parse_args(int argc, char **argv, struct config_state *cs)
 			snprintf(flag, sizeof(flag), "--set %s", optarg);
 			r = flag_value(cs, optarg, eq + 1, flag);
 			break;
-		case 'h':
-			usage(stdout);
-			exit(EXIT_SUCCESS);
-		case 'V':
-			printf("stokerd %s\n", STOKER_VERSION);
-			exit(EXIT_SUCCESS);
-		default:
-			usage(stderr);
-			return -EINVAL;
+		case 'h': usage(stdout); exit(EXIT_SUCCESS);
+		case 'V': printf("stokerd %s\n", STOKER_VERSION); exit(EXIT_SUCCESS);
+		default: usage(stderr); return -EINVAL;
 		}
 	}
 	if (r < 0)
@@ -196,7 +194,8 @@ int main(int argc, char **argv)
 	};
 	r = fetch_new(&fs, &d.fetch);
 	if (r == 0)
-		r = prefetch_new(d.loop, d.fetch, d.cache, d.cfg.cache_decoded_side > 0, session_fetched, &d, &d.prefetch);
+		r = prefetch_new(d.loop, d.fetch, d.cache, d.cfg.cache_decoded_side > 0, session_fetched, &d,
+				 &d.prefetch);
 	if (r < 0) {
 		log_error("cannot start the HTTP/S3 I/O thread: %s", strerror(-r));
 		fetch_free(d.fetch);

@@ -70,14 +70,14 @@ static void driver_load(void)
 				 e ? e : "libcuda.so.1");
 			return;
 		}
-#define CUDADRV_RESOLVE(name)                                                                                  \
-	if (!driver_err) {                                                                                     \
-		*(void **)&driver.name = dlsym(driver.lib, CUDADRV_STR(name));                                 \
-		if (!driver.name) {                                                                            \
-			driver_err = -ENOTSUP;                                                                 \
-			snprintf(driver_why, sizeof(driver_why), "the CUDA driver is too old: it lacks %s",    \
-				 CUDADRV_STR(name));                                                           \
-		}                                                                                      \
+#define CUDADRV_RESOLVE(name)                                                                               \
+	if (!driver_err) {                                                                                  \
+		*(void **)&driver.name = dlsym(driver.lib, CUDADRV_STR(name));                              \
+		if (!driver.name) {                                                                         \
+			driver_err = -ENOTSUP;                                                              \
+			snprintf(driver_why, sizeof(driver_why), "the CUDA driver is too old: it lacks %s", \
+				 CUDADRV_STR(name));                                                        \
+		}                                                                                           \
 	}
 		CUDADRV_SYMBOLS(CUDADRV_RESOLVE)
 #undef CUDADRV_RESOLVE
@@ -160,26 +160,30 @@ int cudadrv_check_device(const struct cudadrv *drv, CUdevice dev, unsigned need,
 	}
 	if (need & CUDADRV_NEED_RING) {
 		if (!attribute(drv, dev, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED)) {
-			snprintf(why, whysize, "the GPU does not support CUDA's virtual memory management "
-					       "(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), which the device ring is made with");
+			snprintf(why, whysize,
+				 "the GPU does not support CUDA's virtual memory management "
+				 "(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED), which the device ring is made with");
 			return -ENOTSUP;
 		}
 		if (!attribute(drv, dev, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED)) {
-			snprintf(why, whysize, "the GPU cannot share memory through POSIX file descriptors "
-					       "(HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED), how the device ring reaches "
-					       "the trainer");
+			snprintf(why, whysize,
+				 "the GPU cannot share memory through POSIX file descriptors "
+				 "(HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED), how the device ring reaches "
+				 "the trainer");
 			return -ENOTSUP;
 		}
 		if (!attribute(drv, dev, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS)) {
-			snprintf(why, whysize, "the GPU does not support 64-bit stream memory operations "
-					       "(CAN_USE_64_BIT_STREAM_MEM_OPS: cuStreamWaitValue64/cuStreamWriteValue64), "
-					       "which order the device ring's slots");
+			snprintf(why, whysize,
+				 "the GPU does not support 64-bit stream memory operations "
+				 "(CAN_USE_64_BIT_STREAM_MEM_OPS: cuStreamWaitValue64/cuStreamWriteValue64), "
+				 "which order the device ring's slots");
 			return -ENOTSUP;
 		}
 	}
 	if ((need & CUDADRV_NEED_POOLS) && !attribute(drv, dev, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)) {
-		snprintf(why, whysize, "the GPU does not support stream-ordered allocation (MEMORY_POOLS_SUPPORTED), "
-				       "which float output's staging buffer uses");
+		snprintf(why, whysize,
+			 "the GPU does not support stream-ordered allocation (MEMORY_POOLS_SUPPORTED), "
+			 "which float output's staging buffer uses");
 		return -ENOTSUP;
 	}
 	return 0;

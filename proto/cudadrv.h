@@ -20,17 +20,20 @@
 #include <cuda.h>
 
 /* Every driver entry point stoker uses, daemon and client together. */
-#define CUDADRV_SYMBOLS(X)                                                                                       \
-	X(cuInit) X(cuGetErrorString) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet)                \
-	X(cuDeviceGetUuid) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)   \
-	X(cuDevicePrimaryCtxGetState)                                                                          \
-	X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuCtxGetCurrent) X(cuCtxGetDevice) X(cuMemGetInfo)           \
-	X(cuMemGetAllocationGranularity) X(cuMemCreate) X(cuMemRelease) X(cuMemExportToShareableHandle)        \
-	X(cuMemImportFromShareableHandle) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap) \
-	X(cuMemSetAccess) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemcpyHtoDAsync) X(cuMemHostRegister)      \
-	X(cuMemHostUnregister) X(cuMemHostGetDevicePointer) X(cuStreamCreate) X(cuStreamDestroy)              \
-	X(cuStreamQuery) X(cuStreamWaitValue64) X(cuStreamWriteValue64) X(cuLaunchHostFunc)                  \
+/* One entry point per X(), as many a line as fit. */
+/* clang-format off */
+#define CUDADRV_SYMBOLS(X)                                                                                                          \
+	X(cuInit) X(cuGetErrorString) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet)                                      \
+	X(cuDeviceGetUuid) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)                         \
+	X(cuDevicePrimaryCtxGetState)                                                                                               \
+	X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuCtxGetCurrent) X(cuCtxGetDevice) X(cuMemGetInfo)                                 \
+	X(cuMemGetAllocationGranularity) X(cuMemCreate) X(cuMemRelease) X(cuMemExportToShareableHandle)                             \
+	X(cuMemImportFromShareableHandle) X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemMap) X(cuMemUnmap)                      \
+	X(cuMemSetAccess) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemcpyHtoDAsync) X(cuMemHostRegister) \
+	X(cuMemHostUnregister) X(cuMemHostGetDevicePointer) X(cuStreamCreate) X(cuStreamDestroy)                                    \
+	X(cuStreamQuery) X(cuStreamWaitValue64) X(cuStreamWriteValue64) X(cuLaunchHostFunc)                                         \
 	X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuLaunchKernel)
+/* clang-format on */
 
 struct cudadrv {
 	void *lib;
@@ -42,13 +45,13 @@ struct cudadrv {
 
 /* Call a driver entry point through `drv`; on failure keep its result in
  * `res`, its name in `what`, and jump to `fail` (the callers' convention). */
-#define CUDADRV_TRY(drv, fn, ...)                  \
-	do {                                       \
-		res = (drv)->fn(__VA_ARGS__);      \
-		if (res != CUDA_SUCCESS) {         \
-			what = #fn;                \
-			goto fail;                 \
-		}                                  \
+#define CUDADRV_TRY(drv, fn, ...)             \
+	do {                                  \
+		res = (drv)->fn(__VA_ARGS__); \
+		if (res != CUDA_SUCCESS) {    \
+			what = #fn;           \
+			goto fail;            \
+		}                             \
 	} while (0)
 
 /* The text of a driver result, for messages. */

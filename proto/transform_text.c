@@ -212,7 +212,7 @@ fail:
 
 int transform_text_parse(const char *text, Stoker__TransformOp ***ops, size_t *n, char *err, size_t errlen)
 {
-	struct lex l = { .s = text, .p = text, .err = err, .errlen = errlen };
+	struct lex l = {.s = text, .p = text, .err = err, .errlen = errlen};
 	Stoker__TransformOp **list = NULL;
 	size_t count = 0;
 	int r = 0;

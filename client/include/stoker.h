@@ -319,8 +319,7 @@ void stoker_stats_free(struct stoker_stats *st);
 int stoker_stats_number(const struct stoker_stats *st, const char *name, double *out);
 const char *stoker_stats_string(const struct stoker_stats *st, const char *name);
 size_t stoker_stats_count(const struct stoker_stats *st, const char *list);
-int stoker_stats_item_number(const struct stoker_stats *st, const char *list, size_t i, const char *name,
-			     double *out);
+int stoker_stats_item_number(const struct stoker_stats *st, const char *list, size_t i, const char *name, double *out);
 const char *stoker_stats_item_string(const struct stoker_stats *st, const char *list, size_t i, const char *name);
 
 /* Prometheus text exposition of the daemon's metrics (malloc'd). */

@@ -61,14 +61,28 @@ static int parse_size(const char *s, uint64_t max, uint64_t *out)
 	if (errno || end == s)
 		return -EINVAL;
 	switch (*end) {
-	case '\0':
+	case '\0': break;
+	case 'K':
+	case 'k':
+		shift = 10;
+		end++;
 		break;
-	case 'K': case 'k': shift = 10; end++; break;
-	case 'M': case 'm': shift = 20; end++; break;
-	case 'G': case 'g': shift = 30; end++; break;
-	case 'T': case 't': shift = 40; end++; break;
-	default:
-		return -EINVAL;
+	case 'M':
+	case 'm':
+		shift = 20;
+		end++;
+		break;
+	case 'G':
+	case 'g':
+		shift = 30;
+		end++;
+		break;
+	case 'T':
+	case 't':
+		shift = 40;
+		end++;
+		break;
+	default: return -EINVAL;
 	}
 	if (*end == 'i' || *end == 'B')
 		end += (*end == 'i' && end[1] == 'B') ? 2 : 1;
@@ -106,10 +120,22 @@ struct config_key {
 
 #define LIVE true
 #define RESTART false
-#define U32(n, lo, hi, live) {#n, KEY_U32, offsetof(struct config, n), lo, hi, live}
-#define U64(n, lo, hi, live) {#n, KEY_U64, offsetof(struct config, n), lo, hi, live}
-#define SIZE(n, lo, hi, live) {#n, KEY_SIZE, offsetof(struct config, n), lo, hi, live}
-#define STR(key, n, live) {key, KEY_STR, offsetof(struct config, n), 0, sizeof(((struct config *)0)->n), live}
+#define U32(n, lo, hi, live)                                          \
+	{                                                             \
+#n, KEY_U32, offsetof(struct config, n), lo, hi, live \
+	}
+#define U64(n, lo, hi, live)                                          \
+	{                                                             \
+#n, KEY_U64, offsetof(struct config, n), lo, hi, live \
+	}
+#define SIZE(n, lo, hi, live)                                          \
+	{                                                              \
+#n, KEY_SIZE, offsetof(struct config, n), lo, hi, live \
+	}
+#define STR(key, n, live)                                                                          \
+	{                                                                                          \
+		key, KEY_STR, offsetof(struct config, n), 0, sizeof(((struct config *)0)->n), live \
+	}
 static const struct config_key config_keys[] = {
 	STR("socket", socket_path, RESTART),
 	{"socket_mode", KEY_MODE, offsetof(struct config, socket_mode), 0, 0777, RESTART},
@@ -227,24 +253,16 @@ void config_format(const struct config *c, size_t i, char *buf, size_t size)
 		}
 		format_size(v64, buf, size);
 		break;
-	case KEY_STR:
-		snprintf(buf, size, "%s", field);
-		break;
-	case KEY_MODE:
-		snprintf(buf, size, "%04o", c->socket_mode);
-		break;
-	case KEY_LOG_LEVEL:
-		snprintf(buf, size, "%s", log_level_name(c->log_level));
-		break;
+	case KEY_STR: snprintf(buf, size, "%s", field); break;
+	case KEY_MODE: snprintf(buf, size, "%04o", c->socket_mode); break;
+	case KEY_LOG_LEVEL: snprintf(buf, size, "%s", log_level_name(c->log_level)); break;
 	case KEY_CACHE_BYTES:
 		if (c->cache_bytes_set)
 			format_size(c->cache_bytes, buf, size);
 		else
 			snprintf(buf, size, "auto");
 		break;
-	case KEY_CACHE_POLICY:
-		snprintf(buf, size, "%s", c->cache_policy ? "lru" : "minio");
-		break;
+	case KEY_CACHE_POLICY: snprintf(buf, size, "%s", c->cache_policy ? "lru" : "minio"); break;
 	}
 }
 
@@ -295,8 +313,7 @@ int config_set(struct config *c, const char *key, const char *value)
 				return -EINVAL;
 			c->socket_mode = (uint32_t)mode;
 			return 0;
-		case KEY_LOG_LEVEL:
-			return log_level_from_string(value, &c->log_level);
+		case KEY_LOG_LEVEL: return log_level_from_string(value, &c->log_level);
 		case KEY_CACHE_BYTES:
 			if (strcmp(value, "auto") == 0) {
 				c->cache_bytes_set = false;
@@ -327,8 +344,7 @@ void config_origins_init(struct config_origins *o)
 		snprintf(o->key[i], sizeof(o->key[i]), "default");
 }
 
-int config_set_from(struct config *c, struct config_origins *o, const char *key, const char *value,
-		    const char *origin)
+int config_set_from(struct config *c, struct config_origins *o, const char *key, const char *value, const char *origin)
 {
 	int r = config_set(c, key, value);
 
@@ -574,8 +590,7 @@ int config_validate(const struct config *c, char *errbuf, size_t errlen)
 		return -EINVAL;
 	}
 	if (c->metrics_textfile[0] && c->metrics_textfile[0] != '/') {
-		snprintf(errbuf, errlen, "metrics_textfile '%s' must be an absolute path",
-			 c->metrics_textfile);
+		snprintf(errbuf, errlen, "metrics_textfile '%s' must be an absolute path", c->metrics_textfile);
 		return -EINVAL;
 	}
 	if (c->metrics_listen[0])

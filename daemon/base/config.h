@@ -26,12 +26,12 @@
 #define CONFIG_NAME_MAX 64   /* user and group names */
 
 struct config {
-	char socket_path[108]; /* sun_path's size */
-	uint32_t socket_mode;  /* when stokerd binds the socket itself */
+	char socket_path[108];              /* sun_path's size */
+	uint32_t socket_mode;               /* when stokerd binds the socket itself */
 	char socket_group[CONFIG_NAME_MAX]; /* "": the daemon's group */
 	char admin_group[CONFIG_NAME_MAX];  /* "": root and the daemon's user only */
-	uint32_t workers;      /* 0: the usable cores */
-	uint32_t prefetch;     /* default batches ready ahead of a client */
+	uint32_t workers;                   /* 0: the usable cores */
+	uint32_t prefetch;                  /* default batches ready ahead of a client */
 	uint32_t max_prefetch;
 	uint32_t max_batch_size;
 	uint32_t max_image_size;
@@ -42,32 +42,32 @@ struct config {
 	uint64_t max_file_bytes;
 	uint32_t max_scans;
 	uint32_t replace_attempts;
-	uint64_t memory_budget; /* cache + every ring; 0: half the memory */
-	uint64_t cache_bytes;   /* 0: half of memory_budget */
-	uint64_t gpu_memory_budget; /* per GPU, every client's device ring; 0: the GPU's free memory */
-	bool cache_bytes_set;   /* cache_bytes given explicitly (0 = no cache) */
-	uint32_t cache_policy;  /* enum cache_policy */
-	uint32_t cache_decoded_side; /* 0: no decoded tier */
-	uint32_t stop_timeout_ms;    /* in-flight work gets this long at stop */
-	uint32_t stopped_lease_ms;   /* a stopped client keeps its session this long; 0: for ever */
-	uint32_t user_mode;          /* 1: one user's own daemon (usermode.c) */
-	uint32_t idle_exit_s;        /* user mode: exit after this long with no client; 0: never */
+	uint64_t memory_budget;                  /* cache + every ring; 0: half the memory */
+	uint64_t cache_bytes;                    /* 0: half of memory_budget */
+	uint64_t gpu_memory_budget;              /* per GPU, every client's device ring; 0: the GPU's free memory */
+	bool cache_bytes_set;                    /* cache_bytes given explicitly (0 = no cache) */
+	uint32_t cache_policy;                   /* enum cache_policy */
+	uint32_t cache_decoded_side;             /* 0: no decoded tier */
+	uint32_t stop_timeout_ms;                /* in-flight work gets this long at stop */
+	uint32_t stopped_lease_ms;               /* a stopped client keeps its session this long; 0: for ever */
+	uint32_t user_mode;                      /* 1: one user's own daemon (usermode.c) */
+	uint32_t idle_exit_s;                    /* user mode: exit after this long with no client; 0: never */
 	char metrics_textfile[CONFIG_VALUE_MAX]; /* "": none */
 	uint32_t metrics_interval_ms;
-	char metrics_listen[64]; /* "": none; else a loopback host:port */
+	char metrics_listen[64];                /* "": none; else a loopback host:port */
 	char shard_index_dir[CONFIG_VALUE_MAX]; /* tar shard indexes; "": $CACHE_DIRECTORY/shards, or none */
 	enum log_level log_level;
 	/* Objects over HTTP/S3 (fetch.h, s3.h). */
-	uint32_t fetch_max_inflight;       /* transfers at once, all data sets */
+	uint32_t fetch_max_inflight; /* transfers at once, all data sets */
 	uint32_t fetch_connect_timeout_ms;
-	uint32_t fetch_stall_timeout_ms;   /* no byte for this long: retried */
+	uint32_t fetch_stall_timeout_ms; /* no byte for this long: retried */
 	uint32_t fetch_retries;
-	uint32_t fetch_backoff_ms;         /* the first retry's delay bound; doubles */
-	uint32_t remote_listing_ttl_s;     /* listings reused this long */
-	char s3_endpoint[512];             /* "": AWS_ENDPOINT_URL(_S3), else AWS */
-	char s3_region[64];                /* "": AWS_REGION, AWS_DEFAULT_REGION, us-east-1 */
-	char s3_profile[128];              /* "": AWS_PROFILE, else "default" */
-	char s3_credentials_file[512];     /* "": AWS_SHARED_CREDENTIALS_FILE, ~/.aws/credentials */
+	uint32_t fetch_backoff_ms;     /* the first retry's delay bound; doubles */
+	uint32_t remote_listing_ttl_s; /* listings reused this long */
+	char s3_endpoint[512];         /* "": AWS_ENDPOINT_URL(_S3), else AWS */
+	char s3_region[64];            /* "": AWS_REGION, AWS_DEFAULT_REGION, us-east-1 */
+	char s3_profile[128];          /* "": AWS_PROFILE, else "default" */
+	char s3_credentials_file[512]; /* "": AWS_SHARED_CREDENTIALS_FILE, ~/.aws/credentials */
 	/* s3:// prefixes (space or comma separated) every client reads with
 	 * the node's credentials; elsewhere a client's own keys are used. */
 	char shared_remote_prefixes[2048];
@@ -98,8 +98,7 @@ void config_origins_init(struct config_origins *o);
 /* Apply one key; -EINVAL for a bad value, -ENOENT for an unknown key. */
 int config_set(struct config *c, const char *key, const char *value);
 /* The same, recording `origin` for the key in o (o may be NULL). */
-int config_set_from(struct config *c, struct config_origins *o, const char *key, const char *value,
-		    const char *origin);
+int config_set_from(struct config *c, struct config_origins *o, const char *key, const char *value, const char *origin);
 
 /* Read an INI file ([stokerd] section). -errno if unreadable; a bad line
  * fails the load with its line number in *bad_line. */

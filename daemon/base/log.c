@@ -14,8 +14,8 @@ static _Atomic int log_max = LOG_LVL_INFO;
 static bool log_prefix_priority;
 
 static const char *const level_names[] = {
-	[LOG_LVL_ERR] = "err",     [LOG_LVL_WARNING] = "warning", [LOG_LVL_NOTICE] = "notice",
-	[LOG_LVL_INFO] = "info",   [LOG_LVL_DEBUG] = "debug",
+	[LOG_LVL_ERR] = "err",   [LOG_LVL_WARNING] = "warning", [LOG_LVL_NOTICE] = "notice",
+	[LOG_LVL_INFO] = "info", [LOG_LVL_DEBUG] = "debug",
 };
 
 /* journald sets JOURNAL_STREAM=dev:ino of the stream it gave us. */

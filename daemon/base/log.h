@@ -30,7 +30,7 @@ __attribute__((format(printf, 2, 3))) void log_msg(enum log_level level, const c
 /* log_msg with `prefix` written before the message: the one place a line's
  * context is put in front of it (a connection's, loop/server.c's conn_log). */
 __attribute__((format(printf, 3, 0))) void log_vmsg(enum log_level level, const char *prefix, const char *fmt,
-						     va_list ap);
+						    va_list ap);
 
 #define log_error(...) log_msg(LOG_LVL_ERR, __VA_ARGS__)
 #define log_warning(...) log_msg(LOG_LVL_WARNING, __VA_ARGS__)

@@ -181,13 +181,16 @@ int access_realpath(const struct access_id *id, const char *path, char real[PATH
 	int r = access_run(id, root_open, &c);
 
 	if (r == -EACCES || r == -EPERM) {
-		set_err(errbuf, errlen, "data set %s: permission denied to uid %u (the client's own permissions decide)",
-			path, (unsigned)id->uid);
+		set_err(errbuf, errlen,
+			"data set %s: permission denied to uid %u (the client's own permissions decide)", path,
+			(unsigned)id->uid);
 		return -EACCES;
 	}
 	if (r == -ENOTSUP) {
-		set_err(errbuf, errlen, "data set %s: stokerd cannot check what uid %u may read (it lacks CAP_SETUID and "
-			"CAP_SETGID), so it serves no other user's attach", path, (unsigned)id->uid);
+		set_err(errbuf, errlen,
+			"data set %s: stokerd cannot check what uid %u may read (it lacks CAP_SETUID and "
+			"CAP_SETGID), so it serves no other user's attach",
+			path, (unsigned)id->uid);
 		return -EACCES;
 	}
 	if (r < 0) {
@@ -317,8 +320,10 @@ int access_map_build(const struct access_id *id, const struct dataset *ds, struc
 		r = -EACCES;
 	if (r < 0) {
 		if (r == -EACCES)
-			set_err(errbuf, errlen, "data set %s: permission denied to uid %u: none of its %llu files is "
-				"readable by it", ds->root, (unsigned)id->uid, (unsigned long long)ds->count);
+			set_err(errbuf, errlen,
+				"data set %s: permission denied to uid %u: none of its %llu files is "
+				"readable by it",
+				ds->root, (unsigned)id->uid, (unsigned long long)ds->count);
 		else if (r == -ESTALE)
 			set_err(errbuf, errlen, "data set %s: its directory changed while attaching; attach again",
 				ds->root);

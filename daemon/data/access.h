@@ -64,16 +64,15 @@ int access_run(const struct access_id *id, int (*fn)(void *arg), void *arg);
  * a shard pattern its directory is searched, each shard checked by the map).
  * -EACCES when the client may not; errbuf then names the path and the uid.
  */
-int access_realpath(const struct access_id *id, const char *path, char real[PATH_MAX], char *errbuf,
-		    size_t errlen);
+int access_realpath(const struct access_id *id, const char *path, char real[PATH_MAX], char *errbuf, size_t errlen);
 
 /* Which of a data set's samples a client may read. */
 #define ACCESS_MAP_LOGGED 8u
 struct access_map {
-	uint64_t count;      /* samples */
-	uint64_t unreadable; /* bits clear */
+	uint64_t count;                     /* samples */
+	uint64_t unreadable;                /* bits clear */
 	uint64_t logged[ACCESS_MAP_LOGGED]; /* the first unreadable ones, for the log */
-	uint64_t bits[];     /* [count / 64 + 1], 1: readable */
+	uint64_t bits[];                    /* [count / 64 + 1], 1: readable */
 };
 
 /*

@@ -257,7 +257,7 @@ static bool reserve(struct cache *c, uint64_t charge)
 		if (used + charge > budget)
 			return false;
 	} while (!atomic_compare_exchange_weak_explicit(&c->used, &used, used + charge, memory_order_relaxed,
-							 memory_order_relaxed));
+							memory_order_relaxed));
 	return true;
 }
 

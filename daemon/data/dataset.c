@@ -74,8 +74,7 @@ bool ds_has_extension(const char *name, const char *const *exts, bool need_dot)
 	return false;
 }
 
-int ds_builder_add(struct builder *b, const char *name, int32_t label, const char *path, char *errbuf,
-		   size_t errlen)
+int ds_builder_add(struct builder *b, const char *name, int32_t label, const char *path, char *errbuf, size_t errlen)
 {
 	int r = builder_add_sample(b, name, label);
 
@@ -140,8 +139,7 @@ int ds_from_shards(const char *name, struct shard_table *t, struct dataset **out
 	return 0;
 }
 
-int ds_make(struct builder *b, const char *root, const char *key, int dirfd, uint32_t num_classes,
-	    struct dataset **out)
+int ds_make(struct builder *b, const char *root, const char *key, int dirfd, uint32_t num_classes, struct dataset **out)
 {
 	struct dataset *ds;
 	int r = dataset_new(root, key, b->n, &ds);

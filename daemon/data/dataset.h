@@ -44,11 +44,11 @@ struct dataset_remote {
 	struct fetch *fetch;
 	struct s3_config s3;
 	struct fetch_auth auth;
-	bool is_signed;   /* auth is used */
-	char base[4096];  /* the HTTP URL relative sample names are appended to (ends in '/') */
-	char origin[512]; /* scheme://host[:port] of base, for names starting with '/' */
-	uint64_t *sizes;  /* [count] listed sizes; NULL when not listed (list files) */
-	uint64_t listed_ns; /* CLOCK_MONOTONIC when listed: the listing cache's age */
+	bool is_signed;                /* auth is used */
+	char base[4096];               /* the HTTP URL relative sample names are appended to (ends in '/') */
+	char origin[512];              /* scheme://host[:port] of base, for names starting with '/' */
+	uint64_t *sizes;               /* [count] listed sizes; NULL when not listed (list files) */
+	uint64_t listed_ns;            /* CLOCK_MONOTONIC when listed: the listing cache's age */
 	struct shard_source shard_src; /* tar shards at URLs: HEAD and range requests */
 	/* Listed and read with one client's own keys (s3.keys): shared only
 	 * with sessions holding the same keys, dropped with the last of them. */
@@ -66,22 +66,22 @@ struct dataset {
 	int dirfd;  /* directory sample paths are relative to (O_PATH) */
 	uint64_t count;
 	uint32_t num_classes;
-	char *names;         /* all relative paths, NUL separated */
-	uint64_t *name_off;  /* [count] offsets into names */
-	int32_t *labels;     /* [count] */
-	_Atomic uint64_t *bad; /* [count/64+1] bitmap of files that failed to decode */
+	char *names;                /* all relative paths, NUL separated */
+	uint64_t *name_off;         /* [count] offsets into names */
+	int32_t *labels;            /* [count] */
+	_Atomic uint64_t *bad;      /* [count/64+1] bitmap of files that failed to decode */
 	_Atomic uint64_t bad_files; /* bits set in `bad` */
-	unsigned refs;       /* loop thread only */
+	unsigned refs;              /* loop thread only */
 	/* The name sessions find it by: the real path, and for detection the
 	 * split too (the same files can be two data sets). */
 	char *key;
 	/* Detection: sample i's objects are boxes[box_off[i] .. box_off[i+1]). */
 	bool detect;
 	struct detect_box *boxes;
-	uint64_t *box_off;    /* [count + 1] */
+	uint64_t *box_off;     /* [count + 1] */
 	uint64_t label_errors; /* objects dropped from label files */
 	uint64_t label_files_missing;
-	char **class_names;   /* [num_classes] from the yaml, else NULL */
+	char **class_names; /* [num_classes] from the yaml, else NULL */
 	/* Tar shards (shards.h): samples are members; NULL for files. */
 	struct shardset *shards;
 	/* [count][2] each image's width and height from its header, for

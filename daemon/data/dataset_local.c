@@ -177,7 +177,9 @@ static int scan_image_folder(int rootfd, const char *path, struct builder *b, ui
 		strvec_free(&dirs);
 		if (b->n == before) {
 			/* torchvision's ImageFolder refuses this too. */
-			set_err(errbuf, errlen, "%s: class '%s' has no image files (.jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp)", path, classes.v[c]);
+			set_err(errbuf, errlen,
+				"%s: class '%s' has no image files (.jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp)",
+				path, classes.v[c]);
 			r = -ENOENT;
 			goto out;
 		}

@@ -35,8 +35,7 @@ struct builder {
 };
 
 /* builder_add_sample(), saying in errbuf why it failed. */
-int ds_builder_add(struct builder *b, const char *name, int32_t label, const char *path, char *errbuf,
-		   size_t errlen);
+int ds_builder_add(struct builder *b, const char *name, int32_t label, const char *path, char *errbuf, size_t errlen);
 
 void ds_builder_free(struct builder *b);
 
@@ -52,8 +51,7 @@ int ds_make(struct builder *b, const char *root, const char *key, int dirfd, uin
 /* The data set of shards just opened (shards.h): takes the table's arrays
  * over; the table is freed either way. `name` is what was opened, for the
  * message. */
-int ds_from_shards(const char *name, struct shard_table *t, struct dataset **out, char *errbuf,
-		   size_t errlen);
+int ds_from_shards(const char *name, struct shard_table *t, struct dataset **out, char *errbuf, size_t errlen);
 
 /*
  * Read `path` (relative to dirfd) whole into *buf (grown as needed, never
@@ -92,8 +90,8 @@ int ds_scan_list_stream(FILE *f, const char *path, struct builder *b, uint32_t *
  * (no objects); another -errno, with the file's name in `label` and, but
  * for -ENOMEM, -ENAMETOOLONG and -EFBIG, why in `why`. Called for 0, 1, ...
  */
-typedef int64_t (*ds_label_read_fn)(void *ctx, const struct dataset *ds, uint64_t i, char *label,
-				    size_t label_size, uint8_t **text, size_t *cap, char *why, size_t whylen);
+typedef int64_t (*ds_label_read_fn)(void *ctx, const struct dataset *ds, uint64_t i, char *label, size_t label_size,
+				    uint8_t **text, size_t *cap, char *why, size_t whylen);
 
 /* Ultralytics' IMG_FORMATS that stoker decodes (heic, heif, avif, jp2 and
  * dng need decoders it does not have; docs/detection.md). */
@@ -106,8 +104,8 @@ bool ds_is_yolo_image(const char *name);
 int ds_scan_image_list_stream(FILE *f, const char *path, struct builder *b, char *errbuf, size_t errlen);
 
 /* Every sample's objects, in sample order. */
-int ds_read_labels(struct dataset *ds, ds_label_read_fn read_fn, void *read_ctx, label_report_fn report,
-		   void *ctx, char *errbuf, size_t errlen);
+int ds_read_labels(struct dataset *ds, ds_label_read_fn read_fn, void *read_ctx, label_report_fn report, void *ctx,
+		   char *errbuf, size_t errlen);
 
 /* A detection data set of shards just opened (ds, dropped on failure): its
  * key says "detect", the split and `name` (what was opened: a remote yaml
@@ -120,7 +118,7 @@ int ds_detect_shards_keyed(struct dataset *ds, const char *path, const char *spl
 
 /* One object of an S3 ImageFolder listing. */
 struct listed {
-	char *rel; /* the key after the prefix: class/.../file.jpg */
+	char *rel;                 /* the key after the prefix: class/.../file.jpg */
 	size_t class_len, dir_len; /* lengths of "class" and "class/.../" */
 	uint64_t size;
 };
@@ -157,8 +155,7 @@ int ds_listing_push(struct listing *l, const char *rel, size_t class_len, size_t
 
 /* The object at `loc` (an absolute location: http(s)://, s3://) whole, in
  * req (the caller frees req->data); on failure, why in errbuf. */
-int ds_remote_get(const struct dataset_remote *rm, const char *loc, struct fetch_req *req, char *errbuf,
-		  size_t errlen);
+int ds_remote_get(const struct dataset_remote *rm, const char *loc, struct fetch_req *req, char *errbuf, size_t errlen);
 
 /* A remote data set's state for `url`: its fetch, its S3 settings and,
  * for s3://, the credentials. */
@@ -167,8 +164,8 @@ int ds_remote_new(const char *url, struct fetch *f, const struct s3_config *s3, 
 
 /* The data set of b's names, relative to rm->base (set), with the listed
  * *sizes (taken over; NULL: none); it takes rm over. */
-int ds_remote_finish(struct dataset_remote *rm, struct builder *b, uint64_t **sizes, const char *root,
-		     const char *key, uint32_t num_classes, struct dataset **out, char *errbuf, size_t errlen);
+int ds_remote_finish(struct dataset_remote *rm, struct builder *b, uint64_t **sizes, const char *root, const char *key,
+		     uint32_t num_classes, struct dataset **out, char *errbuf, size_t errlen);
 
 /* The shards at `locs` (NULL: the pattern `url`), read through rm, which
  * the data set takes over (freed here on failure); det: detection shards. */

@@ -237,7 +237,11 @@ static int scan_s3_folder(struct dataset_remote *rm, const char *url, const char
 			  struct builder *b, uint64_t **sizes, uint32_t *num_classes, struct strvec *tars, char *errbuf,
 			  size_t errlen)
 {
-	struct listing l = {.prefix_len = strlen(prefix), .max = b->max, .errbuf = errbuf, .errlen = errlen, .url = url,
+	struct listing l = {.prefix_len = strlen(prefix),
+			    .max = b->max,
+			    .errbuf = errbuf,
+			    .errlen = errlen,
+			    .url = url,
 			    .bucket = bucket};
 	uint64_t class_start = 0, sizes_cap = 0;
 	uint32_t classes = 0;
@@ -300,8 +304,7 @@ out:
 	return r;
 }
 
-int ds_remote_get(const struct dataset_remote *rm, const char *loc, struct fetch_req *req, char *errbuf,
-		  size_t errlen)
+int ds_remote_get(const struct dataset_remote *rm, const char *loc, struct fetch_req *req, char *errbuf, size_t errlen)
 {
 	char url[8192];
 	int r;
@@ -394,8 +397,8 @@ int ds_remote_new(const char *url, struct fetch *f, const struct s3_config *s3, 
 	return 0;
 }
 
-int ds_remote_finish(struct dataset_remote *rm, struct builder *b, uint64_t **sizes, const char *root,
-		     const char *key, uint32_t num_classes, struct dataset **out, char *errbuf, size_t errlen)
+int ds_remote_finish(struct dataset_remote *rm, struct builder *b, uint64_t **sizes, const char *root, const char *key,
+		     uint32_t num_classes, struct dataset **out, char *errbuf, size_t errlen)
 {
 	const char *p = strstr(rm->base, "://"), *slash = p ? strchr(p + 3, '/') : NULL;
 	struct dataset *ds;
@@ -490,7 +493,8 @@ int dataset_open_remote(const char *url, uint64_t max_samples, struct fetch *f, 
 	} else {
 		if (url[strlen(url) - 1] == '/' || strlen(url) >= sizeof(rm->base)) {
 			set_err(errbuf, errlen,
-				"%s: HTTP servers have no listing to scan: give a list file of 'path label' lines", url);
+				"%s: HTTP servers have no listing to scan: give a list file of 'path label' lines",
+				url);
 			r = -EINVAL;
 			goto fail;
 		}

@@ -105,7 +105,11 @@ static int cmp_listed_rel(const void *pa, const void *pb)
 static int scan_s3_images(struct dataset_remote *rm, const char *url, const char *bucket, const char *prefix,
 			  struct builder *b, uint64_t **sizes, char *errbuf, size_t errlen)
 {
-	struct listing l = {.prefix_len = strlen(prefix), .max = b->max, .errbuf = errbuf, .errlen = errlen, .url = url,
+	struct listing l = {.prefix_len = strlen(prefix),
+			    .max = b->max,
+			    .errbuf = errbuf,
+			    .errlen = errlen,
+			    .url = url,
 			    .bucket = bucket};
 	int r;
 

@@ -124,8 +124,8 @@ static int64_t label_read_file(void *ctx, const struct dataset *ds, uint64_t i, 
 	int64_t len;
 
 	(void)ctx;
-	if ((size_t)snprintf(image, sizeof(image), "%s%s%s", name[0] == '/' ? "" : ds->root,
-			     name[0] == '/' ? "" : "/", name) >= sizeof(image) ||
+	if ((size_t)snprintf(image, sizeof(image), "%s%s%s", name[0] == '/' ? "" : ds->root, name[0] == '/' ? "" : "/",
+			     name) >= sizeof(image) ||
 	    labels_path(image, label, label_size) < 0) {
 		snprintf(label, label_size, "%s", image);
 		return -ENAMETOOLONG;
@@ -136,8 +136,8 @@ static int64_t label_read_file(void *ctx, const struct dataset *ds, uint64_t i, 
 	return len;
 }
 
-int ds_read_labels(struct dataset *ds, ds_label_read_fn read_fn, void *read_ctx, label_report_fn report,
-		   void *ctx, char *errbuf, size_t errlen)
+int ds_read_labels(struct dataset *ds, ds_label_read_fn read_fn, void *read_ctx, label_report_fn report, void *ctx,
+		   char *errbuf, size_t errlen)
 {
 	struct box_vec boxes = {0};
 	uint8_t *text = NULL;
@@ -165,7 +165,7 @@ int ds_read_labels(struct dataset *ds, ds_label_read_fn read_fn, void *read_ctx,
 			if (report)
 				report(ctx, label, 0,
 				       len == -ENAMETOOLONG ? "the label file's path is too long"
-				       : len == -EFBIG	    ? "larger than 4 MiB: not a label file"
+				       : len == -EFBIG      ? "larger than 4 MiB: not a label file"
 							    : why);
 			ds->label_errors++;
 			continue;

@@ -180,8 +180,7 @@ static int cmp_keys(const void *a, const void *b)
 
 /* np.unique's return_index: the first occurrence of each distinct row, in
  * sorted order, into keep; their count. */
-static uint32_t unique_rows(uint32_t n, const struct sort_ctx *ctx, bool by_bytes, uint32_t *idx,
-			    uint32_t *keep)
+static uint32_t unique_rows(uint32_t n, const struct sort_ctx *ctx, bool by_bytes, uint32_t *idx, uint32_t *keep)
 {
 	uint32_t m = 0;
 
@@ -221,8 +220,8 @@ static void span(float v, float *lo, float *hi, bool *nan)
 	*hi = fmaxf(*hi, v);
 }
 
-int instances_parse(const char *text, size_t len, const struct instances_spec *spec, struct instances *out,
-		    char *why, size_t whylen)
+int instances_parse(const char *text, size_t len, const struct instances_spec *spec, struct instances *out, char *why,
+		    size_t whylen)
 {
 	struct toks t = {0};
 	struct rows r = {0};
@@ -303,7 +302,8 @@ int instances_parse(const char *text, size_t len, const struct instances_spec *s
 				goto done;
 			}
 			if (r.v[i].count % 2 == 0 || r.v[i].count < 3) {
-				say(why, whylen, "line %u: a segment of %u values is not x y pairs", i + 1, r.v[i].count - 1);
+				say(why, whylen, "line %u: a segment of %u values is not x y pairs", i + 1,
+				    r.v[i].count - 1);
 				goto done;
 			}
 			pts_off[i] = (uint32_t)npts;

@@ -50,8 +50,8 @@ struct instances {
  * (written on success only). 0; -EINVAL: corrupt as above, `why` set;
  * -ENOMEM. An empty file is 0 objects.
  */
-int instances_parse(const char *text, size_t len, const struct instances_spec *spec, struct instances *out,
-		    char *why, size_t whylen);
+int instances_parse(const char *text, size_t len, const struct instances_spec *spec, struct instances *out, char *why,
+		    size_t whylen);
 /* Accepts a zeroed struct. */
 void instances_clear(struct instances *in);
 

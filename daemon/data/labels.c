@@ -19,10 +19,9 @@
 /* A data.yaml larger than this is not one. */
 #define YAML_MAX_BYTES (1u << 20)
 
-static void report_line(label_report_fn report, void *ctx, const char *path, unsigned long line, const char *fmt,
-			...) __attribute__((format(printf, 5, 6)));
-static void report_line(label_report_fn report, void *ctx, const char *path, unsigned long line, const char *fmt,
-			...)
+static void report_line(label_report_fn report, void *ctx, const char *path, unsigned long line, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+static void report_line(label_report_fn report, void *ctx, const char *path, unsigned long line, const char *fmt, ...)
 {
 	char why[160];
 	va_list ap;
@@ -368,8 +367,10 @@ int data_yaml_parse(const char *data, size_t len, const char *path, const char *
 			snprintf(keys + used, sizeof(keys) - used, "%s%s", used ? ", " : "", key);
 			if (strcmp(key, split) == 0) {
 				if (*value == '\0' || *value == '[') {
-					set_err(errbuf, errlen, "%s:%lu: %s: a list of paths is not supported (give one "
-						"directory or .txt list)", path, lineno, key);
+					set_err(errbuf, errlen,
+						"%s:%lu: %s: a list of paths is not supported (give one "
+						"directory or .txt list)",
+						path, lineno, key);
 					r = -EINVAL;
 					goto out;
 				}

@@ -214,8 +214,8 @@ static int expand(const char *pat, uint64_t max, unsigned depth, struct strvec *
 				else if (*p == '}' && level > 0)
 					level--;
 				else if ((*p == ',' && level == 0) || p == close) {
-					r = expand_alt(pat, (size_t)(open - pat), alt, (size_t)(p - alt), close + 1, max,
-						       depth, out);
+					r = expand_alt(pat, (size_t)(open - pat), alt, (size_t)(p - alt), close + 1,
+						       max, depth, out);
 					if (r < 0)
 						return r;
 					alt = p + 1;
@@ -465,7 +465,8 @@ static int index_load(const char *loc, const struct stat *st, struct tar_index *
 	if (h.names_len && names[h.names_len - 1] != '\0')
 		goto out;
 	for (uint64_t i = 0; i < h.members; i++) {
-		if (m[i].name_off >= h.names_len || m[i].offset > h.shard_size || m[i].size > h.shard_size - m[i].offset)
+		if (m[i].name_off >= h.names_len || m[i].offset > h.shard_size ||
+		    m[i].size > h.shard_size - m[i].offset)
 			goto out;
 	}
 	t.v = m;
@@ -501,7 +502,8 @@ static void index_save(const char *loc, const struct stat *st, const struct tar_
 	FILE *f;
 	int fd;
 
-	if (!index_path(loc, path, sizeof(path)) || (size_t)snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= sizeof(tmp))
+	if (!index_path(loc, path, sizeof(path)) ||
+	    (size_t)snprintf(tmp, sizeof(tmp), "%s.XXXXXX", path) >= sizeof(tmp))
 		return;
 	memcpy(h.magic, INDEX_MAGIC, 8);
 	fd = mkostemp(tmp, O_CLOEXEC);
@@ -1141,7 +1143,12 @@ static int group_shard(struct open_ctx *o, struct samples *s, const struct shard
 				if (r < 0)
 					return r;
 			}
-			g = (struct group){.key = name, .key_len = key_len, .image = -1, .cls = -1, .json = -1, .txt = -1,
+			g = (struct group){.key = name,
+					   .key_len = key_len,
+					   .image = -1,
+					   .cls = -1,
+					   .json = -1,
+					   .txt = -1,
 					   .image_rank = (int)NIMAGE_EXTS};
 			open_group = true;
 		}
@@ -1185,10 +1192,12 @@ static int group_shard(struct open_ctx *o, struct samples *s, const struct shard
  * through src (NULL: local files). */
 static int open_locs(const char *path, struct strvec *locs_in, const char *root, const char *key,
 		     const struct shard_source *src, bool detect, uint32_t num_classes, uint64_t max_samples,
-		     label_report_fn report, void *report_ctx, struct shard_table *out, char *errbuf,
-		     size_t errlen)
+		     label_report_fn report, void *report_ctx, struct shard_table *out, char *errbuf, size_t errlen)
 {
-	struct open_ctx o = {.detect = detect, .num_classes = num_classes, .report = report, .report_ctx = report_ctx,
+	struct open_ctx o = {.detect = detect,
+			     .num_classes = num_classes,
+			     .report = report,
+			     .report_ctx = report_ctx,
 			     .max_label = -1};
 	struct strvec locs = *locs_in;
 	struct samples s = {0};
@@ -1206,7 +1215,8 @@ static int open_locs(const char *path, struct strvec *locs_in, const char *root,
 	root_len = strlen(root);
 	set = calloc(1, sizeof(*set));
 	r = -ENOMEM;
-	if (!set || !(set->v = calloc(locs.n, sizeof(*set->v))) || !(set->starts = calloc(locs.n + 1, sizeof(uint64_t))))
+	if (!set || !(set->v = calloc(locs.n, sizeof(*set->v))) ||
+	    !(set->starts = calloc(locs.n + 1, sizeof(uint64_t))))
 		goto nomem;
 	for (size_t i = 0; i < locs.n; i++) {
 		struct tar_index t = {0};

@@ -59,12 +59,12 @@ struct shard_source {
 };
 
 struct shard {
-	char *loc;      /* absolute path, or a URL read through src */
-	const struct shard_source *src; /* NULL: a local file */
+	char *loc;                       /* absolute path, or a URL read through src */
+	const struct shard_source *src;  /* NULL: a local file */
 	struct source_reader *readahead; /* while opening a remote shard: its bytes read ahead */
-	uint64_t size;  /* when indexed */
-	int64_t stamp;  /* modification time in ns when indexed */
-	uint64_t first; /* index of its first sample */
+	uint64_t size;                   /* when indexed */
+	int64_t stamp;                   /* modification time in ns when indexed */
+	uint64_t first;                  /* index of its first sample */
 };
 
 struct shardset {
@@ -85,17 +85,17 @@ struct shardset {
  */
 struct shard_table {
 	struct shardset *set;
-	char *root;            /* names are shown relative to it (the real directory, the URL's) */
-	char *key;             /* the name sessions find the data set by */
-	uint64_t count;        /* samples */
+	char *root;     /* names are shown relative to it (the real directory, the URL's) */
+	char *key;      /* the name sessions find the data set by */
+	uint64_t count; /* samples */
 	uint32_t num_classes;
 	bool detect;
-	char *names;           /* "shard:member" of each sample's image, NUL separated */
-	uint64_t *name_off;    /* [count] offsets into names */
-	int32_t *labels;       /* [count] */
+	char *names;              /* "shard:member" of each sample's image, NUL separated */
+	uint64_t *name_off;       /* [count] offsets into names */
+	int32_t *labels;          /* [count] */
 	struct detect_box *boxes; /* detection: sample i's objects are boxes[box_off[i] .. box_off[i+1]) */
-	uint64_t *box_off;     /* [count + 1]; NULL unless detect */
-	uint64_t label_errors; /* objects dropped from label files */
+	uint64_t *box_off;        /* [count + 1]; NULL unless detect */
+	uint64_t label_errors;    /* objects dropped from label files */
 	uint64_t label_files_missing;
 };
 

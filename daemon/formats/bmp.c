@@ -35,14 +35,14 @@ static const struct {
 	uint32_t m[4];
 	unsigned at[3];
 } masks32[] = {
-	{{0xFF0000, 0xFF00, 0xFF, 0}, {2, 1, 0}},                   /* BGRX */
-	{{0xFF000000, 0xFF0000, 0xFF00, 0}, {3, 2, 1}},             /* XBGR */
-	{{0xFF000000, 0xFF00, 0xFF, 0}, {3, 1, 0}},                 /* BGXR */
-	{{0xFF000000, 0xFF0000, 0xFF00, 0xFF}, {3, 2, 1}},          /* ABGR */
-	{{0xFF, 0xFF00, 0xFF0000, 0xFF000000}, {0, 1, 2}},          /* RGBA */
-	{{0xFF0000, 0xFF00, 0xFF, 0xFF000000}, {2, 1, 0}},          /* BGRA */
-	{{0xFF000000, 0xFF00, 0xFF, 0xFF0000}, {3, 1, 0}},          /* BGAR */
-	{{0, 0, 0, 0}, {2, 1, 0}},                                  /* BGRA */
+	{{0xFF0000, 0xFF00, 0xFF, 0}, {2, 1, 0}},          /* BGRX */
+	{{0xFF000000, 0xFF0000, 0xFF00, 0}, {3, 2, 1}},    /* XBGR */
+	{{0xFF000000, 0xFF00, 0xFF, 0}, {3, 1, 0}},        /* BGXR */
+	{{0xFF000000, 0xFF0000, 0xFF00, 0xFF}, {3, 2, 1}}, /* ABGR */
+	{{0xFF, 0xFF00, 0xFF0000, 0xFF000000}, {0, 1, 2}}, /* RGBA */
+	{{0xFF0000, 0xFF00, 0xFF, 0xFF000000}, {2, 1, 0}}, /* BGRA */
+	{{0xFF000000, 0xFF00, 0xFF, 0xFF0000}, {3, 1, 0}}, /* BGAR */
+	{{0, 0, 0, 0}, {2, 1, 0}},                         /* BGRA */
 };
 
 static int bmp_header(struct image_buf *b, const uint8_t *d, size_t len, struct bmp *m, size_t *palette_at)
@@ -97,13 +97,12 @@ static int bmp_layout(struct image_buf *b, struct bmp *m)
 	m->rgb_at[1] = 1;
 	m->rgb_at[2] = 0;
 	switch (m->compression) {
-	case BMP_RAW:
-		return 0;
+	case BMP_RAW: return 0;
 	case BMP_RLE8:
 	case BMP_RLE4:
 		if (m->bits != (m->compression == BMP_RLE8 ? 8u : 4u))
-			return image_fail(b, -EBADMSG, "BMP: RLE%u with %u-bit pixels", m->compression == BMP_RLE8 ? 8 : 4,
-					  m->bits);
+			return image_fail(b, -EBADMSG, "BMP: RLE%u with %u-bit pixels",
+					  m->compression == BMP_RLE8 ? 8 : 4, m->bits);
 		return 0;
 	case BMP_BITFIELDS:
 		if (m->bits == 32) {
@@ -123,8 +122,7 @@ static int bmp_layout(struct image_buf *b, struct bmp *m)
 		}
 		return image_fail(b, -EBADMSG, "BMP: unsupported bit fields layout (%u-bit, masks %#x %#x %#x %#x)",
 				  m->bits, m->masks[0], m->masks[1], m->masks[2], m->masks[3]);
-	default:
-		return image_fail(b, -EBADMSG, "BMP: unsupported compression (%u)", m->compression);
+	default: return image_fail(b, -EBADMSG, "BMP: unsupported compression (%u)", m->compression);
 	}
 }
 

@@ -23,10 +23,10 @@ struct decoder {
 	struct jpeg_decompress_struct cinfo;
 	struct jpeg_error_mgr jerr;
 	struct jpeg_progress_mgr progress;
-	jmp_buf env;  /* where libjpeg's errors land; set by every function that calls into it */
-	int code;     /* what that landing returns */
+	jmp_buf env; /* where libjpeg's errors land; set by every function that calls into it */
+	int code;    /* what that landing returns */
 	enum decoder_state state;
-	bool cmyk;    /* libjpeg writes CMYK, which we convert */
+	bool cmyk; /* libjpeg writes CMYK, which we convert */
 	uint64_t max_pixels;
 	uint32_t max_scans;
 	uint8_t *buf; /* decoded rows */
@@ -194,9 +194,7 @@ int decoder_open(struct decoder *d, const uint8_t *jpeg, size_t len, uint32_t *w
 		c->out_color_space = JCS_CMYK;
 		d->cmyk = true;
 		break;
-	default:
-		r = set_error(d, -EBADMSG, "Unsupported JPEG colour space");
-		goto fail;
+	default: r = set_error(d, -EBADMSG, "Unsupported JPEG colour space"); goto fail;
 	}
 	if (!has_eoi(c->src->next_input_byte, c->src->bytes_in_buffer)) {
 		r = set_error(d, -EBADMSG, "Premature end of JPEG file");

@@ -87,7 +87,7 @@ static int read_ifd0(struct header_window *w, uint64_t base, uint64_t limit, str
 	uint64_t ifd, count, entry_size, count_size;
 	bool big, wide;
 
-	*out = (struct ifd0){ 0 };
+	*out = (struct ifd0){0};
 	if (!p || limit < 8)
 		return -EBADMSG;
 	if (p[0] == 'I' && p[1] == 'I')
@@ -258,7 +258,7 @@ static int webp_header(struct header_window *w, struct image_header *h)
 	if (!p)
 		return -EBADMSG;
 	end = 8 + (uint64_t)image_le32(p); /* the RIFF chunk's end */
-	p = window_at(w, 12, 18);    /* the first chunk's header and 10 bytes of it */
+	p = window_at(w, 12, 18);          /* the first chunk's header and 10 bytes of it */
 	if (!p)
 		return -EBADMSG;
 	if (!memcmp(p, "VP8 ", 4)) {
@@ -309,14 +309,14 @@ static int bmp_header(struct header_window *w, struct image_header *h)
 	height = (int32_t)image_le32(p + 8);
 	if ((int32_t)image_le32(p + 4) <= 0 || height == INT32_MIN)
 		return -EBADMSG;
-	return set_size(h, image_le32(p + 4), height < 0 ? (uint64_t)-(int64_t)height : (uint64_t)height);
+	return set_size(h, image_le32(p + 4), height < 0 ? (uint64_t) - (int64_t)height : (uint64_t)height);
 }
 
 /* "Pn", then width and height as decimal numbers between blanks and
  * #-comments. */
 static int pnm_header(struct header_window *w, struct image_header *h)
 {
-	uint64_t off = 2, v[2] = { 0, 0 };
+	uint64_t off = 2, v[2] = {0, 0};
 
 	for (int i = 0; i < 2; i++) {
 		const uint8_t *p;
@@ -324,7 +324,8 @@ static int pnm_header(struct header_window *w, struct image_header *h)
 
 		while ((p = window_at(w, off, 1)) && off < HEADER_MAX_PNM_BYTES) {
 			if (*p == '#') {
-				while ((p = window_at(w, off, 1)) && *p != '\n' && *p != '\r' && off < HEADER_MAX_PNM_BYTES)
+				while ((p = window_at(w, off, 1)) && *p != '\n' && *p != '\r' &&
+				       off < HEADER_MAX_PNM_BYTES)
 					off++;
 			} else if (image_pnm_space(*p)) {
 				off++;
@@ -355,7 +356,7 @@ static int tiff_header(struct header_window *w, struct image_header *h)
 
 int image_header_read(struct header_window *w, struct image_header *out)
 {
-	struct image_header h = { .orientation = 1 };
+	struct image_header h = {.orientation = 1};
 	const uint8_t *p;
 	size_t n = 16;
 	int r;
@@ -367,26 +368,13 @@ int image_header_read(struct header_window *w, struct image_header *out)
 		return -EBADMSG;
 	h.format = image_sniff(p, n);
 	switch (h.format) {
-	case IMAGE_JPEG:
-		r = jpeg_header(w, &h);
-		break;
-	case IMAGE_PNG:
-		r = png_header(w, &h);
-		break;
-	case IMAGE_WEBP:
-		r = webp_header(w, &h);
-		break;
-	case IMAGE_BMP:
-		r = bmp_header(w, &h);
-		break;
-	case IMAGE_TIFF:
-		r = tiff_header(w, &h);
-		break;
-	case IMAGE_PNM:
-		r = pnm_header(w, &h);
-		break;
-	default:
-		r = -EBADMSG;
+	case IMAGE_JPEG: r = jpeg_header(w, &h); break;
+	case IMAGE_PNG: r = png_header(w, &h); break;
+	case IMAGE_WEBP: r = webp_header(w, &h); break;
+	case IMAGE_BMP: r = bmp_header(w, &h); break;
+	case IMAGE_TIFF: r = tiff_header(w, &h); break;
+	case IMAGE_PNM: r = pnm_header(w, &h); break;
+	default: r = -EBADMSG;
 	}
 	if (r == 0)
 		*out = h;
@@ -395,14 +383,14 @@ int image_header_read(struct header_window *w, struct image_header *out)
 
 int image_header_fd(int fd, struct image_header *out)
 {
-	struct header_window w = { .fd = fd };
+	struct header_window w = {.fd = fd};
 
 	return image_header_read(&w, out);
 }
 
 int image_header_mem(const uint8_t *data, size_t len, struct image_header *out)
 {
-	struct header_window w = { .fd = -1, .mem = data ? data : (const uint8_t *)"", .mem_len = data ? len : 0 };
+	struct header_window w = {.fd = -1, .mem = data ? data : (const uint8_t *)"", .mem_len = data ? len : 0};
 
 	return image_header_read(&w, out);
 }
@@ -414,13 +402,13 @@ int image_orient(const struct decoded_region *in, unsigned o, uint8_t **buf, siz
 	static const struct {
 		bool transpose, flip_x, flip_y;
 	} op[9] = {
-		[2] = { false, true, false },  /* mirror left-right */
-		[3] = { false, true, true },   /* rotate 180 */
-		[4] = { false, false, true },  /* mirror top-bottom */
-		[5] = { true, false, false },  /* transpose */
-		[6] = { true, false, true },   /* rotate 90 clockwise */
-		[7] = { true, true, true },    /* transverse */
-		[8] = { true, true, false },   /* rotate 90 counter-clockwise */
+		[2] = {false, true, false}, /* mirror left-right */
+		[3] = {false, true, true},  /* rotate 180 */
+		[4] = {false, false, true}, /* mirror top-bottom */
+		[5] = {true, false, false}, /* transpose */
+		[6] = {true, false, true},  /* rotate 90 clockwise */
+		[7] = {true, true, true},   /* transverse */
+		[8] = {true, true, false},  /* rotate 90 counter-clockwise */
 	};
 	uint32_t ow, oh;
 	size_t row;
@@ -447,6 +435,6 @@ int image_orient(const struct decoded_region *in, unsigned o, uint8_t **buf, siz
 			memcpy(dst + (size_t)x * 4, in->pixels + (size_t)sy * in->stride + (size_t)sx * 4, 4);
 		}
 	}
-	*out = (struct decoded_region){ .pixels = *buf, .stride = row, .width = ow, .height = oh };
+	*out = (struct decoded_region){.pixels = *buf, .stride = row, .width = ow, .height = oh};
 	return 0;
 }

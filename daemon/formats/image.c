@@ -17,8 +17,8 @@ enum image_format image_sniff(const uint8_t *p, size_t n)
 	if (n >= 12 && !memcmp(p, "RIFF", 4) && !memcmp(p + 8, "WEBP", 4))
 		return IMAGE_WEBP;
 	/* classic and BigTIFF, either byte order */
-	if (n >= 4 && (!memcmp(p, "II*\0", 4) || !memcmp(p, "MM\0*", 4) || !memcmp(p, "II+\0", 4) ||
-		       !memcmp(p, "MM\0+", 4)))
+	if (n >= 4 &&
+	    (!memcmp(p, "II*\0", 4) || !memcmp(p, "MM\0*", 4) || !memcmp(p, "II+\0", 4) || !memcmp(p, "MM\0+", 4)))
 		return IMAGE_TIFF;
 	if (n >= 2 && p[0] == 'B' && p[1] == 'M')
 		return IMAGE_BMP;
@@ -32,12 +32,8 @@ static const struct {
 	const char *name;
 	int (*decode)(struct image_buf *b, const uint8_t *data, size_t len);
 } formats[] = {
-	[IMAGE_UNKNOWN] = {"unknown", NULL},
-	[IMAGE_JPEG] = {"JPEG", NULL},
-	[IMAGE_PNG] = {"PNG", png_decode},
-	[IMAGE_WEBP] = {"WebP", webp_decode},
-	[IMAGE_BMP] = {"BMP", bmp_decode},
-	[IMAGE_TIFF] = {"TIFF", tiff_decode},
+	[IMAGE_UNKNOWN] = {"unknown", NULL},   [IMAGE_JPEG] = {"JPEG", NULL},     [IMAGE_PNG] = {"PNG", png_decode},
+	[IMAGE_WEBP] = {"WebP", webp_decode},  [IMAGE_BMP] = {"BMP", bmp_decode}, [IMAGE_TIFF] = {"TIFF", tiff_decode},
 	[IMAGE_PNM] = {"PPM/PGM", pnm_decode},
 };
 
@@ -89,8 +85,7 @@ int image_scratch(struct image_buf *b, size_t bytes)
 	return 0;
 }
 
-int image_decode(struct image_buf *b, enum image_format f, const uint8_t *data, size_t len,
-		 struct decoded_region *out)
+int image_decode(struct image_buf *b, enum image_format f, const uint8_t *data, size_t len, struct decoded_region *out)
 {
 	int r;
 

@@ -63,8 +63,7 @@ void image_buf_release(struct image_buf *b);
  * -EBADMSG: corrupt, truncated or a variant this decoder refuses (the
  * reason in b->error); -E2BIG: over max_pixels; -ENOMEM; -EINVAL.
  */
-int image_decode(struct image_buf *b, enum image_format f, const uint8_t *data, size_t len,
-		 struct decoded_region *out);
+int image_decode(struct image_buf *b, enum image_format f, const uint8_t *data, size_t len, struct decoded_region *out);
 
 /* ---- for the decoders (png.c, webp.c, tiff.c, bmp.c) ---- */
 

@@ -53,8 +53,9 @@ static void png_row(const struct spng_ihdr *h, const uint8_t *src, const uint8_t
 	case SPNG_COLOR_TYPE_TRUECOLOR:
 	case SPNG_COLOR_TYPE_TRUECOLOR_ALPHA:
 	case SPNG_COLOR_TYPE_GRAYSCALE_ALPHA: {
-		unsigned channels = h->color_type == SPNG_COLOR_TYPE_TRUECOLOR ? 3
-				    : h->color_type == SPNG_COLOR_TYPE_TRUECOLOR_ALPHA ? 4 : 2;
+		unsigned channels = h->color_type == SPNG_COLOR_TYPE_TRUECOLOR         ? 3
+				    : h->color_type == SPNG_COLOR_TYPE_TRUECOLOR_ALPHA ? 4
+										       : 2;
 		unsigned bytes = depth / 8, step = channels * bytes;
 		bool grey = channels == 2;
 
@@ -94,7 +95,8 @@ static int decode_rows(struct image_buf *b, spng_ctx *ctx, const struct spng_ihd
 			break;
 		png_row(ihdr, b->scratch, pal, ihdr->width, b->pixels + (size_t)y * ihdr->width * 4);
 		if (e == SPNG_EOI)
-			return y + 1 == ihdr->height ? 0 : image_fail(b, -EBADMSG, "PNG: image data ends at row %u", y + 1);
+			return y + 1 == ihdr->height ? 0
+						     : image_fail(b, -EBADMSG, "PNG: image data ends at row %u", y + 1);
 	}
 	return e ? image_fail(b, -EBADMSG, "PNG: %s", spng_strerror(e)) : 0;
 }

@@ -142,7 +142,8 @@ static int plain_samples(struct image_buf *b, struct cursor *c, unsigned bands, 
 		if (!digits)
 			continue;
 		if (v > maxval)
-			return image_fail(b, -EBADMSG, "PNM: sample %llu over maxval %u", (unsigned long long)v, maxval);
+			return image_fail(b, -EBADMSG, "PNM: sample %llu over maxval %u", (unsigned long long)v,
+					  maxval);
 		b->pixels[n / bands * 4 + n % bands] = to8((unsigned)v, maxval, wide);
 		if (++n == total)
 			break;

@@ -161,8 +161,8 @@ static int read_plane(struct image_buf *b, TIFF *tif, const struct layout *l, ui
 			uint32_t rows = l->h - s * rps < rps ? l->h - s * rps : rps;
 			tmsize_t want = (tmsize_t)(rows * row_bytes);
 
-			if (TIFFReadEncodedStrip(tif, plane * per_plane + s, dst + (uint64_t)s * rps * row_bytes, want) !=
-			    want)
+			if (TIFFReadEncodedStrip(tif, plane * per_plane + s, dst + (uint64_t)s * rps * row_bytes,
+						 want) != want)
 				return tiff_fail(b, "truncated or corrupt strip");
 		}
 		return 0;
@@ -181,8 +181,8 @@ static int read_plane(struct image_buf *b, TIFF *tif, const struct layout *l, ui
 			uint64_t bits = (uint64_t)l->bps * (l->planar == PLANARCONFIG_CONTIG ? l->spp : 1);
 			uint64_t at = (uint64_t)x * bits / 8, n = ((uint64_t)cols * bits + 7) / 8;
 
-			if (TIFFReadEncodedTile(tif, TIFFComputeTile(tif, x, y, 0, plane), tile_buf, (tmsize_t)tile_size) !=
-			    (tmsize_t)tile_size)
+			if (TIFFReadEncodedTile(tif, TIFFComputeTile(tif, x, y, 0, plane), tile_buf,
+						(tmsize_t)tile_size) != (tmsize_t)tile_size)
 				return tiff_fail(b, "truncated or corrupt tile");
 			for (uint32_t r = 0; r < rows; r++)
 				memcpy(dst + (y + r) * row_bytes + at, tile_buf + r * tile_row, n);
@@ -250,7 +250,8 @@ static void colour_row(const struct layout *l, const uint8_t *src, uint8_t *dst)
 
 	for (uint32_t x = 0; x < l->w; x++, dst += 4) {
 		uint64_t i = (uint64_t)x * l->spp;
-		unsigned c0 = sample8(src, i, l->bps), c1 = sample8(src, i + 1, l->bps), c2 = sample8(src, i + 2, l->bps);
+		unsigned c0 = sample8(src, i, l->bps), c1 = sample8(src, i + 1, l->bps),
+			 c2 = sample8(src, i + 2, l->bps);
 
 		if (l->photometric == PHOTOMETRIC_SEPARATED) {
 			unsigned k = sample8(src, i + 3, l->bps);
@@ -277,7 +278,8 @@ static void palette_row(const struct layout *l, const uint8_t *src, uint8_t *dst
 {
 	for (uint32_t x = 0; x < l->w; x++, dst += 4) {
 		uint64_t bit = (uint64_t)x * l->spp * l->bps;
-		unsigned v = l->bps == 8 ? src[bit / 8] : (src[bit / 8] >> (8 - l->bps - bit % 8)) & ((1u << l->bps) - 1);
+		unsigned v =
+			l->bps == 8 ? src[bit / 8] : (src[bit / 8] >> (8 - l->bps - bit % 8)) & ((1u << l->bps) - 1);
 
 		dst[0] = (uint8_t)(l->cmap[0][v] >> 8);
 		dst[1] = (uint8_t)(l->cmap[1][v] >> 8);
@@ -304,16 +306,13 @@ static const char *unsupported(const struct layout *l)
 		if (l->has_extra && l->extra0 == EXTRASAMPLE_ASSOCALPHA)
 			return "grey with premultiplied alpha";
 		return NULL;
-	case PHOTOMETRIC_RGB:
-		return l->spp < 3 || (l->bps != 8 && l->bps != 16) ? "RGB layout" : NULL;
-	case PHOTOMETRIC_SEPARATED:
-		return l->spp < 4 || (l->bps != 8 && l->bps != 16) ? "CMYK layout" : NULL;
+	case PHOTOMETRIC_RGB: return l->spp < 3 || (l->bps != 8 && l->bps != 16) ? "RGB layout" : NULL;
+	case PHOTOMETRIC_SEPARATED: return l->spp < 4 || (l->bps != 8 && l->bps != 16) ? "CMYK layout" : NULL;
 	case PHOTOMETRIC_PALETTE:
 		if (l->bps != 1 && l->bps != 2 && l->bps != 4 && l->bps != 8)
 			return "palette bit depth";
 		return l->bps < 8 && l->spp != 1 ? "packed palette with extra samples" : NULL;
-	default:
-		return "photometric interpretation";
+	default: return "photometric interpretation";
 	}
 }
 
@@ -418,8 +417,8 @@ int tiff_decode(struct image_buf *b, const uint8_t *data, size_t len)
 	TIFFOpenOptionsSetMaxSingleMemAlloc(opts, TIFF_MAX_ALLOC);
 	TIFFOpenOptionsSetErrorHandlerExtR(opts, on_error, b);
 	TIFFOpenOptionsSetWarningHandlerExtR(opts, on_warning, b);
-	tif = TIFFClientOpenExt("image", "r", &m, mem_read, mem_write, mem_seek, mem_close, mem_size, mem_map, mem_unmap,
-				opts);
+	tif = TIFFClientOpenExt("image", "r", &m, mem_read, mem_write, mem_seek, mem_close, mem_size, mem_map,
+				mem_unmap, opts);
 	TIFFOpenOptionsFree(opts);
 	if (!tif)
 		return tiff_fail(b, "cannot read the header");

@@ -16,22 +16,14 @@
 static const char *status_text(VP8StatusCode s)
 {
 	switch (s) {
-	case VP8_STATUS_OK:
-		return "ok";
-	case VP8_STATUS_OUT_OF_MEMORY:
-		return "out of memory";
-	case VP8_STATUS_INVALID_PARAM:
-		return "invalid parameter";
-	case VP8_STATUS_BITSTREAM_ERROR:
-		return "bitstream error";
-	case VP8_STATUS_UNSUPPORTED_FEATURE:
-		return "unsupported feature";
-	case VP8_STATUS_SUSPENDED:
-		return "suspended";
-	case VP8_STATUS_USER_ABORT:
-		return "aborted";
-	case VP8_STATUS_NOT_ENOUGH_DATA:
-		return "truncated (not enough data)";
+	case VP8_STATUS_OK: return "ok";
+	case VP8_STATUS_OUT_OF_MEMORY: return "out of memory";
+	case VP8_STATUS_INVALID_PARAM: return "invalid parameter";
+	case VP8_STATUS_BITSTREAM_ERROR: return "bitstream error";
+	case VP8_STATUS_UNSUPPORTED_FEATURE: return "unsupported feature";
+	case VP8_STATUS_SUSPENDED: return "suspended";
+	case VP8_STATUS_USER_ABORT: return "aborted";
+	case VP8_STATUS_NOT_ENOUGH_DATA: return "truncated (not enough data)";
 	}
 	return "unknown error";
 }
@@ -101,8 +93,9 @@ int webp_decode(struct image_buf *b, const uint8_t *data, size_t len)
 		config.output.u.RGBA.size = (size_t)b->width * b->height * 4;
 		s = WebPDecode(data, len, &config);
 		WebPFreeDecBuffer(&config.output);
-		r = s == VP8_STATUS_OK ? 0 : image_fail(b, s == VP8_STATUS_OUT_OF_MEMORY ? -ENOMEM : -EBADMSG, "WebP: %s",
-							 status_text(s));
+		r = s == VP8_STATUS_OK ? 0
+				       : image_fail(b, s == VP8_STATUS_OUT_OF_MEMORY ? -ENOMEM : -EBADMSG, "WebP: %s",
+						    status_text(s));
 	}
 	if (r == 0)
 		opaque(b);

@@ -18,8 +18,11 @@ int devring_init(struct devring *r, uint32_t slot_count, const struct devring_op
 		free(released);
 		return -ENOMEM;
 	}
-	*r = (struct devring){
-		.ops = ops, .backend = backend, .slot_count = slot_count, .state = state, .released = released};
+	*r = (struct devring){.ops = ops,
+			      .backend = backend,
+			      .slot_count = slot_count,
+			      .state = state,
+			      .released = released};
 	return 0;
 }
 

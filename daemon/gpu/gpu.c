@@ -27,7 +27,7 @@
 #define GPU_WATCH_PERIOD_NS 1000000000ull
 
 enum gpu_op {
-	OP_OPEN,   /* loop -> CUDA thread (again for each step of the setup) */
+	OP_OPEN, /* loop -> CUDA thread (again for each step of the setup) */
 	OP_COPY,
 	OP_CLOSE,
 	OP_FREE,   /* from the stream's last callback */
@@ -117,15 +117,15 @@ struct gpu_ring {
 	struct gpu_msg open_msg, close_msg, free_msg;
 	struct gpu_msg *copy_req, *copy_done; /* [slot_count] */
 	/* A copy's completion is claimed once, by its callback or the watchdog. */
-	atomic_bool *pending;                 /* [slot_count] */
+	atomic_bool *pending; /* [slot_count] */
 	atomic_bool drain_claimed;
-	uint64_t *queued_ns, *target;         /* [slot_count]: CUDA thread */
-	uint64_t *words;   /* [slot_count]: the release words, mapped from words_fd */
+	uint64_t *queued_ns, *target; /* [slot_count]: CUDA thread */
+	uint64_t *words;              /* [slot_count]: the release words, mapped from words_fd */
 	size_t words_bytes;
 	int words_fd;
 	uint64_t image_bytes, u8_image_bytes;
 	char why[320];
-	char failure[320]; /* CUDA thread writes it before failing copies; the loop reads it after */
+	char failure[320];   /* CUDA thread writes it before failing copies; the loop reads it after */
 	struct ring_cuda cu; /* CUDA thread only */
 };
 
@@ -179,15 +179,11 @@ static size_t align_up(size_t v, size_t a)
 static int cuda_errno(CUresult res)
 {
 	switch (res) {
-	case CUDA_ERROR_OUT_OF_MEMORY:
-		return -ENOSPC;
+	case CUDA_ERROR_OUT_OF_MEMORY: return -ENOSPC;
 	case CUDA_ERROR_INVALID_DEVICE:
-	case CUDA_ERROR_NO_DEVICE:
-		return -ENODEV;
-	case CUDA_ERROR_NOT_SUPPORTED:
-		return -ENOTSUP;
-	default:
-		return -EIO;
+	case CUDA_ERROR_NO_DEVICE: return -ENODEV;
+	case CUDA_ERROR_NOT_SUPPORTED: return -ENOTSUP;
+	default: return -EIO;
 	}
 }
 
@@ -258,9 +254,9 @@ static int device_prepare(struct gpu *g, struct gpu_device *d, bool kernels, cha
 fail:
 	snprintf(why, whysize, "cannot use the GPU: %s: %s%s", what, cudadrv_error(g->drv, res),
 		 mod || !strcmp(what, "cuModuleLoadData") ? " (the conversion kernels: is the driver older than this "
-							     "build's CUDA toolkit, or the GPU older than Turing? "
-							     "uint8 output needs no kernel)"
-							   : "");
+							    "build's CUDA toolkit, or the GPU older than Turing? "
+							    "uint8 output needs no kernel)"
+							  : "");
 	if (mod)
 		g->drv->cuModuleUnload(mod);
 	if (pushed)
@@ -356,8 +352,8 @@ static int setup_device(struct gpu_ring *r)
 	if (err < 0)
 		return err;
 	if (!p->has_uuid) {
-		snprintf(r->why, sizeof(r->why),
-			 "%s: the client sent no GPU UUID (it could not resolve the device)", p->device);
+		snprintf(r->why, sizeof(r->why), "%s: the client sent no GPU UUID (it could not resolve the device)",
+			 p->device);
 		return -ENODEV;
 	}
 	for (int i = 0; i < g->ndevices; i++)
@@ -372,7 +368,8 @@ static int setup_device(struct gpu_ring *r)
 	}
 	/* Before anything is created there: compute mode and capabilities. */
 	err = cudadrv_check_device(g->drv, d->dev,
-				   CUDADRV_NEED_RING | CUDADRV_NEED_SHARE | (p->dtype != DTYPE_UINT8 ? CUDADRV_NEED_POOLS : 0),
+				   CUDADRV_NEED_RING | CUDADRV_NEED_SHARE |
+					   (p->dtype != DTYPE_UINT8 ? CUDADRV_NEED_POOLS : 0),
 				   why, sizeof(why));
 	if (err < 0) {
 		snprintf(r->why, sizeof(r->why), "%s: %s", p->device, why);
@@ -424,8 +421,7 @@ static int setup_budget(struct gpu_ring *r)
 	slot_bytes = align_up((size_t)p->batch_size * r->image_bytes, GPU_SLOT_ALIGN);
 	c->size = align_up((size_t)slot_bytes * p->slot_count, gran ? gran : 1);
 	if (p->dtype != DTYPE_UINT8)
-		c->staging_bytes =
-			align_up((size_t)p->batch_size * r->u8_image_bytes, GPU_SLOT_ALIGN) + sizeof(p->lut);
+		c->staging_bytes = align_up((size_t)p->batch_size * r->u8_image_bytes, GPU_SLOT_ALIGN) + sizeof(p->lut);
 	bytes = c->size + c->staging_bytes;
 	if (p->budget && d->bytes + bytes > p->budget) {
 		snprintf(r->why, sizeof(r->why),
@@ -724,8 +720,7 @@ static void watch_ring(struct gpu *g, struct gpu_ring *r, uint64_t now)
 			c->watch = (struct gpuwatch_state){0};
 		return;
 	}
-	o.released = devring_word_reached(__atomic_load_n(&r->words[oldest], __ATOMIC_ACQUIRE),
-					  r->target[oldest]);
+	o.released = devring_word_reached(__atomic_load_n(&r->words[oldest], __ATOMIC_ACQUIRE), r->target[oldest]);
 	if (g->drv->cuCtxPushCurrent(c->dev->ctx) == CUDA_SUCCESS) {
 		res = g->drv->cuStreamQuery(c->stream);
 		g->drv->cuCtxPopCurrent(&popped);
@@ -760,8 +755,7 @@ static void watch_ring(struct gpu *g, struct gpu_ring *r, uint64_t now)
 		for (uint32_t i = 0; i < r->p.slot_count; i++)
 			copy_finish(r, i, v == GPUWATCH_FAIL_ERROR ? -EIO : -ETIMEDOUT);
 		break;
-	default:
-		break;
+	default: break;
 	}
 }
 
@@ -875,8 +869,7 @@ static void handle_request(struct gpu *g, struct gpu_msg *m)
 		r->free_msg.op = OP_FREED;
 		push_done(g, &r->free_msg);
 		break;
-	default:
-		break;
+	default: break;
 	}
 }
 
@@ -1018,8 +1011,7 @@ static void on_async(uv_async_t *h)
 				r->closed(r->owner);
 			gpu_ring_free(r);
 			break;
-		default:
-			break;
+		default: break;
 		}
 	}
 	if (g->freeing && g->rings == 0)

@@ -47,16 +47,16 @@ struct gpu_ring;
 
 /* What a device ring is for. */
 struct gpu_ring_params {
-	char device[32];                   /* "cuda:N" as the client said, for messages */
-	uint8_t uuid[GPU_UUID_BYTES];      /* the GPU */
-	bool has_uuid;                     /* false: the client could not resolve it */
+	char device[32];              /* "cuda:N" as the client said, for messages */
+	uint8_t uuid[GPU_UUID_BYTES]; /* the GPU */
+	bool has_uuid;                /* false: the client could not resolve it */
 	uint32_t slot_count;
 	uint32_t batch_size, image_size;
-	enum sample_dtype dtype;           /* on the device; the host ring holds uint8 */
-	union transform_lut lut;           /* float dtypes */
-	uint8_t *host_base;                /* the host ring, page aligned */
+	enum sample_dtype dtype; /* on the device; the host ring holds uint8 */
+	union transform_lut lut; /* float dtypes */
+	uint8_t *host_base;      /* the host ring, page aligned */
 	size_t host_bytes, host_slot_bytes;
-	uint64_t budget;                   /* gpu_memory_budget; 0: free memory only */
+	uint64_t budget; /* gpu_memory_budget; 0: free memory only */
 };
 
 /* What the client is sent (DeviceRing) once the ring is open. */

@@ -39,9 +39,8 @@ extern "C" __global__ void stoker_convert_f32(const unsigned char *in, float *ou
 }
 
 // float16 as its bits: the table holds binary16 values already rounded.
-extern "C" __global__ void stoker_convert_f16(const unsigned char *in, unsigned short *out,
-					      const unsigned short *lut, unsigned long long plane,
-					      unsigned long long pixels)
+extern "C" __global__ void stoker_convert_f16(const unsigned char *in, unsigned short *out, const unsigned short *lut,
+					      unsigned long long plane, unsigned long long pixels)
 {
 	convert<unsigned short>(in, out, lut, plane, pixels);
 }

@@ -51,20 +51,13 @@ enum gpuwatch_verdict gpuwatch_judge(const struct gpuwatch_policy *p, struct gpu
 const char *gpuwatch_verdict_name(enum gpuwatch_verdict v)
 {
 	switch (v) {
-	case GPUWATCH_IDLE:
-		return "idle";
-	case GPUWATCH_WAIT_CLIENT:
-		return "waiting for the client's release";
-	case GPUWATCH_RUNNING:
-		return "running";
-	case GPUWATCH_COMPLETE:
-		return "done without its callbacks";
-	case GPUWATCH_FAIL_ERROR:
-		return "the GPU reported an error";
-	case GPUWATCH_FAIL_STUCK:
-		return "a copy into GPU memory did not finish";
-	case GPUWATCH_FAIL_CLIENT:
-		return "the client's release never reached the GPU";
+	case GPUWATCH_IDLE: return "idle";
+	case GPUWATCH_WAIT_CLIENT: return "waiting for the client's release";
+	case GPUWATCH_RUNNING: return "running";
+	case GPUWATCH_COMPLETE: return "done without its callbacks";
+	case GPUWATCH_FAIL_ERROR: return "the GPU reported an error";
+	case GPUWATCH_FAIL_STUCK: return "a copy into GPU memory did not finish";
+	case GPUWATCH_FAIL_CLIENT: return "the client's release never reached the GPU";
 	}
 	return "?";
 }

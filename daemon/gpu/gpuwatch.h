@@ -22,9 +22,9 @@
 #include <stdint.h>
 
 struct gpuwatch_policy {
-	uint64_t query_after_ns;   /* look at a ring whose oldest copy is this old */
-	uint64_t stuck_after_ns;   /* a copy running this long (its wait satisfied) is stuck */
-	uint64_t release_after_ns; /* a release word this late fails the ring; 0: wait for ever */
+	uint64_t query_after_ns;    /* look at a ring whose oldest copy is this old */
+	uint64_t stuck_after_ns;    /* a copy running this long (its wait satisfied) is stuck */
+	uint64_t release_after_ns;  /* a release word this late fails the ring; 0: wait for ever */
 	uint64_t callback_after_ns; /* the stream done, its callbacks this late: complete them */
 };
 
@@ -34,10 +34,10 @@ extern const struct gpuwatch_policy gpuwatch_default;
 /* What the watchdog saw of one ring, now. */
 struct gpuwatch_obs {
 	uint64_t now_ns;
-	bool outstanding;       /* copies queued whose callback has not come */
-	uint64_t oldest_ns;     /* when the oldest of them was queued */
-	bool released;          /* its slot's release word has reached the copy's target */
-	int query;              /* cuStreamQuery: 0 done, 1 not ready, < 0 an error (-errno) */
+	bool outstanding;   /* copies queued whose callback has not come */
+	uint64_t oldest_ns; /* when the oldest of them was queued */
+	bool released;      /* its slot's release word has reached the copy's target */
+	int query;          /* cuStreamQuery: 0 done, 1 not ready, < 0 an error (-errno) */
 };
 
 /* Per ring, kept by the caller between looks (zeroed at the start). */
@@ -48,13 +48,13 @@ struct gpuwatch_state {
 };
 
 enum gpuwatch_verdict {
-	GPUWATCH_IDLE,          /* nothing outstanding, or too young to look at: no query needed */
-	GPUWATCH_WAIT_CLIENT,   /* waiting on the client's release: its GPU work */
-	GPUWATCH_RUNNING,       /* the copy runs; not stuck yet */
-	GPUWATCH_COMPLETE,      /* the stream is done but the callbacks never came: complete the copies */
-	GPUWATCH_FAIL_ERROR,    /* the stream reported an error: fail the ring */
-	GPUWATCH_FAIL_STUCK,    /* a copy runs far too long: fail the ring */
-	GPUWATCH_FAIL_CLIENT,   /* the client's release never came: fail the ring */
+	GPUWATCH_IDLE,        /* nothing outstanding, or too young to look at: no query needed */
+	GPUWATCH_WAIT_CLIENT, /* waiting on the client's release: its GPU work */
+	GPUWATCH_RUNNING,     /* the copy runs; not stuck yet */
+	GPUWATCH_COMPLETE,    /* the stream is done but the callbacks never came: complete the copies */
+	GPUWATCH_FAIL_ERROR,  /* the stream reported an error: fail the ring */
+	GPUWATCH_FAIL_STUCK,  /* a copy runs far too long: fail the ring */
+	GPUWATCH_FAIL_CLIENT, /* the client's release never came: fail the ring */
 };
 
 /* Whether the ring needs a cuStreamQuery now (obs.query not yet filled). */

@@ -41,7 +41,7 @@ static const float imagenet_std[3] = {0.229f, 0.224f, 0.225f};
 struct attach_request {
 	uv_work_t work;
 	struct daemon *d;
-	struct conn *conn; /* NULL if the client left during the scan */
+	struct conn *conn;     /* NULL if the client left during the scan */
 	Stoker__Attach params; /* its arrays point into this request */
 	float mean[3], std[3];
 	char path[PATH_MAX];
@@ -49,9 +49,9 @@ struct attach_request {
 	struct detect_params detect;
 	uint32_t close_mosaic, max_boxes;
 	uint64_t train_epochs;
-	double fraction;  /* Ultralytics' fraction: the first images ... */
-	uint64_t images;  /* ... or this many of them (0: by fraction) */
-	float bgr;        /* Ultralytics' bgr: P(a sample stays BGR) */
+	double fraction; /* Ultralytics' fraction: the first images ... */
+	uint64_t images; /* ... or this many of them (0: by fraction) */
+	float bgr;       /* Ultralytics' bgr: P(a sample stays BGR) */
 	char split[64];
 	bool rect;
 	uint32_t stride;
@@ -59,10 +59,10 @@ struct attach_request {
 	enum fit_resample resample;
 	struct transform_spec spec; /* the host ring's (attach_start) */
 	uint32_t rect_side;         /* rect: the largest shape's side */
-	char key[PATH_MAX + 96]; /* the data set's dataset->key */
-	struct dataset *existing; /* open already, but without the image sizes rect needs */
-	uint32_t *sizes;          /* read by the scan for rect */
-	struct s3_config s3; /* a copy: the scan runs off the loop thread */
+	char key[PATH_MAX + 96];    /* the data set's dataset->key */
+	struct dataset *existing;   /* open already, but without the image sizes rect needs */
+	uint32_t *sizes;            /* read by the scan for rect */
+	struct s3_config s3;        /* a copy: the scan runs off the loop thread */
 	/* device: "cpu" or "cuda:N" and the GPU's UUID, copied out too. */
 	char device[32];
 	uint8_t uuid[GPU_UUID_BYTES];
@@ -77,7 +77,7 @@ struct attach_request {
 	bool check_access;
 	struct access_id id;
 	struct access_map *readable; /* built by the scan, for the session */
-	struct tpipe *tpipe; /* Attach.transforms, parsed; the session takes it */
+	struct tpipe *tpipe;         /* Attach.transforms, parsed; the session takes it */
 };
 
 /* An attach request freed: the client's identity and keys with it. */
@@ -111,11 +111,13 @@ static void detect_options(const Stoker__DetectOptions *o, struct detect_params 
 	detect_params_default(p);
 	if (!o)
 		return;
-#define TAKE(name)               \
-	if (o->has_##name)       \
+#define TAKE(name)         \
+	if (o->has_##name) \
 		p->name = o->name;
+	/* clang-format off */
 	TAKE(hsv_h) TAKE(hsv_s) TAKE(hsv_v) TAKE(degrees) TAKE(translate) TAKE(scale) TAKE(shear) TAKE(perspective)
 	TAKE(flipud) TAKE(fliplr) TAKE(mosaic) TAKE(mixup)
+	/* clang-format on */
 #undef TAKE
 }
 
@@ -137,16 +139,15 @@ static int validate_task(const Stoker__Attach *a, char *errbuf, size_t errlen)
 		return -EINVAL;
 	}
 	if (detect != (a->transform == STOKER__TRANSFORM__LETTERBOX || a->transform == STOKER__TRANSFORM__MOSAIC)) {
-		set_err(errbuf, errlen, "transform %s is not for task %s (%s)",
-				attach_transform_name(a->transform), detect ? "detect" : "classify",
-				detect ? "detect takes letterbox or mosaic"
-				       : "classify takes random_resized_crop or center_crop");
+		set_err(errbuf, errlen, "transform %s is not for task %s (%s)", attach_transform_name(a->transform),
+			detect ? "detect" : "classify",
+			detect ? "detect takes letterbox or mosaic"
+			       : "classify takes random_resized_crop or center_crop");
 		return -EINVAL;
 	}
 	if (!detect) {
 		if (o) {
-			set_err(errbuf, errlen,
-					"detection options given for task classify");
+			set_err(errbuf, errlen, "detection options given for task classify");
 			return -EINVAL;
 		}
 		return 0;
@@ -157,8 +158,8 @@ static int validate_task(const Stoker__Attach *a, char *errbuf, size_t errlen)
 	}
 	if (a->dtype != STOKER__DTYPE__UINT8 || a->coordinated) {
 		set_err(errbuf, errlen, "task detect serves %s",
-				a->coordinated ? "no coordinated groups (each job draws its own mosaics)"
-					       : "uint8 images only");
+			a->coordinated ? "no coordinated groups (each job draws its own mosaics)"
+				       : "uint8 images only");
 		return -EINVAL;
 	}
 	detect_options(o, &p);
@@ -167,13 +168,11 @@ static int validate_task(const Stoker__Attach *a, char *errbuf, size_t errlen)
 		return -EINVAL;
 	}
 	if (o && o->has_max_boxes && (o->max_boxes == 0 || o->max_boxes > ATTACH_MAX_BOXES)) {
-		set_err(errbuf, errlen, "max_boxes %u is not in 1..%u", o->max_boxes,
-				ATTACH_MAX_BOXES);
+		set_err(errbuf, errlen, "max_boxes %u is not in 1..%u", o->max_boxes, ATTACH_MAX_BOXES);
 		return -EINVAL;
 	}
 	if (o && o->has_stride && (o->stride == 0 || o->stride > RECT_MAX_STRIDE)) {
-		set_err(errbuf, errlen, "stride %u is not in 1..%u", o->stride,
-				RECT_MAX_STRIDE);
+		set_err(errbuf, errlen, "stride %u is not in 1..%u", o->stride, RECT_MAX_STRIDE);
 		return -EINVAL;
 	}
 	if (o && o->has_pad && !(o->pad >= 0 && o->pad <= RECT_MAX_PAD)) {
@@ -188,11 +187,11 @@ static int validate_task(const Stoker__Attach *a, char *errbuf, size_t errlen)
 	if (o && o->rect) {
 		/* BaseDataset.set_rectangle's batches, for validation */
 		const char *no = a->transform != STOKER__TRANSFORM__LETTERBOX ? "takes transform letterbox"
-				  : a->shuffle				   ? "needs shuffle off (batches come in aspect-ratio order)"
-				  : a->drop_last			   ? "keeps every batch: drop_last must be off"
-				  : rect_max_side(a->image_size, o->stride, o->pad) > DETECT_MAX_SIZE
-					  ? "with this image_size, stride and pad makes batches over 16384 pixels"
-					  : NULL;
+				 : a->shuffle   ? "needs shuffle off (batches come in aspect-ratio order)"
+				 : a->drop_last ? "keeps every batch: drop_last must be off"
+				 : rect_max_side(a->image_size, o->stride, o->pad) > DETECT_MAX_SIZE
+					 ? "with this image_size, stride and pad makes batches over 16384 pixels"
+					 : NULL;
 
 		if (no) {
 			set_err(errbuf, errlen, "rect %s", no);
@@ -216,8 +215,7 @@ static int validate_task(const Stoker__Attach *a, char *errbuf, size_t errlen)
 		return -EINVAL;
 	}
 	if (o && o->split && (!o->split[0] || strlen(o->split) > ATTACH_MAX_SPLIT_LEN || strchr(o->split, '/'))) {
-		set_err(errbuf, errlen, "split '%.40s' is not a data.yaml key",
-				o->split);
+		set_err(errbuf, errlen, "split '%.40s' is not a data.yaml key", o->split);
 		return -EINVAL;
 	}
 	return 0;
@@ -242,8 +240,7 @@ static int validate_device(const Stoker__Attach *a, char *errbuf, size_t errlen)
 		return 0;
 	}
 	if (a->has_device_uuid && a->device_uuid.len != GPU_UUID_BYTES) {
-		set_err(errbuf, errlen, "device_uuid has %zu bytes, not %u",
-				a->device_uuid.len, GPU_UUID_BYTES);
+		set_err(errbuf, errlen, "device_uuid has %zu bytes, not %u", a->device_uuid.len, GPU_UUID_BYTES);
 		return -EINVAL;
 	}
 	return 0;
@@ -264,7 +261,8 @@ static int validate_batch_ops(const Stoker__Attach *a, char *errbuf, size_t errl
 		}
 		if (on_device && a->dtype != STOKER__DTYPE__UINT8) {
 			set_err(errbuf, errlen,
-				"batch_transform with a device and a float dtype is not built (the GPU makes the floats "
+				"batch_transform with a device and a float dtype is not built (the GPU makes the "
+				"floats "
 				"after the host ring's uint8); use dtype uint8 or device cpu");
 			return -EINVAL;
 		}
@@ -300,7 +298,8 @@ int attach_validate(const Stoker__Attach *a, const struct attach_limits *lim, ch
 	r = validate_task(a, errbuf, errlen);
 	if (r < 0)
 		return r;
-	if (a->dtype != STOKER__DTYPE__UINT8 && a->dtype != STOKER__DTYPE__FLOAT32 && a->dtype != STOKER__DTYPE__FLOAT16) {
+	if (a->dtype != STOKER__DTYPE__UINT8 && a->dtype != STOKER__DTYPE__FLOAT32 &&
+	    a->dtype != STOKER__DTYPE__FLOAT16) {
 		set_err(errbuf, errlen, "unknown dtype %d", (int)a->dtype);
 		return -EINVAL;
 	}
@@ -321,29 +320,27 @@ int attach_validate(const Stoker__Attach *a, const struct attach_limits *lim, ch
 		}
 	}
 	if (a->batch_size == 0 || a->batch_size > lim->max_batch_size) {
-		set_err(errbuf, errlen, "batch_size %u is not in 1..%u (max_batch_size)",
-				a->batch_size, lim->max_batch_size);
+		set_err(errbuf, errlen, "batch_size %u is not in 1..%u (max_batch_size)", a->batch_size,
+			lim->max_batch_size);
 		return -EINVAL;
 	}
 	if (a->image_size == 0 || a->image_size > lim->max_image_size) {
-		set_err(errbuf, errlen, "image_size %u is not in 1..%u (max_image_size)",
-				a->image_size, lim->max_image_size);
+		set_err(errbuf, errlen, "image_size %u is not in 1..%u (max_image_size)", a->image_size,
+			lim->max_image_size);
 		return -EINVAL;
 	}
 	if (a->world_size == 0 || a->rank >= a->world_size) {
-		set_err(errbuf, errlen,
-				"rank %u and world_size %u: need world_size >= 1 and rank < world_size", a->rank,
-				a->world_size);
+		set_err(errbuf, errlen, "rank %u and world_size %u: need world_size >= 1 and rank < world_size",
+			a->rank, a->world_size);
 		return -EINVAL;
 	}
 	if (prefetch > lim->max_prefetch) {
-		set_err(errbuf, errlen, "prefetch %u is over %u (max_prefetch)", prefetch,
-				lim->max_prefetch);
+		set_err(errbuf, errlen, "prefetch %u is over %u (max_prefetch)", prefetch, lim->max_prefetch);
 		return -EINVAL;
 	}
 	if (a->shard_order && a->shuffle_buffer > ATTACH_MAX_SHUFFLE_BUFFER) {
-		set_err(errbuf, errlen, "shuffle_buffer %u is over %u samples",
-				a->shuffle_buffer, ATTACH_MAX_SHUFFLE_BUFFER);
+		set_err(errbuf, errlen, "shuffle_buffer %u is over %u samples", a->shuffle_buffer,
+			ATTACH_MAX_SHUFFLE_BUFFER);
 		return -EINVAL;
 	}
 	r = validate_device(a, errbuf, errlen);
@@ -398,7 +395,8 @@ int attach_slot_layout(const struct slot_request *r, struct slot_layout *out)
 		/* Then the boxes: room for max_boxes rows per image. */
 		ok = ok && align_up(end, 64, &end);
 		l.boxes_offset = end;
-		ok = ok && area_end(end, (uint64_t)r->batch_size * r->max_boxes, DETECT_BOX_FLOATS * sizeof(float), &end);
+		ok = ok &&
+		     area_end(end, (uint64_t)r->batch_size * r->max_boxes, DETECT_BOX_FLOATS * sizeof(float), &end);
 		/* Then each image's shapes and ratio_pad. */
 		ok = ok && align_up(end, 64, &end);
 		l.shapes_offset = end;
@@ -446,9 +444,9 @@ static int attach_pipeline(struct conn *c, const Stoker__Attach *a, struct tpipe
 
 	r = transforms_from_proto(a->transforms, a->n_transforms, out, why, sizeof(why));
 	if (r < 0) {
-		conn_send_error(c, r == -ENOMEM ? STOKER__ERROR_CODE__RESOURCE_EXHAUSTED
-						: STOKER__ERROR_CODE__INVALID_ARGUMENT,
-				"transforms: %s", why);
+		conn_send_error(
+			c, r == -ENOMEM ? STOKER__ERROR_CODE__RESOURCE_EXHAUSTED : STOKER__ERROR_CODE__INVALID_ARGUMENT,
+			"transforms: %s", why);
 		return -EINVAL;
 	}
 	tpipe_info(*out, &info);
@@ -459,11 +457,14 @@ static int attach_pipeline(struct conn *c, const Stoker__Attach *a, struct tpipe
 		set_err(why, sizeof(why), "image_size %u differs from the pipeline's output %ux%u", a->image_size,
 			info.out_w, info.out_h);
 	else if (info.has_dtype && (a->has_dtype || a->n_mean || a->n_std))
-		set_err(why, sizeof(why), "dtype, mean and std come from the pipeline's ToDtype and Normalize: give "
-					  "them there only");
+		set_err(why, sizeof(why),
+			"dtype, mean and std come from the pipeline's ToDtype and Normalize: give "
+			"them there only");
 	else if (info.float_ops && a->device && strcmp(a->device, "cpu"))
-		set_err(why, sizeof(why), "transforms: RandomErasing after ToDtype works on the CPU's float output: "
-					  "not with device %s", a->device);
+		set_err(why, sizeof(why),
+			"transforms: RandomErasing after ToDtype works on the CPU's float output: "
+			"not with device %s",
+			a->device);
 	else
 		return 0;
 	conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "%s", why);
@@ -521,7 +522,8 @@ static void log_unreadable(const struct conn *c, const struct dataset *ds, const
 	for (uint64_t i = 0; i < m->unreadable && i < ACCESS_MAP_LOGGED && at < sizeof(names); i++)
 		at += (size_t)snprintf(names + at, sizeof(names) - at, "%s%s", i ? ", " : "",
 				       dataset_name(ds, m->logged[i]));
-	conn_log_cred(LOG_LVL_WARNING, c, "%llu of the %llu files of %s are not readable by uid %d: replaced in its "
+	conn_log_cred(LOG_LVL_WARNING, c,
+		      "%llu of the %llu files of %s are not readable by uid %d: replaced in its "
 		      "batches and counted (unreadable_samples): %s%s",
 		      (unsigned long long)m->unreadable, (unsigned long long)m->count, ds->root, (int)c->uid, names,
 		      m->unreadable > ACCESS_MAP_LOGGED ? ", ..." : "");
@@ -600,10 +602,11 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 		s->plan.fixed = s->rect_order;
 	}
 	if (plan_validate(&s->plan) < 0) {
-		conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT,
-				"data set %s has %llu samples: with world_size %u, batch_size %u and drop_last, rank %u "
-				"gets no batch",
-				ds->root, (unsigned long long)s->samples, a->world_size, a->batch_size, a->rank);
+		conn_send_error(
+			c, STOKER__ERROR_CODE__INVALID_ARGUMENT,
+			"data set %s has %llu samples: with world_size %u, batch_size %u and drop_last, rank %u "
+			"gets no batch",
+			ds->root, (unsigned long long)s->samples, a->world_size, a->batch_size, a->rank);
 		goto fail;
 	}
 	s->labels_offset = lay->labels_offset;
@@ -645,8 +648,8 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	}
 	r = ring_create(slots, lay->slot_bytes, &s->ring);
 	if (r < 0) {
-		conn_log(LOG_LVL_WARNING, c, "cannot create a %llu-byte ring: %s",
-			 (unsigned long long)lay->ring_bytes, strerror(-r));
+		conn_log(LOG_LVL_WARNING, c, "cannot create a %llu-byte ring: %s", (unsigned long long)lay->ring_bytes,
+			 strerror(-r));
 		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "cannot create a %llu-byte ring: %s",
 				(unsigned long long)lay->ring_bytes, strerror(-r));
 		goto fail;
@@ -660,7 +663,8 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	if (s->plan.repeats > 1) {
 		s->job_copies = calloc((size_t)slots * a->batch_size, sizeof(*s->job_copies));
 		if (!s->job_copies) {
-			conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory for the copy numbers");
+			conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
+					"out of memory for the copy numbers");
 			goto fail;
 		}
 	}
@@ -672,9 +676,8 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	s->dataset_name = strdup(ds->root);
 	if (!s->slot_state || !s->waiting_on || !s->pins || !s->jobs || !s->job_orders || !s->dataset_name ||
 	    (ds->remote && !s->fetches)) {
-		conn_log(LOG_LVL_WARNING, c,
-			 "attach failed: out of memory for a session of %u slots x %u samples", slots,
-			 a->batch_size);
+		conn_log(LOG_LVL_WARNING, c, "attach failed: out of memory for a session of %u slots x %u samples",
+			 slots, a->batch_size);
 		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
 				"out of memory for a session of %u slots x %u samples", slots, a->batch_size);
 		goto fail;
@@ -685,7 +688,8 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 
 		s->rect_hw = calloc(s->batches_per_epoch, 2 * sizeof(*s->rect_hw));
 		if (!s->rect_hw) {
-			conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory for the batch shapes");
+			conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
+					"out of memory for the batch shapes");
 			goto fail;
 		}
 		/* Each of this rank's batches lies in one batch of the whole
@@ -746,16 +750,15 @@ static void attach_start(struct conn *c, struct attach_request *req, struct data
 				"shard order needs a data set of tar shards; %s is loose files", ds->root);
 		goto fail;
 	}
-	if (a->expect_samples &&
-	    a->expect_samples != session_samples(ds->count, req->fraction, req->images)) {
+	if (a->expect_samples && a->expect_samples != session_samples(ds->count, req->fraction, req->images)) {
 		conn_send_error(c, STOKER__ERROR_CODE__FAILED_PRECONDITION,
 				"cannot resume: the checkpoint was taken on %llu samples, %s now has %llu",
 				(unsigned long long)a->expect_samples, ds->root,
 				(unsigned long long)session_samples(ds->count, req->fraction, req->images));
 		goto fail;
 	}
-	spec->kind = a->transform == STOKER__TRANSFORM__CENTER_CROP ? TRANSFORM_CENTER_CROP
-								     : TRANSFORM_RANDOM_RESIZED_CROP;
+	spec->kind =
+		a->transform == STOKER__TRANSFORM__CENTER_CROP ? TRANSFORM_CENTER_CROP : TRANSFORM_RANDOM_RESIZED_CROP;
 	spec->image_size = a->image_size;
 	spec->dtype = attach_host_dtype((enum sample_dtype)a->dtype, strcmp(req->device, "cpu") != 0);
 	/* Training crops take the speed; evaluation keeps PIL's pixels. */
@@ -811,13 +814,14 @@ static void attach_start(struct conn *c, struct attach_request *req, struct data
 	}
 	/* One budget for the node: the cache's share plus every ring. */
 	if (d->ring_bytes + d->fit_bytes + lay.ring_bytes + lay.fit_bytes + d->cfg.cache_bytes > d->cfg.memory_budget) {
-		conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
-				"a %llu-byte ring%s does not fit the node's memory_budget (%llu bytes): the cache takes %llu "
-				"and %u clients' rings %llu; lower batch_size, image_size or prefetch, or wait",
-				(unsigned long long)(lay.ring_bytes + lay.fit_bytes),
-				lay.fit_bytes ? " (with the mosaic's partner images)" : "",
-				(unsigned long long)d->cfg.memory_budget, (unsigned long long)d->cfg.cache_bytes, d->nconns,
-				(unsigned long long)(d->ring_bytes + d->fit_bytes));
+		conn_send_error(
+			c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
+			"a %llu-byte ring%s does not fit the node's memory_budget (%llu bytes): the cache takes %llu "
+			"and %u clients' rings %llu; lower batch_size, image_size or prefetch, or wait",
+			(unsigned long long)(lay.ring_bytes + lay.fit_bytes),
+			lay.fit_bytes ? " (with the mosaic's partner images)" : "",
+			(unsigned long long)d->cfg.memory_budget, (unsigned long long)d->cfg.cache_bytes, d->nconns,
+			(unsigned long long)(d->ring_bytes + d->fit_bytes));
 		goto fail;
 	}
 	session_create(c, req, ds, &lay);
@@ -878,9 +882,9 @@ static void attach_scan_data(uv_work_t *w)
 	}
 	if (!ds) {
 		if (url_is_remote(req->path))
-			req->err = dataset_open_remote_detect(req->path, req->split, ATTACH_MAX_SAMPLES,
-							      req->d->fetch, &req->s3, log_label_error, &l,
-							      &req->result, req->errbuf, sizeof(req->errbuf));
+			req->err = dataset_open_remote_detect(req->path, req->split, ATTACH_MAX_SAMPLES, req->d->fetch,
+							      &req->s3, log_label_error, &l, &req->result, req->errbuf,
+							      sizeof(req->errbuf));
 		else
 			req->err = dataset_open_detect(req->path, req->split, ATTACH_MAX_SAMPLES, log_label_error, &l,
 						       &req->result, req->errbuf, sizeof(req->errbuf));
@@ -937,7 +941,8 @@ static void attach_scan(uv_work_t *w)
 	if (req->err < 0 && req->s3.has_keys && !req->s3.key_id[0]) {
 		size_t n = strlen(req->errbuf);
 
-		snprintf(req->errbuf + n, sizeof(req->errbuf) - n, " (read with the client's own S3 credentials: it "
+		snprintf(req->errbuf + n, sizeof(req->errbuf) - n,
+			 " (read with the client's own S3 credentials: it "
 			 "sent none; docs/deploy.md, Multi-user nodes)");
 	}
 	if (req->err == 0 && req->check_access)
@@ -968,10 +973,11 @@ static void attach_scanned(uv_work_t *w, int status)
 	}
 	if (req->err < 0) {
 		conn_log(LOG_LVL_INFO, c, "attach failed: %s", req->errbuf);
-		conn_send_error(c, req->err == -ENOENT	   ? STOKER__ERROR_CODE__NOT_FOUND
-				   : req->err == -ENOMEM ? STOKER__ERROR_CODE__RESOURCE_EXHAUSTED
-				   : req->err == -EACCES ? STOKER__ERROR_CODE__PERMISSION_DENIED
-							 : STOKER__ERROR_CODE__INVALID_ARGUMENT,
+		conn_send_error(c,
+				req->err == -ENOENT   ? STOKER__ERROR_CODE__NOT_FOUND
+				: req->err == -ENOMEM ? STOKER__ERROR_CODE__RESOURCE_EXHAUSTED
+				: req->err == -EACCES ? STOKER__ERROR_CODE__PERMISSION_DENIED
+						      : STOKER__ERROR_CODE__INVALID_ARGUMENT,
 				"%s", req->errbuf);
 		request_put(req, ds); /* the sizes can fail after the scan worked */
 		goto out;
@@ -1032,10 +1038,11 @@ static bool attach_access(struct conn *c, const char *path, char real[PATH_MAX],
 	if (r == 0)
 		return true;
 	conn_log_cred(LOG_LVL_INFO, c, "attach refused: %s", err);
-	conn_send_error(c, r == -EACCES ? STOKER__ERROR_CODE__PERMISSION_DENIED
-			   : r == -ENOENT ? STOKER__ERROR_CODE__NOT_FOUND
-			   : r == -ENOMEM ? STOKER__ERROR_CODE__RESOURCE_EXHAUSTED
-					  : STOKER__ERROR_CODE__INVALID_ARGUMENT,
+	conn_send_error(c,
+			r == -EACCES   ? STOKER__ERROR_CODE__PERMISSION_DENIED
+			: r == -ENOENT ? STOKER__ERROR_CODE__NOT_FOUND
+			: r == -ENOMEM ? STOKER__ERROR_CODE__RESOURCE_EXHAUSTED
+				       : STOKER__ERROR_CODE__INVALID_ARGUMENT,
 			"%s", err);
 	return false;
 }
@@ -1189,10 +1196,10 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 		req->stride = o ? o->stride : 32;
 		req->pad = o ? o->pad : 0.5;
 		/* Evaluation defaults to Ultralytics' own resampling, training to the fast filter. */
-		req->resample = o && o->resample == STOKER__RESAMPLE__RESAMPLE_CV2 ? FIT_CV2
+		req->resample = o && o->resample == STOKER__RESAMPLE__RESAMPLE_CV2         ? FIT_CV2
 				: o && o->resample == STOKER__RESAMPLE__RESAMPLE_ANTIALIAS ? FIT_ANTIALIAS
-				: a->transform == STOKER__TRANSFORM__LETTERBOX ? FIT_CV2
-									   : FIT_ANTIALIAS;
+				: a->transform == STOKER__TRANSFORM__LETTERBOX             ? FIT_CV2
+											   : FIT_ANTIALIAS;
 		snprintf(req->key, sizeof(req->key), "detect:%s:%s", req->split, real);
 	} else {
 		snprintf(req->key, sizeof(req->key), "%s", real);

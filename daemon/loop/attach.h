@@ -66,7 +66,7 @@ struct slot_request {
 
 /* Where each area of a slot starts, and the sizes that follow. */
 struct slot_layout {
-	uint64_t image_bytes; /* the batch's images, at 0 */
+	uint64_t image_bytes;                 /* the batch's images, at 0 */
 	size_t labels_offset, indices_offset; /* int64 each, per sample */
 	size_t boxes_offset;                  /* detect: float[max_boxes][DETECT_BOX_FLOATS] per image */
 	size_t shapes_offset;                 /* detect: int32[4] per image */

@@ -331,8 +331,8 @@ void control_handle_config_set(struct conn *c, const Stoker__ConfigSet *m)
 	if (r < 0) {
 		conn_log_cred(LOG_LVL_NOTICE, c, "set %s=%s refused: %s", m->key, m->value, err);
 		conn_send_error(c,
-				r == -ENOENT	  ? STOKER__ERROR_CODE__NOT_FOUND
-				: r == -EINVAL	  ? STOKER__ERROR_CODE__INVALID_ARGUMENT
+				r == -ENOENT       ? STOKER__ERROR_CODE__NOT_FOUND
+				: r == -EINVAL     ? STOKER__ERROR_CODE__INVALID_ARGUMENT
 				: r == -EOPNOTSUPP ? STOKER__ERROR_CODE__RESTART_REQUIRED
 						   : STOKER__ERROR_CODE__INTERNAL,
 				"%s", err);

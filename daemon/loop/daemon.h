@@ -56,11 +56,11 @@ struct conn {
 	uid_t uid;
 	gid_t gid;
 	uint64_t id;
-	struct session *session;        /* after Attach */
+	struct session *session;          /* after Attach */
 	struct attach_request *attaching; /* while the data set is scanned */
-	bool shutdown_sent;             /* Shutdown went out */
-	uint64_t last_input_ns;         /* when it last sent us anything */
-	uint64_t closing_since_ns;      /* when conn_close began waiting to flush */
+	bool shutdown_sent;               /* Shutdown went out */
+	uint64_t last_input_ns;           /* when it last sent us anything */
+	uint64_t closing_since_ns;        /* when conn_close began waiting to flush */
 	/* The peer process, for the stopped-client lease (server.c): its start
 	 * time in /proc/PID/stat (0: not visible, never evicted), and since when
 	 * it has been seen stopped (0: not stopped). */
@@ -72,38 +72,38 @@ struct conn {
 
 /* Where the configuration comes from, kept for reloads (service.c). */
 struct config_state {
-	const char *root;                  /* --config-root / $STOKER_CONFIG_ROOT; NULL: / */
-	const char *file;                  /* --config FILE: replaces the file layers */
+	const char *root;                     /* --config-root / $STOKER_CONFIG_ROOT; NULL: / */
+	const char *file;                     /* --config FILE: replaces the file layers */
 	const char *cmdline[CONFIG_MAX_KEYS]; /* flags, by key index (argv strings) */
-	char *runtime[CONFIG_MAX_KEYS];    /* stokerctl set, by key index */
-	char *pending[CONFIG_MAX_KEYS];    /* reloaded values waiting for a restart */
-	struct config raw;                 /* as configured: "auto" and 0 unresolved */
+	char *runtime[CONFIG_MAX_KEYS];       /* stokerctl set, by key index */
+	char *pending[CONFIG_MAX_KEYS];       /* reloaded values waiting for a restart */
+	struct config raw;                    /* as configured: "auto" and 0 unresolved */
 	struct config_origins origins;
 	struct config_files files;
 };
 
 struct daemon {
 	uv_loop_t *loop;
-	struct config cfg;       /* in effect, "auto" values resolved */
+	struct config cfg; /* in effect, "auto" values resolved */
 	struct config_state conf;
 	struct pool *pool;
-	struct cache *cache; /* NULL when cache_bytes is 0 */
-	uint64_t ring_bytes; /* all rings alive, against cfg.memory_budget */
-	uint64_t fit_bytes;  /* detection sessions' partner images, against it too */
-	struct gpu *gpu;     /* CUDA delivery (gpu.h); NULL: not in this process */
-	uint64_t device_bytes; /* every CUDA client's device ring */
-	bool pool_full; /* a session waits for queue room */
-	struct fetch *fetch;       /* HTTP/S3 transfers (fetch.h) */
-	struct prefetch *prefetch; /* remote samples fetched before decoding */
+	struct cache *cache;                           /* NULL when cache_bytes is 0 */
+	uint64_t ring_bytes;                           /* all rings alive, against cfg.memory_budget */
+	uint64_t fit_bytes;                            /* detection sessions' partner images, against it too */
+	struct gpu *gpu;                               /* CUDA delivery (gpu.h); NULL: not in this process */
+	uint64_t device_bytes;                         /* every CUDA client's device ring */
+	bool pool_full;                                /* a session waits for queue room */
+	struct fetch *fetch;                           /* HTTP/S3 transfers (fetch.h) */
+	struct prefetch *prefetch;                     /* remote samples fetched before decoding */
 	struct batch_job *fetched_head, *fetched_tail; /* fetched, waiting for queue room */
 	int listen_fd;
-	int reserve_fd; /* spare descriptor, given up to refuse a client clearly at EMFILE */
-	uint64_t fd_limit; /* RLIMIT_NOFILE (raised to the hard limit); 0: none */
-	bool fd_exhausted; /* refusing for want of descriptors (logged once) */
-	uint64_t refused_fds; /* connections refused for want of descriptors */
+	int reserve_fd;           /* spare descriptor, given up to refuse a client clearly at EMFILE */
+	uint64_t fd_limit;        /* RLIMIT_NOFILE (raised to the hard limit); 0: none */
+	bool fd_exhausted;        /* refusing for want of descriptors (logged once) */
+	uint64_t refused_fds;     /* connections refused for want of descriptors */
 	uint64_t refused_clients; /* refused at max_clients since the last accepted one */
-	bool accept_paused; /* listening poll stopped until the next housekeeping tick */
-	bool owns_socket_path; /* we bound it, so we unlink it */
+	bool accept_paused;       /* listening poll stopped until the next housekeeping tick */
+	bool owns_socket_path;    /* we bound it, so we unlink it */
 	/* What clients connect to, as said in STATUS= and the log: the
 	 * configured path, or the activated socket's own name ("@x" when
 	 * abstract). */
@@ -123,17 +123,17 @@ struct daemon {
 	uv_signal_t sig_term, sig_int, sig_hup;
 	uv_timer_t stats_timer;
 	uv_timer_t watchdog_timer;
-	uv_timer_t stop_timer;  /* stop_timeout for in-flight work, then drain's timeout */
+	uv_timer_t stop_timer; /* stop_timeout for in-flight work, then drain's timeout */
 	uv_timer_t shutdown_timer;
-	uv_timer_t conn_timer;  /* stopped-client leases, closing connections (server.c) */
-	uv_check_t life_check;  /* drain and stop progress, after each loop turn */
+	uv_timer_t conn_timer; /* stopped-client leases, closing connections (server.c) */
+	uv_check_t life_check; /* drain and stop progress, after each loop turn */
 	unsigned stats_ticks;
-	bool draining;  /* no new clients; stop when the last one leaves */
-	bool stopping;  /* no new work; close once in-flight work is done */
-	bool stopped;   /* connections closed, pool gone */
+	bool draining; /* no new clients; stop when the last one leaves */
+	bool stopping; /* no new work; close once in-flight work is done */
+	bool stopped;  /* connections closed, pool gone */
 	char stop_reason[128];
 	uint64_t start_ns;
-	uint64_t idle_since_ns; /* user mode: no connection since then (0: busy) */
+	uint64_t idle_since_ns;  /* user mode: no connection since then (0: busy) */
 	struct metrics *metrics; /* metrics.c: textfile and HTTP listener */
 	/* Counters, loop thread only. */
 	uint64_t images_served;
@@ -163,15 +163,13 @@ void server_close_all(struct daemon *d, bool force);
 int conn_send(struct conn *c, const Stoker__Message *msg, int fd);
 /* With two fds (a device ring's allocation and release words). */
 int conn_send2(struct conn *c, const Stoker__Message *msg, int fd, int fd2);
-int conn_send_error(struct conn *c, Stoker__ErrorCode code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+int conn_send_error(struct conn *c, Stoker__ErrorCode code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Flush then close; the struct is freed later by libuv. */
 void conn_close(struct conn *c, const char *why);
 /* Log a line about a connection, with its context in front: conn_log
  * "client ID (pid PID): ", conn_log_cred "client ID (pid PID, uid UID): "
  * (access decisions and control requests, where who asked matters). */
-void conn_log(enum log_level level, const struct conn *c, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+void conn_log(enum log_level level, const struct conn *c, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void conn_log_cred(enum log_level level, const struct conn *c, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
@@ -221,8 +219,8 @@ uint64_t control_rss_bytes(void);
 
 /* service.c: configuration layers and live changes, systemd, drain, stop. */
 struct service_report {
-	char applied[1024];  /* keys, space-separated */
-	char restart[1024];  /* changed keys waiting for a restart */
+	char applied[1024]; /* keys, space-separated */
+	char restart[1024]; /* changed keys waiting for a restart */
 };
 /* Defaults, file layers, flags, runtime changes; validated. */
 int service_load_config(struct daemon *d, struct config *raw, struct config_origins *o, struct config_files *files,

@@ -87,8 +87,8 @@ static void metric1(struct expo *e, const char *name, const char *type, const ch
 /* The labels of a client: {client, pid, rank, world_size, dataset}. */
 static void client_labels(struct expo *e, const struct expo_client *c)
 {
-	put(e, "client=\"%llu\",pid=\"%d\",rank=\"%u\",world_size=\"%u\",dataset=\"", (unsigned long long)c->id,
-	    c->pid, c->rank, c->world_size);
+	put(e, "client=\"%llu\",pid=\"%d\",rank=\"%u\",world_size=\"%u\",dataset=\"", (unsigned long long)c->id, c->pid,
+	    c->rank, c->world_size);
 	put_label_value(e, c->dataset);
 	put(e, "\"");
 }
@@ -143,13 +143,13 @@ static void render_cache(struct expo *e, const struct expo_snapshot *s)
 
 	GAUGE(e, "stoker_cache_budget_bytes", "Bytes the node cache may hold.", s->cache_budget);
 	GAUGE(e, "stoker_cache_bytes", "Bytes the node cache holds, entries and overhead.", s->cache_bytes);
-#define TIER_FAMILY(name, type, help, field)                                  \
-	do {                                                                   \
-		family(e, name, type, help);                                   \
-		for (int t = 0; t < CACHE_TIERS; t++) {                        \
+#define TIER_FAMILY(name, type, help, field)                                       \
+	do {                                                                       \
+		family(e, name, type, help);                                       \
+		for (int t = 0; t < CACHE_TIERS; t++) {                            \
 			snprintf(labels, sizeof(labels), "tier=\"%s\"", tiers[t]); \
-			sample(e, name, labels, (double)ts[t].field);          \
-		}                                                              \
+			sample(e, name, labels, (double)ts[t].field);              \
+		}                                                                  \
 	} while (0)
 	TIER_FAMILY("stoker_cache_hits_total", "counter", "Cache look-ups that found the sample.", hits);
 	TIER_FAMILY("stoker_cache_misses_total", "counter", "Cache look-ups that did not.", misses);
@@ -180,8 +180,8 @@ int expo_render(const struct expo_snapshot *s, char **out, size_t *len)
 	COUNTER(&e, "stoker_samples_decoded_total", "Samples decoded by the workers.", s->samples_decoded);
 	COUNTER(&e, "stoker_samples_copied_total", "Samples copied from a coordinated job's ring instead of decoded.",
 		s->samples_copied);
-	COUNTER(&e, "stoker_label_errors_total", "Objects dropped from detection label files (malformed or out of range).",
-		s->label_errors);
+	COUNTER(&e, "stoker_label_errors_total",
+		"Objects dropped from detection label files (malformed or out of range).", s->label_errors);
 	COUNTER(&e, "stoker_boxes_dropped_total", "Boxes left out of a batch: an image had more than its max_boxes.",
 		s->boxes_dropped);
 	if (s->net) {
@@ -189,15 +189,20 @@ int expo_render(const struct expo_snapshot *s, char **out, size_t *len)
 
 		COUNTER(&e, "stoker_net_requests_total", "HTTP/S3 transfers started, retries included.", fs->requests);
 		COUNTER(&e, "stoker_net_bytes_total", "HTTP/S3 body bytes received.", fs->bytes);
-		COUNTER(&e, "stoker_net_retries_total", "HTTP/S3 transfers retried after a 5xx, a timeout or a lost "
-			"connection.", fs->retries);
+		COUNTER(&e, "stoker_net_retries_total",
+			"HTTP/S3 transfers retried after a 5xx, a timeout or a lost "
+			"connection.",
+			fs->retries);
 		COUNTER(&e, "stoker_net_errors_total", "HTTP/S3 requests that failed after their retries.", fs->errors);
 		GAUGE(&e, "stoker_net_inflight", "HTTP/S3 transfers running.", fs->inflight);
 		COUNTER(&e, "stoker_remote_cache_hits_total", "Remote samples found in the node cache (not fetched).",
 			s->remote_cache_hits);
-		COUNTER(&e, "stoker_remote_fetched_total", "Remote samples fetched from their store.", s->remote_fetched);
-		COUNTER(&e, "stoker_remote_coalesced_total", "Remote samples that shared a fetch of the same object "
-			"already in flight.", s->remote_coalesced);
+		COUNTER(&e, "stoker_remote_fetched_total", "Remote samples fetched from their store.",
+			s->remote_fetched);
+		COUNTER(&e, "stoker_remote_coalesced_total",
+			"Remote samples that shared a fetch of the same object "
+			"already in flight.",
+			s->remote_coalesced);
 	}
 	COUNTER(&e, "stoker_worker_busy_seconds_total", "Time the workers spent producing samples, all summed.",
 		(double)s->worker_busy_ns / 1e9);
@@ -217,8 +222,7 @@ int expo_render(const struct expo_snapshot *s, char **out, size_t *len)
 	      s->gpu_memory_budget);
 	if (s->cache)
 		render_cache(&e, s);
-	client_family(&e, s, "stoker_client_images_total", "counter", "Images delivered to the client.",
-		      client_images);
+	client_family(&e, s, "stoker_client_images_total", "counter", "Images delivered to the client.", client_images);
 	client_family(&e, s, "stoker_client_batches_total", "counter", "Batches delivered to the client.",
 		      client_batches);
 	client_family(&e, s, "stoker_client_wait_seconds_total", "counter",

@@ -67,13 +67,13 @@ struct metrics {
 	bool timer_open;
 	uint64_t interval_ms;
 	char textfile[PATH_MAX];
-	bool writing;      /* a textfile job is on the thread pool */
-	int last_err;      /* logged once until it changes */
+	bool writing; /* a textfile job is on the thread pool */
+	int last_err; /* logged once until it changes */
 	uv_tcp_t listener;
 	bool listening;
 	struct http_conn *http;
 	uint32_t nhttp;
-	uint32_t refs;     /* open handles and jobs; freed at 0 once stopped */
+	uint32_t refs; /* open handles and jobs; freed at 0 once stopped */
 	bool stopped;
 };
 
@@ -88,8 +88,8 @@ int metrics_render(struct daemon *d, char **out, size_t *len)
 
 	clock_gettime(CLOCK_REALTIME, &real);
 	s.version = STOKER_VERSION;
-	s.start_time_seconds = (double)real.tv_sec + (double)real.tv_nsec / 1e9 -
-			       (double)(monotonic_ns() - d->start_ns) / 1e9;
+	s.start_time_seconds =
+		(double)real.tv_sec + (double)real.tv_nsec / 1e9 - (double)(monotonic_ns() - d->start_ns) / 1e9;
 	control_rates(d, &s.images_per_second, &s.worker_busy_ratio);
 	s.rss_bytes = control_rss_bytes();
 	s.draining = d->draining || d->stopping;

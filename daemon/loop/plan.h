@@ -56,7 +56,7 @@ struct plan_spec {
 	const uint64_t *shard_starts;
 	uint32_t shards;
 	uint32_t shuffle_buffer; /* samples; 0 or 1: none */
-	const uint64_t *fixed; /* [samples] the order, or NULL; not owned */
+	const uint64_t *fixed;   /* [samples] the order, or NULL; not owned */
 	uint32_t repeats;        /* 0 or 1: none */
 	uint32_t selected_round; /* repeats: RepeatAugSampler's selected_round */
 	uint32_t selected_ratio; /* repeats: its selected_ratio; 0: world_size */

@@ -38,7 +38,7 @@ int rect_order(const uint32_t *sizes, uint64_t n, uint64_t **out)
 		return -ENOMEM;
 	}
 	for (uint64_t i = 0; i < n; i++)
-		k[i] = (struct keyed){ aspect(sizes, i), i };
+		k[i] = (struct keyed){aspect(sizes, i), i};
 	qsort(k, n, sizeof(*k), by_ratio);
 	for (uint64_t i = 0; i < n; i++)
 		order[i] = k[i].index;
@@ -53,8 +53,8 @@ static uint32_t side_of(double shape, uint32_t image_size, uint32_t stride, doub
 	return (uint32_t)ceil(shape * image_size / stride + pad) * stride;
 }
 
-void rect_batch_shape(const uint32_t *sizes, const uint64_t *order, uint64_t first, uint64_t last,
-		      uint32_t image_size, uint32_t stride, double pad, uint32_t *height, uint32_t *width)
+void rect_batch_shape(const uint32_t *sizes, const uint64_t *order, uint64_t first, uint64_t last, uint32_t image_size,
+		      uint32_t stride, double pad, uint32_t *height, uint32_t *width)
 {
 	double mini = aspect(sizes, order[first]), maxi = aspect(sizes, order[last]);
 	double sh = 1.0, sw = 1.0;

@@ -28,8 +28,8 @@ int rect_order(const uint32_t *sizes, uint64_t n, uint64_t **out);
 
 /* The shape of the batch whose images are order[first .. last] (sorted
  * ascending by ratio, last >= first). */
-void rect_batch_shape(const uint32_t *sizes, const uint64_t *order, uint64_t first, uint64_t last,
-		      uint32_t image_size, uint32_t stride, double pad, uint32_t *height, uint32_t *width);
+void rect_batch_shape(const uint32_t *sizes, const uint64_t *order, uint64_t first, uint64_t last, uint32_t image_size,
+		      uint32_t stride, double pad, uint32_t *height, uint32_t *width);
 
 /* The largest side any batch can have: a square batch's. */
 uint64_t rect_max_side(uint32_t image_size, uint32_t stride, double pad);

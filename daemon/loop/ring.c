@@ -25,8 +25,7 @@ int ring_create(uint32_t slot_count, size_t slot_bytes, struct ring **out)
 		err = -errno;
 		goto fail;
 	}
-	if (ftruncate(fd, (off_t)bytes) < 0 ||
-	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+	if (ftruncate(fd, (off_t)bytes) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
 		err = -errno;
 		goto fail;
 	}

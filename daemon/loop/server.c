@@ -187,8 +187,8 @@ void conn_log_cred(enum log_level level, const struct conn *c, const char *fmt, 
 
 	if (!log_enabled(level))
 		return;
-	snprintf(prefix, sizeof(prefix), "client %llu (pid %d, uid %d): ", (unsigned long long)c->id,
-		 (int)c->pid, (int)c->uid);
+	snprintf(prefix, sizeof(prefix), "client %llu (pid %d, uid %d): ", (unsigned long long)c->id, (int)c->pid,
+		 (int)c->uid);
 	va_start(ap, fmt);
 	log_vmsg(level, prefix, fmt, ap);
 	va_end(ap);
@@ -250,11 +250,12 @@ static void handle_hello(struct conn *c, const Stoker__Hello *h)
 	Stoker__Welcome w = STOKER__WELCOME__INIT;
 
 	if (!usermode_admits(c->d, c->uid)) {
-		conn_log_cred(LOG_LVL_WARNING, c,
-			      "permission denied: this user-mode daemon serves uid %d only", (int)geteuid());
+		conn_log_cred(LOG_LVL_WARNING, c, "permission denied: this user-mode daemon serves uid %d only",
+			      (int)geteuid());
 		conn_send_error(c, STOKER__ERROR_CODE__PERMISSION_DENIED,
 				"this stokerd (pid %d) is uid %d's own user-mode daemon and serves that user only; "
-				"uid %d may not use it", (int)getpid(), (int)geteuid(), (int)c->uid);
+				"uid %d may not use it",
+				(int)getpid(), (int)geteuid(), (int)c->uid);
 		conn_close(c, NULL);
 		return;
 	}
@@ -266,8 +267,8 @@ static void handle_hello(struct conn *c, const Stoker__Hello *h)
 			snprintf(name, sizeof(name), "%d", (int)c->d->socket_gid);
 		else
 			snprintf(name, sizeof(name), "%s", res->gr_name);
-		conn_log_cred(LOG_LVL_WARNING, c,
-			      "permission denied: not in group %s, which the socket requires", name);
+		conn_log_cred(LOG_LVL_WARNING, c, "permission denied: not in group %s, which the socket requires",
+			      name);
 		conn_send_error(c, STOKER__ERROR_CODE__PERMISSION_DENIED,
 				"uid %d may not use stokerd: join group %s (the socket's group)", (int)c->uid, name);
 		conn_close(c, NULL);
@@ -276,8 +277,8 @@ static void handle_hello(struct conn *c, const Stoker__Hello *h)
 	if (h->protocol_version != STOKER__VERSION__PROTOCOL_VERSION) {
 		c->d->protocol_errors++;
 		conn_send_error(c, STOKER__ERROR_CODE__VERSION_MISMATCH,
-				"protocol version %u is not supported; stokerd %s speaks version %d", h->protocol_version,
-				STOKER_VERSION, STOKER__VERSION__PROTOCOL_VERSION);
+				"protocol version %u is not supported; stokerd %s speaks version %d",
+				h->protocol_version, STOKER_VERSION, STOKER__VERSION__PROTOCOL_VERSION);
 		conn_close(c, "protocol version mismatch");
 		return;
 	}
@@ -310,36 +311,16 @@ static void conn_dispatch(struct conn *c, const Stoker__Message *m)
 		}
 		session_handle_attach(c, m->attach);
 		break;
-	case STOKER__MESSAGE__BODY_START_EPOCH:
-		session_handle_start_epoch(c, m->start_epoch);
-		break;
-	case STOKER__MESSAGE__BODY_RELEASE:
-		session_handle_release(c, m->release);
-		break;
-	case STOKER__MESSAGE__BODY_NAMES_REQUEST:
-		session_handle_names(c, m->names_request);
-		break;
-	case STOKER__MESSAGE__BODY_STATS_REQUEST:
-		control_handle_stats(c);
-		break;
-	case STOKER__MESSAGE__BODY_CONFIG_GET:
-		control_handle_config_get(c);
-		break;
-	case STOKER__MESSAGE__BODY_CONFIG_SET:
-		control_handle_config_set(c, m->config_set);
-		break;
-	case STOKER__MESSAGE__BODY_RELOAD:
-		control_handle_reload(c);
-		break;
-	case STOKER__MESSAGE__BODY_DRAIN:
-		control_handle_drain(c, m->drain);
-		break;
-	case STOKER__MESSAGE__BODY_METRICS_REQUEST:
-		control_handle_metrics(c);
-		break;
-	default:
-		conn_protocol_error(c, "unexpected message %d from a client", (int)m->body_case);
-		break;
+	case STOKER__MESSAGE__BODY_START_EPOCH: session_handle_start_epoch(c, m->start_epoch); break;
+	case STOKER__MESSAGE__BODY_RELEASE: session_handle_release(c, m->release); break;
+	case STOKER__MESSAGE__BODY_NAMES_REQUEST: session_handle_names(c, m->names_request); break;
+	case STOKER__MESSAGE__BODY_STATS_REQUEST: control_handle_stats(c); break;
+	case STOKER__MESSAGE__BODY_CONFIG_GET: control_handle_config_get(c); break;
+	case STOKER__MESSAGE__BODY_CONFIG_SET: control_handle_config_set(c, m->config_set); break;
+	case STOKER__MESSAGE__BODY_RELOAD: control_handle_reload(c); break;
+	case STOKER__MESSAGE__BODY_DRAIN: control_handle_drain(c, m->drain); break;
+	case STOKER__MESSAGE__BODY_METRICS_REQUEST: control_handle_metrics(c); break;
+	default: conn_protocol_error(c, "unexpected message %d from a client", (int)m->body_case); break;
 	}
 }
 
@@ -566,8 +547,8 @@ static int accept_without_fds(struct daemon *d, int err)
 	fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	if (fd >= 0) {
 		d->refused_fds++;
-		refuse(fd, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
-		       "out of file descriptors (%s): try again later", strerror(err));
+		refuse(fd, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of file descriptors (%s): try again later",
+		       strerror(err));
 	}
 	d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
 	return fd >= 0 ? 0 : -1;
@@ -841,7 +822,8 @@ fail:
  * soon as it wakes (the Error is the last thing it reads). */
 static void conn_evict_stopped(struct conn *c, uint64_t stopped_ms)
 {
-	conn_log(LOG_LVL_WARNING, c, "process stopped for %llu ms, longer than stopped_lease_ms (%u ms): "
+	conn_log(LOG_LVL_WARNING, c,
+		 "process stopped for %llu ms, longer than stopped_lease_ms (%u ms): "
 		 "session ended, its slots reclaimed",
 		 (unsigned long long)stopped_ms, c->d->cfg.stopped_lease_ms);
 	conn_send_error(c, STOKER__ERROR_CODE__LEASE_EXPIRED,

@@ -107,8 +107,8 @@ static void set_pending(struct daemon *d, size_t i, const char *value)
  * configuration re-read, so a restart key back at its running value is no
  * longer pending.
  */
-static int apply_config(struct daemon *d, const struct config *next, const struct config_origins *next_o,
-			bool reload, struct service_report *rep, char *errbuf, size_t errlen)
+static int apply_config(struct daemon *d, const struct config *next, const struct config_origins *next_o, bool reload,
+			struct service_report *rep, char *errbuf, size_t errlen)
 {
 	struct config_state *cs = &d->conf;
 	struct config raw = cs->raw, eff;
@@ -439,8 +439,9 @@ int service_start(struct daemon *d)
 	if (r < 0)
 		return r;
 	log_info("stokerd %s ready: %u workers, prefetch %u, memory budget %llu MiB (cache %llu MiB, %s)",
-		 STOKER_VERSION, pool_workers(d->pool), d->cfg.prefetch, (unsigned long long)(d->cfg.memory_budget >> 20),
-		 (unsigned long long)(d->cfg.cache_bytes >> 20), d->cfg.cache_policy ? "lru" : "minio");
+		 STOKER_VERSION, pool_workers(d->pool), d->cfg.prefetch,
+		 (unsigned long long)(d->cfg.memory_budget >> 20), (unsigned long long)(d->cfg.cache_bytes >> 20),
+		 d->cfg.cache_policy ? "lru" : "minio");
 	notify_ready(d);
 	return 0;
 }

@@ -203,16 +203,15 @@ static bool same_group(const struct session *a, const struct session *b)
 
 	/* Batches are shared only between clients that may read the same files. */
 	return a->coordinated && b->coordinated && a->ds == b->ds && access_map_equal(a->readable, b->readable) &&
-	       p->seed == q->seed && p->rank == q->rank &&
-	       p->world_size == q->world_size && p->batch_size == q->batch_size && p->shuffle == q->shuffle &&
-	       p->drop_last == q->drop_last && p->shard_starts == q->shard_starts &&
-	       p->shuffle_buffer == q->shuffle_buffer && x->kind == y->kind && x->image_size == y->image_size &&
-	       x->dtype == y->dtype && x->dct_scaling == y->dct_scaling && !memcmp(x->mean, y->mean, sizeof(x->mean)) &&
-	       !memcmp(x->std, y->std, sizeof(x->std)) && a->epoch == b->epoch && !a->tpipe == !b->tpipe &&
-	       (!a->tpipe || !strcmp(a->tpipe_text, b->tpipe_text)) && p->repeats == q->repeats &&
-	       p->selected_round == q->selected_round && p->selected_ratio == q->selected_ratio &&
-	       a->has_mix == b->has_mix && (!a->has_mix || (batchmix_equal(&a->mix, &b->mix) &&
-							   a->mix_classes == b->mix_classes));
+	       p->seed == q->seed && p->rank == q->rank && p->world_size == q->world_size &&
+	       p->batch_size == q->batch_size && p->shuffle == q->shuffle && p->drop_last == q->drop_last &&
+	       p->shard_starts == q->shard_starts && p->shuffle_buffer == q->shuffle_buffer && x->kind == y->kind &&
+	       x->image_size == y->image_size && x->dtype == y->dtype && x->dct_scaling == y->dct_scaling &&
+	       !memcmp(x->mean, y->mean, sizeof(x->mean)) && !memcmp(x->std, y->std, sizeof(x->std)) &&
+	       a->epoch == b->epoch && !a->tpipe == !b->tpipe && (!a->tpipe || !strcmp(a->tpipe_text, b->tpipe_text)) &&
+	       p->repeats == q->repeats && p->selected_round == q->selected_round &&
+	       p->selected_ratio == q->selected_ratio && a->has_mix == b->has_mix &&
+	       (!a->has_mix || (batchmix_equal(&a->mix, &b->mix) && a->mix_classes == b->mix_classes));
 }
 
 /* Does o's `slot` hold, or is it filling, batch b of o's current epoch? */
@@ -330,9 +329,10 @@ static bool job_submit(struct session *s, uint32_t slot, const struct slot_sourc
 		job->copy_from = ring_slot(src->session->ring, src->slot);
 		job->source_owner = src->session;
 		job->source_slot = src->slot;
-		atomic_store_explicit(&job->replaced,
-				      atomic_load_explicit(&src->session->jobs[src->slot].replaced, memory_order_relaxed),
-				      memory_order_relaxed);
+		atomic_store_explicit(
+			&job->replaced,
+			atomic_load_explicit(&src->session->jobs[src->slot].replaced, memory_order_relaxed),
+			memory_order_relaxed);
 	}
 	if (!src && job->fetches && s->d->prefetch) {
 		/* A remote data set: fetch what the cache lacks first; the job
@@ -603,10 +603,9 @@ void session_announce(struct session *s, int fd)
 		goto out; /* the connection closed and detached the session */
 	if (s->gpu && device_send_ring(s) < 0)
 		goto out;
-	conn_log(LOG_LVL_INFO, c, "attached to %s (%llu samples), rank %u/%u, batch %u, %s %u, seed %llu%s%s",
-		 ds->root, (unsigned long long)ds->count, s->plan.rank,
-		 s->plan.world_size, s->plan.batch_size, s->tpipe ? "pipeline" : attach_transform_name(s->transform),
-		 s->spec.image_size,
+	conn_log(LOG_LVL_INFO, c, "attached to %s (%llu samples), rank %u/%u, batch %u, %s %u, seed %llu%s%s", ds->root,
+		 (unsigned long long)ds->count, s->plan.rank, s->plan.world_size, s->plan.batch_size,
+		 s->tpipe ? "pipeline" : attach_transform_name(s->transform), s->spec.image_size,
 		 (unsigned long long)s->plan.seed, s->gpu ? ", on " : "", s->gpu ? s->device : "");
 	r = session_start_epoch(s, s->attach_epoch, 0, s->attach_first);
 	if (r < 0)
@@ -654,8 +653,8 @@ static void device_copied(void *owner, uint32_t slot, int err)
 		if (err < 0 && s->conn) {
 			/* The GPU failed: the batch is lost, so the session ends
 			 * (never a gap in the client's sequence). */
-			conn_log(LOG_LVL_ERR, s->conn, "%s: the copy into device slot %u failed: %s",
-				 s->device, slot, strerror(-err));
+			conn_log(LOG_LVL_ERR, s->conn, "%s: the copy into device slot %u failed: %s", s->device, slot,
+				 strerror(-err));
 			conn_send_error(s->conn, STOKER__ERROR_CODE__DEVICE_UNAVAILABLE,
 					"%s: the copy into GPU memory failed (%s)", s->device,
 					*gpu_ring_failure(s->gpu) ? gpu_ring_failure(s->gpu) : strerror(-err));
@@ -705,8 +704,9 @@ static void device_opened(void *owner, struct gpu_ring *r, int err, const char *
 		goto out; /* the client left meanwhile: the ring closes with the session */
 	if (!r) {
 		conn_log(LOG_LVL_INFO, c, "attach to %s refused: %s", s->device, why);
-		conn_send_error(c, err == -ENOSPC ? STOKER__ERROR_CODE__RESOURCE_EXHAUSTED
-						  : STOKER__ERROR_CODE__DEVICE_UNAVAILABLE,
+		conn_send_error(c,
+				err == -ENOSPC ? STOKER__ERROR_CODE__RESOURCE_EXHAUSTED
+					       : STOKER__ERROR_CODE__DEVICE_UNAVAILABLE,
 				"%s", why);
 		c->session = NULL;
 		s->conn = NULL;
@@ -886,10 +886,11 @@ void session_job_done(struct batch_job *job, void *userdata)
 
 			s->slot_state[job->slot] = r < 0 ? SLOT_FREE : SLOT_COPYING;
 			if (r < 0) {
-				conn_log(LOG_LVL_ERR, s->conn, "%s: cannot queue a copy into GPU memory: %s",
-					 s->device, strerror(-r));
+				conn_log(LOG_LVL_ERR, s->conn, "%s: cannot queue a copy into GPU memory: %s", s->device,
+					 strerror(-r));
 				conn_send_error(s->conn, STOKER__ERROR_CODE__DEVICE_UNAVAILABLE,
-						"%s: cannot queue a copy into GPU memory (%s)", s->device, strerror(-r));
+						"%s: cannot queue a copy into GPU memory (%s)", s->device,
+						strerror(-r));
 				conn_close(s->conn, "device copy failed");
 			}
 		}

@@ -34,7 +34,7 @@
 enum slot_state {
 	SLOT_FREE,
 	SLOT_FILLING,
-	SLOT_WAITING,  /* coordinated: for another member's job of the same batch */
+	SLOT_WAITING, /* coordinated: for another member's job of the same batch */
 	SLOT_READY,
 	SLOT_CLIENT,
 	SLOT_DRAINING, /* released, but copies out of it are still running */
@@ -79,7 +79,7 @@ struct session {
 	 * fixed order) and each of this rank's batches' height and width. */
 	bool rect;
 	uint64_t *rect_order;
-	uint32_t *rect_hw; /* [batches_per_epoch][2] */
+	uint32_t *rect_hw;            /* [batches_per_epoch][2] */
 	struct fit_table *fit_tables; /* [slot_count], mosaic: the batch's images */
 	struct fit_entry *fit_entries;
 	uint8_t *fit_pixels;
@@ -88,10 +88,10 @@ struct session {
 	enum slot_state *slot_state;
 	struct slot_source *waiting_on; /* [slot_count], WAITING slots */
 	uint32_t *pins;                 /* [slot_count] copies reading the slot */
-	uint32_t refs; /* other sessions' WAITING slots and copies using this one */
+	uint32_t refs;                  /* other sessions' WAITING slots and copies using this one */
 	bool coordinated;
-	struct batch_job *jobs;  /* one per slot, reused */
-	uint64_t *job_orders;    /* [slot_count][batch_size] */
+	struct batch_job *jobs;       /* one per slot, reused */
+	uint64_t *job_orders;         /* [slot_count][batch_size] */
 	struct sample_fetch *fetches; /* [slot_count][batch_size], remote data sets only */
 
 	uint64_t epoch;
@@ -106,15 +106,15 @@ struct session {
 
 	/* CUDA delivery (gpu.h): images go on into GPU memory. The host ring
 	 * then holds uint8 images (spec.dtype); out_dtype is the client's. */
-	char device[32];         /* "cpu" or "cuda:N" */
-	uint32_t image_side;     /* images' side in a slot: image_size, or rect's largest */
+	char device[32];     /* "cpu" or "cuda:N" */
+	uint32_t image_side; /* images' side in a slot: image_size, or rect's largest */
 	enum sample_dtype out_dtype;
-	bool device_opening;     /* the CUDA thread is setting the ring up */
-	struct gpu_ring *gpu;    /* until its `closed` callback */
+	bool device_opening;  /* the CUDA thread is setting the ring up */
+	struct gpu_ring *gpu; /* until its `closed` callback */
 	uint64_t device_bytes;
 	uint64_t attach_epoch, attach_first;
 	Stoker__Transform transform;
-	int pending_fd;          /* the host ring's reader fd, while opening */
+	int pending_fd; /* the host ring's reader fd, while opening */
 
 	/* Statistics. */
 	uint64_t batches, images;

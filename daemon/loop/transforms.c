@@ -5,8 +5,7 @@
 
 #include "transforms.h"
 
-int transforms_from_proto(Stoker__TransformOp *const *ops, size_t n, struct tpipe **out, char *errbuf,
-			  size_t errlen)
+int transforms_from_proto(Stoker__TransformOp *const *ops, size_t n, struct tpipe **out, char *errbuf, size_t errlen)
 {
 	struct tpipe_op_desc *d = NULL;
 	struct op_param *q = NULL;
@@ -33,12 +32,14 @@ int transforms_from_proto(Stoker__TransformOp *const *ops, size_t n, struct tpip
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
-		d[i] = (struct tpipe_op_desc){ .name = ops[i]->name, .params = q + k, .n_params = ops[i]->n_params };
+		d[i] = (struct tpipe_op_desc){.name = ops[i]->name, .params = q + k, .n_params = ops[i]->n_params};
 		for (size_t j = 0; j < ops[i]->n_params; j++, k++) {
 			const Stoker__TransformParam *p = ops[i]->params[j];
 
-			q[k] = (struct op_param){ .key = p->key, .numbers = p->numbers, .n_numbers = p->n_numbers,
-						  .text = p->text };
+			q[k] = (struct op_param){.key = p->key,
+						 .numbers = p->numbers,
+						 .n_numbers = p->n_numbers,
+						 .text = p->text};
 		}
 	}
 	r = tpipe_parse(d, n, out, errbuf, errlen);

@@ -12,7 +12,6 @@
 #include "stoker.pb-c.h"
 
 /* 0 and *out; -EINVAL with the reason (op and parameter named) in errbuf; -ENOMEM. */
-int transforms_from_proto(Stoker__TransformOp *const *ops, size_t n, struct tpipe **out, char *errbuf,
-			  size_t errlen);
+int transforms_from_proto(Stoker__TransformOp *const *ops, size_t n, struct tpipe **out, char *errbuf, size_t errlen);
 
 #endif

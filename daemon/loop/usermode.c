@@ -54,12 +54,14 @@ int usermode_prepare(struct daemon *d)
 		log_error("user mode: socket directory %s: %s", dir, strerror(errno));
 		return -errno;
 	}
-	why = !S_ISDIR(st.st_mode) ? "not a directory" : st.st_uid != geteuid() ? "owned by another user"
-	      : (st.st_mode & 077) ? "group or others have access" : NULL;
+	why = !S_ISDIR(st.st_mode)     ? "not a directory"
+	      : st.st_uid != geteuid() ? "owned by another user"
+	      : (st.st_mode & 077)     ? "group or others have access"
+				       : NULL;
 	if (why) {
 		log_error("user mode: refusing socket directory %s: %s (owner uid %d, mode %04o); it must be a "
-			  "directory of uid %d with mode 0700", dir, why, (int)st.st_uid, (unsigned)(st.st_mode & 07777),
-			  (int)geteuid());
+			  "directory of uid %d with mode 0700",
+			  dir, why, (int)st.st_uid, (unsigned)(st.st_mode & 07777), (int)geteuid());
 		return -EPERM;
 	}
 	log_info("user mode: serving uid %d only; exiting after %u s with no client (idle_exit_s)", (int)geteuid(),

@@ -65,10 +65,8 @@ bool fetch_error_transient(int err)
 	case -ENETUNREACH:
 	case -EREMOTEIO:
 	case -EPROTO:
-	case -ECANCELED:
-		return true;
-	default:
-		return false;
+	case -ECANCELED: return true;
+	default: return false;
 	}
 }
 

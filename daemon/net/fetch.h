@@ -23,13 +23,13 @@
 #include <stdint.h>
 
 struct fetch_settings {
-	uint32_t max_inflight;       /* transfers at once */
+	uint32_t max_inflight; /* transfers at once */
 	uint32_t connect_timeout_ms;
-	uint32_t stall_timeout_ms;   /* no byte received for this long: a timeout */
-	uint32_t retries;            /* attempts after the first */
-	uint32_t backoff_ms;         /* the first retry's delay bound; doubles each time */
-	uint32_t backoff_max_ms;     /* cap of that bound */
-	uint64_t max_bytes;          /* a body larger fails with -EFBIG */
+	uint32_t stall_timeout_ms; /* no byte received for this long: a timeout */
+	uint32_t retries;          /* attempts after the first */
+	uint32_t backoff_ms;       /* the first retry's delay bound; doubles each time */
+	uint32_t backoff_max_ms;   /* cap of that bound */
+	uint64_t max_bytes;        /* a body larger fails with -EFBIG */
 };
 
 /* SigV4 signing for S3 (CURLOPT_AWS_SIGV4), shared read-only by requests. */
@@ -70,8 +70,8 @@ struct fetch_req {
 	 * error the (bounded) body in data, e.g. S3's XML error. */
 	int err;
 	long status;
-	int64_t object_size;  /* HEAD: Content-Length (-1 unknown) */
-	int64_t object_time;  /* HEAD: Last-Modified, seconds since 1970 (-1 unknown) */
+	int64_t object_size; /* HEAD: Content-Length (-1 unknown) */
+	int64_t object_time; /* HEAD: Last-Modified, seconds since 1970 (-1 unknown) */
 	uint8_t *data;
 	size_t len, cap;
 	char message[256];

@@ -23,7 +23,8 @@ static void copy_env(char *dst, size_t size, const char *const *names)
 
 void s3_config_resolve(struct s3_config *c)
 {
-	copy_env(c->endpoint, sizeof(c->endpoint), (const char *const[]){"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", NULL});
+	copy_env(c->endpoint, sizeof(c->endpoint),
+		 (const char *const[]){"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", NULL});
 	copy_env(c->region, sizeof(c->region), (const char *const[]){"AWS_REGION", "AWS_DEFAULT_REGION", NULL});
 	if (!c->region[0])
 		snprintf(c->region, sizeof(c->region), "us-east-1");
@@ -113,8 +114,10 @@ int s3_auth_load(const struct s3_config *c, struct fetch_auth *auth, char *errbu
 			return r;
 		}
 		if (r == 0 && c->profile[0]) {
-			snprintf(errbuf, errlen, "S3 credentials: no profile [%s] with aws_access_key_id and "
-					      "aws_secret_access_key in %s", profile, path);
+			snprintf(errbuf, errlen,
+				 "S3 credentials: no profile [%s] with aws_access_key_id and "
+				 "aws_secret_access_key in %s",
+				 profile, path);
 			return -ENOENT;
 		}
 		if (r == 0)
@@ -353,8 +356,8 @@ int s3_list_url(const struct s3_config *c, const char *bucket, const char *prefi
 		n = snprintf(out, size, "https://%s.s3.%s.amazonaws.com/?", bucket, c->region);
 	if (n < 0 || (size_t)n >= size)
 		return -ENAMETOOLONG;
-	if (token[0] && (append(out, size, "continuation-token=") < 0 || url_encode_append(out, size, token, false) < 0 ||
-			 append(out, size, "&") < 0))
+	if (token[0] && (append(out, size, "continuation-token=") < 0 ||
+			 url_encode_append(out, size, token, false) < 0 || append(out, size, "&") < 0))
 		return -ENAMETOOLONG;
 	if (append(out, size, "list-type=2&prefix=") < 0)
 		return -ENAMETOOLONG;

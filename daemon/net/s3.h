@@ -26,7 +26,7 @@
 #include "fetch.h"
 
 struct s3_config {
-	char endpoint[512];         /* "" : AWS */
+	char endpoint[512]; /* "" : AWS */
 	char region[64];
 	char profile[128];          /* "" : AWS_PROFILE or "default" */
 	char credentials_file[512]; /* "" : AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials */

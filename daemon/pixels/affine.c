@@ -64,7 +64,7 @@ static inline int check_fixed(const double a[6], int x, int y)
 static void affine_fixed(const struct rgb_image *in, uint8_t *out, const double a[6])
 {
 	const int w = (int)in->width, h = (int)in->height;
-#define FIX(v) floor_i((v) * 65536.0 + 0.5)
+#define FIX(v) floor_i((v)*65536.0 + 0.5)
 	int a0 = FIX(a[0]), a1 = FIX(a[1]), a3 = FIX(a[3]), a4 = FIX(a[4]);
 	int a2 = FIX(a[2] + a[1] * 0.5 + a[0] * 0.5), a5 = FIX(a[5] + a[4] * 0.5 + a[3] * 0.5);
 #undef FIX

@@ -22,7 +22,7 @@ struct pipeline {
 	struct image_buf other; /* formats other than JPEG, decoded whole */
 	struct resizer *rs;
 	struct cv_resizer *cv; /* FIT_CV2, made on first use */
-	uint8_t *rgb; /* the 8-bit image, for float outputs */
+	uint8_t *rgb;          /* the 8-bit image, for float outputs */
 	size_t rgb_cap;
 	uint8_t *image; /* a whole decoded image (pipeline_decode_image) */
 	size_t image_cap;
@@ -144,7 +144,7 @@ void center_crop_box(uint32_t width, uint32_t height, uint32_t size, struct crop
 	uint64_t new_w, new_h;
 	double left, top;
 
-	*out = (struct crop_box){ .x = 0, .y = 0, .w = width, .h = height, .flip = false };
+	*out = (struct crop_box){.x = 0, .y = 0, .w = width, .h = height, .flip = false};
 	if (width == 0 || height == 0 || size == 0)
 		return;
 
@@ -246,7 +246,8 @@ int pipeline_source_resample(struct pipeline *p, const struct pipeline_source *s
 			fmin(bh, reg.height - by), out, rq->out_w, rq->out_h, out_stride, rq->flip, rq->vertical_first);
 	resizer_set_filter(p->rs, RESIZE_BILINEAR);
 	if (r < 0)
-		snprintf(p->error, sizeof(p->error), "Resampling failed: %s", r == -ENOMEM ? "out of memory" : "bad window");
+		snprintf(p->error, sizeof(p->error), "Resampling failed: %s",
+			 r == -ENOMEM ? "out of memory" : "bad window");
 	return r;
 }
 
@@ -260,10 +261,11 @@ int pipeline_resample_rgb(struct pipeline *p, const uint8_t *src, uint32_t width
 		return -EINVAL;
 	resizer_set_filter(p->rs, rq->filter);
 	r = resize_rgb_ordered(p->rs, base, rq->rw, rq->rh, stride, rq->x - rq->rx, rq->y - rq->ry, rq->w, rq->h, out,
-			      rq->out_w, rq->out_h, out_stride, rq->flip, rq->vertical_first);
+			       rq->out_w, rq->out_h, out_stride, rq->flip, rq->vertical_first);
 	resizer_set_filter(p->rs, RESIZE_BILINEAR);
 	if (r < 0)
-		snprintf(p->error, sizeof(p->error), "Resampling failed: %s", r == -ENOMEM ? "out of memory" : "bad window");
+		snprintf(p->error, sizeof(p->error), "Resampling failed: %s",
+			 r == -ENOMEM ? "out of memory" : "bad window");
 	return r;
 }
 
@@ -272,15 +274,24 @@ int pipeline_resample_rgb(struct pipeline *p, const uint8_t *src, uint32_t width
  * `vertical_first` say which PIL resize this stands for: clip, of the crop
  * alone (RandomResizedCrop); else of the whole image (Resize + CenterCrop).
  */
-static int crop_and_resize(struct pipeline *p, const struct pipeline_source *src, const struct crop_box *box,
-			   bool clip, bool vertical_first, uint32_t size, bool dct_scaling, uint8_t *out)
+static int crop_and_resize(struct pipeline *p, const struct pipeline_source *src, const struct crop_box *box, bool clip,
+			   bool vertical_first, uint32_t size, bool dct_scaling, uint8_t *out)
 {
 	struct resample_req rq = {
-		.rx = 0, .ry = 0, .rw = src->width, .rh = src->height,
-		.x = box->x, .y = box->y, .w = box->w, .h = box->h,
-		.out_w = size, .out_h = size,
+		.rx = 0,
+		.ry = 0,
+		.rw = src->width,
+		.rh = src->height,
+		.x = box->x,
+		.y = box->y,
+		.w = box->w,
+		.h = box->h,
+		.out_w = size,
+		.out_h = size,
 		.filter = RESIZE_BILINEAR,
-		.vertical_first = vertical_first, .flip = box->flip, .dct_scaling = dct_scaling,
+		.vertical_first = vertical_first,
+		.flip = box->flip,
+		.dct_scaling = dct_scaling,
 	};
 
 	if (clip) {
@@ -342,7 +353,8 @@ void transform_lut_build(const struct transform_spec *spec, union transform_lut 
 
 static void build_lut(struct pipeline *p, const struct transform_spec *spec)
 {
-	if (p->lut_valid && p->lut_key.dtype == spec->dtype && !memcmp(p->lut_key.mean, spec->mean, sizeof(spec->mean)) &&
+	if (p->lut_valid && p->lut_key.dtype == spec->dtype &&
+	    !memcmp(p->lut_key.mean, spec->mean, sizeof(spec->mean)) &&
 	    !memcmp(p->lut_key.std, spec->std, sizeof(spec->std)))
 		return;
 	transform_lut_build(spec, &p->lut);
@@ -430,8 +442,8 @@ static int transform(struct pipeline *p, const struct pipeline_source *src, cons
 	rrc = spec->kind == TRANSFORM_RANDOM_RESIZED_CROP;
 	if (rrc) {
 		random_resized_crop_box(width, height, rng, &box);
-		vertical_first = resize_vertical_first((uint32_t)box.w, (uint32_t)box.h, spec->image_size,
-						       spec->image_size);
+		vertical_first =
+			resize_vertical_first((uint32_t)box.w, (uint32_t)box.h, spec->image_size, spec->image_size);
 	} else {
 		center_crop_box(width, height, spec->image_size, &box);
 		center_resize(width, height, spec->image_size, &new_w, &new_h);
@@ -501,7 +513,10 @@ int pipeline_source_open(struct pipeline *p, const uint8_t *data, size_t len, st
 void pipeline_source_of_image(const struct pipeline_image *img, struct pipeline_source *src)
 {
 	*src = (struct pipeline_source){
-		.width = img->full_width, .height = img->full_height, .whole = *img, .is_whole = true,
+		.width = img->full_width,
+		.height = img->full_height,
+		.whole = *img,
+		.is_whole = true,
 	};
 }
 
@@ -673,8 +688,7 @@ static void fit_target(const struct fit_request *req, uint32_t width, uint32_t h
  * (sizes after orientation), as `resample` says. */
 /* req->in_box: DETECT_PAD around the tw x th image's place in the box_w x
  * box_h `out`; its first pixel and stride into *at and *stride. */
-static void fit_box(const struct fit_request *req, uint32_t tw, uint32_t th, uint8_t *out, uint8_t **at,
-		    size_t *stride)
+static void fit_box(const struct fit_request *req, uint32_t tw, uint32_t th, uint8_t *out, uint8_t **at, size_t *stride)
 {
 	struct detect_letterbox g;
 	const size_t row = (size_t)req->box_w * 3;
@@ -721,7 +735,8 @@ static int fit_resize(struct pipeline *p, const struct decoded_region *whole, un
 				out, tw, th, stride, false, resize_vertical_first(reg->width, reg->height, tw, th));
 	}
 	if (r < 0)
-		snprintf(p->error, sizeof(p->error), "Resampling failed: %s", r == -ENOMEM ? "out of memory" : "bad window");
+		snprintf(p->error, sizeof(p->error), "Resampling failed: %s",
+			 r == -ENOMEM ? "out of memory" : "bad window");
 	return r;
 }
 
@@ -758,7 +773,9 @@ int pipeline_fit(struct pipeline *p, const uint8_t *data, size_t len, const stru
 	}
 	fit_target(req, w, h, &tw, &th);
 	if (is_whole)
-		reg = (struct decoded_region){.pixels = whole.pixels, .stride = whole.stride, .width = whole.width,
+		reg = (struct decoded_region){.pixels = whole.pixels,
+					      .stride = whole.stride,
+					      .width = whole.width,
 					      .height = whole.height};
 	else if (req->resample == FIT_CV2)
 		r = decode_reduced(p, 0, 0, &reg, &denom); /* cv2's arithmetic wants what cv2.imread gives: full size */
@@ -768,7 +785,7 @@ int pipeline_fit(struct pipeline *p, const uint8_t *data, size_t len, const stru
 		goto finish;
 	r = fit_resize(p, &reg, o, req, tw, th, out);
 	if (r == 0)
-		*res = (struct fit_result){ .width = tw, .height = th, .full_width = w, .full_height = h };
+		*res = (struct fit_result){.width = tw, .height = th, .full_width = w, .full_height = h};
 finish:
 	decoder_finish(p->dec);
 	return r;
@@ -787,10 +804,12 @@ int pipeline_fit_image(struct pipeline *p, const struct pipeline_image *img, con
 	w = orientation_swaps(img->orientation) ? img->full_height : img->full_width;
 	h = orientation_swaps(img->orientation) ? img->full_width : img->full_height;
 	fit_target(req, w, h, &tw, &th);
-	reg = (struct decoded_region){.pixels = img->pixels, .stride = img->stride, .width = img->width,
+	reg = (struct decoded_region){.pixels = img->pixels,
+				      .stride = img->stride,
+				      .width = img->width,
 				      .height = img->height};
 	r = fit_resize(p, &reg, img->orientation, req, tw, th, out);
 	if (r == 0)
-		*res = (struct fit_result){ .width = tw, .height = th, .full_width = w, .full_height = h };
+		*res = (struct fit_result){.width = tw, .height = th, .full_width = w, .full_height = h};
 	return r;
 }

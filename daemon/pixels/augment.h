@@ -141,21 +141,21 @@ int pipeline_run_image(struct pipeline *p, const struct pipeline_image *img, con
  * cache image, then any number of resamples of regions of it, then closed.
  */
 struct pipeline_source {
-	uint32_t width, height;       /* full size */
-	struct pipeline_image whole;  /* with is_whole: the decoded image */
-	bool is_whole;                /* else the open JPEG */
+	uint32_t width, height;      /* full size */
+	struct pipeline_image whole; /* with is_whole: the decoded image */
+	bool is_whole;               /* else the open JPEG */
 };
 
 /* One resample, as PIL's crop (the region) then resize (the window of it,
  * to out_w x out_h); mirrored if flip. */
 struct resample_req {
-	uint32_t rx, ry, rw, rh;      /* the region: the filter reads nothing outside it */
-	double x, y, w, h;            /* the window, inside the region, in source pixels */
+	uint32_t rx, ry, rw, rh; /* the region: the filter reads nothing outside it */
+	double x, y, w, h;       /* the window, inside the region, in source pixels */
 	uint32_t out_w, out_h;
 	enum resize_filter filter;
-	bool vertical_first;          /* resize_vertical_first() of the PIL resize this stands for */
+	bool vertical_first; /* resize_vertical_first() of the PIL resize this stands for */
 	bool flip;
-	bool dct_scaling;             /* a JPEG's window >= 2x the output may be decoded DCT-reduced */
+	bool dct_scaling; /* a JPEG's window >= 2x the output may be decoded DCT-reduced */
 };
 
 int pipeline_source_open(struct pipeline *p, const uint8_t *data, size_t len, struct pipeline_source *src);

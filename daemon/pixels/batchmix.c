@@ -131,8 +131,7 @@ static bool is_none(const struct value *v)
 static double num_param(struct cursor *c, const char *op, const char *key, const struct value *v, double lo,
 			bool lo_open, double hi)
 {
-	if (v->n != 1 || v->tuple || !isfinite(v->v[0]) || v->v[0] < lo || (lo_open && v->v[0] == lo) ||
-	    v->v[0] > hi) {
+	if (v->n != 1 || v->tuple || !isfinite(v->v[0]) || v->v[0] < lo || (lo_open && v->v[0] == lo) || v->v[0] > hi) {
 		fail(c, "%s: %s must be a number in %s%g, %g]", op, key, lo_open ? "(" : "[", lo, hi);
 		return 0;
 	}
@@ -182,8 +181,8 @@ static void tv_op(struct cursor *c, const char *name, struct batchmix *m, uint32
 				m->num_classes = k;
 		} else if (!strcmp(key, "labels_getter")) {
 			if (strcmp(v.text, "default"))
-				fail(c, "%s: labels_getter %s is not built (only \"default\": the batch's labels)", name,
-				     v.text);
+				fail(c, "%s: labels_getter %s is not built (only \"default\": the batch's labels)",
+				     name, v.text);
 		} else {
 			fail(c, "%s: unknown parameter %s", name, key);
 		}
@@ -222,7 +221,8 @@ static void timm_op(struct cursor *c, struct batchmix *m)
 				if (is_none(&v))
 					continue;
 				if (v.n != 2 || !(v.v[0] > 0) || !(v.v[0] < v.v[1]) || !(v.v[1] <= 1))
-					fail(c, "%s: cutmix_minmax must be None or (min, max) with 0 < min < max <= 1", op);
+					fail(c, "%s: cutmix_minmax must be None or (min, max) with 0 < min < max <= 1",
+					     op);
 				m->minmax[0] = v.v[0];
 				m->minmax[1] = v.v[1];
 				m->has_minmax = true;

@@ -32,8 +32,8 @@
 #include "rng.h"
 
 #define BATCHMIX_MAX_CHOICES 8
-#define BATCHMIX_MAX_TEXT 1024       /* bytes of a batch_transform text */
-#define BATCHMIX_MAX_CLASSES 65536u  /* soft targets per sample */
+#define BATCHMIX_MAX_TEXT 1024      /* bytes of a batch_transform text */
+#define BATCHMIX_MAX_CLASSES 65536u /* soft targets per sample */
 
 enum batchmix_family {
 	BATCHMIX_TORCHVISION = 1,

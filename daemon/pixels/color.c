@@ -58,7 +58,7 @@ void color_brightness(struct rgb_image *im, double factor)
 
 void color_contrast(struct rgb_image *im, double factor)
 {
-	uint64_t hist[256] = { 0 }, sum = 0, n = (uint64_t)im->width * im->height;
+	uint64_t hist[256] = {0}, sum = 0, n = (uint64_t)im->width * im->height;
 	double mean;
 
 	for (uint32_t y = 0; y < im->height; y++) {
@@ -259,7 +259,7 @@ void color_equalize(struct rgb_image *im)
 
 void color_posterize(struct rgb_image *im, unsigned bits)
 {
-	uint8_t lut[3][256], mask = (uint8_t)~((1u << (8 - (bits > 8 ? 8 : bits))) - 1);
+	uint8_t lut[3][256], mask = (uint8_t) ~((1u << (8 - (bits > 8 ? 8 : bits))) - 1);
 
 	for (int v = 0; v < 256; v++)
 		lut[0][v] = lut[1][v] = lut[2][v] = (uint8_t)(v & mask);
@@ -349,12 +349,36 @@ static void hsv2rgb(const uint8_t *in, uint8_t *out)
 	uq = clip8i(round_pos((float)v * (1.0 - fs * f)));
 	ut = clip8i(round_pos((float)v * (1.0 - fs * (1.0 - f))));
 	switch (i % 6) {
-	case 0: out[0] = v; out[1] = ut; out[2] = up; break;
-	case 1: out[0] = uq; out[1] = v; out[2] = up; break;
-	case 2: out[0] = up; out[1] = v; out[2] = ut; break;
-	case 3: out[0] = up; out[1] = uq; out[2] = v; break;
-	case 4: out[0] = ut; out[1] = up; out[2] = v; break;
-	default: out[0] = v; out[1] = up; out[2] = uq; break;
+	case 0:
+		out[0] = v;
+		out[1] = ut;
+		out[2] = up;
+		break;
+	case 1:
+		out[0] = uq;
+		out[1] = v;
+		out[2] = up;
+		break;
+	case 2:
+		out[0] = up;
+		out[1] = v;
+		out[2] = ut;
+		break;
+	case 3:
+		out[0] = up;
+		out[1] = uq;
+		out[2] = v;
+		break;
+	case 4:
+		out[0] = ut;
+		out[1] = up;
+		out[2] = v;
+		break;
+	default:
+		out[0] = v;
+		out[1] = up;
+		out[2] = uq;
+		break;
 	}
 }
 

@@ -73,7 +73,7 @@ struct detect {
 	size_t warp_cap;
 	/* OpenCV's RGB2HSV_b division tables (hsv_shift 12) */
 	int sdiv[256], hdiv[256];
-	bool avx2; /* the AVX2 kernels */
+	bool avx2;      /* the AVX2 kernels */
 	uint64_t *prof; /* detect_profile()'s counters, or NULL */
 };
 
@@ -128,20 +128,20 @@ int detect_params_check(const struct detect_params *p, char *why, size_t whylen)
 		float v, lo, hi;
 		bool hi_open;
 	} k[] = {
-		{ "hsv_h", p->hsv_h, 0, 1, false },
-		{ "hsv_s", p->hsv_s, 0, 1, false },
-		{ "hsv_v", p->hsv_v, 0, 1, false },
-		{ "degrees", p->degrees, 0, 180, false },
+		{"hsv_h", p->hsv_h, 0, 1, false},
+		{"hsv_s", p->hsv_s, 0, 1, false},
+		{"hsv_v", p->hsv_v, 0, 1, false},
+		{"degrees", p->degrees, 0, 180, false},
 		/* a scale of 1 could draw 0: a degenerate matrix */
-		{ "translate", p->translate, 0, 1, true },
-		{ "scale", p->scale, 0, 1, true },
+		{"translate", p->translate, 0, 1, true},
+		{"scale", p->scale, 0, 1, true},
 		/* tan(90) is infinite */
-		{ "shear", p->shear, 0, 90, true },
-		{ "perspective", p->perspective, 0, 0.1f, false },
-		{ "flipud", p->flipud, 0, 1, false },
-		{ "fliplr", p->fliplr, 0, 1, false },
-		{ "mosaic", p->mosaic, 0, 1, false },
-		{ "mixup", p->mixup, 0, 1, false },
+		{"shear", p->shear, 0, 90, true},
+		{"perspective", p->perspective, 0, 0.1f, false},
+		{"flipud", p->flipud, 0, 1, false},
+		{"fliplr", p->fliplr, 0, 1, false},
+		{"mosaic", p->mosaic, 0, 1, false},
+		{"mixup", p->mixup, 0, 1, false},
 	};
 
 	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++) {
@@ -334,7 +334,7 @@ static void draw_image(struct image_draw *im, const struct detect_params *p, uin
 
 static void draw_plan(struct plan *pl, const struct detect_params *p, uint32_t size, uint64_t count, struct rng *rng)
 {
-	const double gains[3] = { p->hsv_h, p->hsv_s, p->hsv_v };
+	const double gains[3] = {p->hsv_h, p->hsv_s, p->hsv_v};
 
 	draw_image(&pl->img[0], p, size, count, rng);
 	pl->mixup = rng_uniform(rng) < p->mixup;
@@ -364,12 +364,12 @@ static void affine_matrix(const struct image_draw *im, double in_w, double in_h,
 {
 	const double deg = M_PI / 180.0;
 	double a = cos(im->angle * deg) * im->scale, b = sin(im->angle * deg) * im->scale;
-	double C[9] = { 1, 0, -in_w / 2, 0, 1, -in_h / 2, 0, 0, 1 };
-	double P[9] = { 1, 0, 0, 0, 1, 0, im->persp_x, im->persp_y, 1 };
+	double C[9] = {1, 0, -in_w / 2, 0, 1, -in_h / 2, 0, 0, 1};
+	double P[9] = {1, 0, 0, 0, 1, 0, im->persp_x, im->persp_y, 1};
 	/* cv2.getRotationMatrix2D(center=(0, 0), angle, scale) */
-	double R[9] = { a, b, 0, -b, a, 0, 0, 0, 1 };
-	double S[9] = { 1, tan(im->shear_x * deg), 0, tan(im->shear_y * deg), 1, 0, 0, 0, 1 };
-	double T[9] = { 1, 0, im->trans_x * size, 0, 1, im->trans_y * size, 0, 0, 1 };
+	double R[9] = {a, b, 0, -b, a, 0, 0, 0, 1};
+	double S[9] = {1, tan(im->shear_x * deg), 0, tan(im->shear_y * deg), 1, 0, 0, 0, 1};
+	double T[9] = {1, 0, im->trans_x * size, 0, 1, im->trans_y * size, 0, 0, 1};
 
 	mat3_mul(P, C, M);
 	mat3_mul(R, M, M);
@@ -379,7 +379,7 @@ static void affine_matrix(const struct image_draw *im, double in_w, double in_h,
 
 static bool is_identity(const double M[9])
 {
-	static const double I[9] = { 1, 0, 0, 0, 1, 0, 0, 0, 1 };
+	static const double I[9] = {1, 0, 0, 0, 1, 0, 0, 0, 1};
 
 	for (int i = 0; i < 9; i++)
 		if (M[i] != I[i])
@@ -547,7 +547,7 @@ static void warp_float(const struct source *s, const double inv[9], bool perspec
 /* coordinates and coefficients whose fixed point fits int64 comfortably */
 #define FIX_LIMIT 16777216.0
 
-static const uint8_t pad_pixel[3] = { PAD, PAD, PAD };
+static const uint8_t pad_pixel[3] = {PAD, PAD, PAD};
 
 static inline int64_t to_fix(double v)
 {
@@ -601,8 +601,7 @@ static void clip_linear(int64_t v0, int64_t a, int64_t lo, int64_t hi, int64_t *
  * into c and f so that floor gives the tap and the weight is rounded.
  * False when the coordinates leave what fixed point holds.
  */
-static bool fix_map(const struct source *s, const double inv[9], uint32_t size, int wbits, int hbits,
-		    int64_t m[6])
+static bool fix_map(const struct source *s, const double inv[9], uint32_t size, int wbits, int hbits, int64_t m[6])
 {
 	for (int c = 0; c < 4; c++) {
 		double x = (c & 1) ? size - 1.0 : 0.0, y = (c & 2) ? size - 1.0 : 0.0;
@@ -629,8 +628,8 @@ static void pad_span(uint8_t *row, uint32_t size, bool fliplr, int64_t x0, int64
 }
 
 /* The bilinear of four taps with WG_BITS weights, rounded. */
-static inline void bilerp(const uint8_t *p00, const uint8_t *p01, const uint8_t *p10, const uint8_t *p11,
-			  uint32_t wx, uint32_t wy, uint8_t *o)
+static inline void bilerp(const uint8_t *p00, const uint8_t *p01, const uint8_t *p10, const uint8_t *p11, uint32_t wx,
+			  uint32_t wy, uint8_t *o)
 {
 	const uint32_t one = 1u << WG_BITS;
 
@@ -737,9 +736,10 @@ static inline void sep_hblend(const struct sep *t, uint32_t j, uint8_t *o)
 INLINE_AVX2 void store_rgb8_avx2(uint8_t *o, __m256i px)
 {
 	/* per lane, 4 pixels of 4 bytes to 12 bytes; then the two 12s together */
-	const __m256i pack = _mm256_broadcastsi128_si256(
-		_mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1));
-	__m256i p = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(px, pack), _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 7, 7));
+	const __m256i pack =
+		_mm256_broadcastsi128_si256(_mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1));
+	__m256i p =
+		_mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(px, pack), _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 7, 7));
 
 	_mm_storeu_si128((__m128i *)o, _mm256_castsi256_si128(p));
 	_mm_storel_epi64((__m128i *)(o + 16), _mm256_extracti128_si256(p, 1));
@@ -759,9 +759,10 @@ TARGET_AVX2 static void sep_row_avx2(const struct sep *t, const uint8_t *a, cons
 {
 	const __m256i w0 = _mm256_set1_epi16((short)((1 << WY_BITS) - wy)), w1 = _mm256_set1_epi16((short)wy);
 	/* per lane: the pairs (v0, v3) (v1, v4) (v2, v5) and a spare; v0 v1 v2 as 32 bits */
-	const __m256i pairs = _mm256_broadcastsi128_si256(_mm_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, 0, 1, 6, 7));
-	const __m256i first = _mm256_broadcastsi128_si256(
-		_mm_setr_epi8(0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, -1, -1, -1, -1));
+	const __m256i pairs =
+		_mm256_broadcastsi128_si256(_mm_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, 0, 1, 6, 7));
+	const __m256i first =
+		_mm256_broadcastsi128_si256(_mm_setr_epi8(0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, -1, -1, -1, -1));
 	const __m256i bias = _mm256_set1_epi16(-32768), round = _mm256_set1_epi32(1 << (WX_BITS + WY_BITS - 1));
 	const __m256i lanes = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
 	const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
@@ -829,7 +830,7 @@ static int warp_separable(struct detect *d, const struct source *s, const int64_
 	/* the AVX2 kernel reads up to 5 entries past vrow's last: the slack, set so its reads are defined */
 	padrow = (uint8_t *)(vrow + (size_t)(s->w + 4) * 3 + VROW_SLACK);
 	memset(padrow, PAD, (size_t)s->w * 3);
-	t = (struct sep){ col, colw, vrow, size };
+	t = (struct sep){col, colw, vrow, size};
 
 	/* per column in output order: the first tap, clamped to where both taps are PAD beyond the edges */
 	for (uint32_t j = 0; j < size; j++) {
@@ -975,9 +976,9 @@ static void meta_fill(struct detect_meta *m, const struct detect_sample *s, uint
 
 	detect_fit_size(ow, oh, size, &rw, &rh);
 	*m = (struct detect_meta){
-		.shape = { (int32_t)oh, (int32_t)ow, (int32_t)rh, (int32_t)rw },
+		.shape = {(int32_t)oh, (int32_t)ow, (int32_t)rh, (int32_t)rw},
 		/* (resized_shape[0] / ori_shape[0]) * ratio_h, as LetterBox updates it */
-		.ratio_pad = { (double)rh / oh * r, (double)rw / ow * r, left, top },
+		.ratio_pad = {(double)rh / oh * r, (double)rw / ow * r, left, top},
 	};
 }
 
@@ -1035,8 +1036,8 @@ static void hsv_pixels(const struct hsv_tables *t, uint8_t *image, size_t pixels
 		vv = (uint32_t)t->lut_v[v];
 		f = (uint32_t)t->frac[h];
 		sec = t->sector[h];
-		p = vv * (den - sv * 30) / den;    /* V (1 - S) */
-		q = vv * (den - sv * f) / den;     /* V (1 - S f) */
+		p = vv * (den - sv * 30) / den;       /* V (1 - S) */
+		q = vv * (den - sv * f) / den;        /* V (1 - S f) */
 		u = vv * (den - sv * (30 - f)) / den; /* V (1 - S (1 - f)) */
 		/* sectors 0..5 take (r, g, b) = (v, u, p) (q, v, p) (p, v, u) (p, q, v) (u, p, v) (v, p, q) */
 		image[3 * i] = (uint8_t)(((sec == 0) | (sec == 5)) ? vv : sec == 1 ? q : sec == 4 ? u : p);
@@ -1124,12 +1125,12 @@ INLINE_AVX2 __m256i hsv_channel_avx2(__m256i vv, __m256 svv, __m256i k)
  */
 TARGET_AVX2 static size_t hsv_avx2(const struct hsv_tables *t, uint8_t *image, size_t pixels)
 {
-	const __m256i get_r = _mm256_broadcastsi128_si256(
-		_mm_setr_epi8(0, -1, -1, -1, 3, -1, -1, -1, 6, -1, -1, -1, 9, -1, -1, -1));
-	const __m256i get_g = _mm256_broadcastsi128_si256(
-		_mm_setr_epi8(1, -1, -1, -1, 4, -1, -1, -1, 7, -1, -1, -1, 10, -1, -1, -1));
-	const __m256i get_b = _mm256_broadcastsi128_si256(
-		_mm_setr_epi8(2, -1, -1, -1, 5, -1, -1, -1, 8, -1, -1, -1, 11, -1, -1, -1));
+	const __m256i get_r =
+		_mm256_broadcastsi128_si256(_mm_setr_epi8(0, -1, -1, -1, 3, -1, -1, -1, 6, -1, -1, -1, 9, -1, -1, -1));
+	const __m256i get_g =
+		_mm256_broadcastsi128_si256(_mm_setr_epi8(1, -1, -1, -1, 4, -1, -1, -1, 7, -1, -1, -1, 10, -1, -1, -1));
+	const __m256i get_b =
+		_mm256_broadcastsi128_si256(_mm_setr_epi8(2, -1, -1, -1, 5, -1, -1, -1, 8, -1, -1, -1, 11, -1, -1, -1));
 	const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(1 << 11), zero = _mm256_setzero_si256();
 	const __m256i c179 = _mm256_set1_epi32(179), c180 = _mm256_set1_epi32(180), c255 = _mm256_set1_epi32(255);
 	const __m256i c30 = _mm256_set1_epi32(30), c60 = _mm256_set1_epi32(60), c120 = _mm256_set1_epi32(120);
@@ -1242,7 +1243,7 @@ static void hsv_tables_fill(struct hsv_tables *t, const double gain[3])
 
 static void hsv_jitter(const struct detect *d, uint8_t *image, size_t pixels, const double gain[3])
 {
-	struct hsv_tables t = { .sdiv = d->sdiv, .hdiv = d->hdiv };
+	struct hsv_tables t = {.sdiv = d->sdiv, .hdiv = d->hdiv};
 	size_t done = 0;
 
 	hsv_tables_fill(&t, gain);
@@ -1269,7 +1270,7 @@ long detect_check_arith(void)
 		return -ENOTSUP;
 	rng_init(&r, 7, 0, 0, RNG_AUGMENT);
 	for (uint32_t k = 0; k < 100000; k++) {
-		double gain[3] = { rng_range(&r, -1, 1), rng_range(&r, -1, 1), rng_range(&r, -1, 1) };
+		double gain[3] = {rng_range(&r, -1, 1), rng_range(&r, -1, 1), rng_range(&r, -1, 1)};
 		struct hsv_tables t;
 
 		hsv_tables_fill(&t, gain);
@@ -1287,7 +1288,7 @@ static int load_checked(detect_load_fn load, void *ctx, uint64_t index, uint32_t
 {
 	int r;
 
-	*s = (struct detect_sample){ 0 };
+	*s = (struct detect_sample){0};
 	r = load(ctx, index, side, s);
 	if (r < 0)
 		return r;
@@ -1344,8 +1345,8 @@ static size_t append_boxes(struct detect *d, int which, size_t n, const struct d
 		/* NaN fails here too */
 		if (!(x2 > x1 && y2 > y1))
 			continue;
-		out[n++] = (struct dbox){ b->cls, (float)(x1 + padw), (float)(y1 + padh), (float)(x2 + padw),
-					  (float)(y2 + padh) };
+		out[n++] = (struct dbox){b->cls, (float)(x1 + padw), (float)(y1 + padh), (float)(x2 + padw),
+					 (float)(y2 + padh)};
 	}
 	return n;
 }
@@ -1489,7 +1490,7 @@ static size_t perspective_boxes(struct dbox *b, size_t n, const double M[9], boo
 	size_t k = 0;
 
 	for (size_t i = 0; i < n; i++) {
-		const double cx[4] = { b[i].x1, b[i].x2, b[i].x1, b[i].x2 }, cy[4] = { b[i].y1, b[i].y2, b[i].y2, b[i].y1 };
+		const double cx[4] = {b[i].x1, b[i].x2, b[i].x1, b[i].x2}, cy[4] = {b[i].y1, b[i].y2, b[i].y2, b[i].y1};
 		double x1 = INFINITY, y1 = INFINITY, x2 = -INFINITY, y2 = -INFINITY, w1, h1, w2, h2, ar;
 
 		for (int c = 0; c < 4; c++) {
@@ -1517,7 +1518,7 @@ static size_t perspective_boxes(struct dbox *b, size_t n, const double M[9], boo
 		ar = fmax(w2 / (h2 + eps), h2 / (w2 + eps));
 		/* box_candidates(wh_thr=2, ar_thr=100, area_thr=0.1); NaN fails */
 		if (w2 > 2 && h2 > 2 && w2 * h2 / (w1 * h1 + eps) > 0.1 && ar < 100)
-			b[k++] = (struct dbox){ b[i].cls, (float)x1, (float)y1, (float)x2, (float)y2 };
+			b[k++] = (struct dbox){b[i].cls, (float)x1, (float)y1, (float)x2, (float)y2};
 	}
 	return k;
 }
@@ -1576,7 +1577,7 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 		const int64_t s2 = 2 * (int64_t)size;
 		int64_t rect[4];
 		void *p = d->canvas;
-		struct source src = { .stride = (size_t)s2 * 3, .w = (int)s2, .h = (int)s2 };
+		struct source src = {.stride = (size_t)s2 * 3, .w = (int)s2, .h = (int)s2};
 
 		r = grow(&p, &d->canvas_cap, (size_t)s2 * (size_t)s2 * 3, 1);
 		d->canvas = p;
@@ -1622,7 +1623,7 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 			prof_lap(d, DETECT_STAGE_COPY, &t);
 		} else {
 			/* the letterbox's padding is 114 as the warp's border is: warp the sample in place */
-			struct source src = { s.pixels, (size_t)s.width * 3, (int)s.width, (int)s.height, left, top };
+			struct source src = {s.pixels, (size_t)s.width * 3, (int)s.width, (int)s.height, left, top};
 
 			invert_map(M, perspective, inv);
 			r = warp(d, &src, inv, perspective, out, size, j->flipud, j->fliplr);
@@ -1685,9 +1686,9 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 		uint64_t count, struct rng *rng, detect_load_fn load, void *ctx, const struct detect_output *o)
 {
 	/* The metadata is staged here: *o->meta is written only on success. */
-	struct detect_meta meta = { { 0 }, { 0 } };
-	struct job j = { d, p, size, count, load, ctx, false, false, &meta };
-	size_t n[2] = { 0, 0 };
+	struct detect_meta meta = {{0}, {0}};
+	struct job j = {d, p, size, count, load, ctx, false, false, &meta};
+	size_t n[2] = {0, 0};
 	uint64_t dropped = 0;
 	uint32_t written = 0, max_boxes;
 	uint8_t *image;
@@ -1784,7 +1785,8 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 		uint32_t more = 0;
 
 		write_boxes(d->boxes[1], n[1], size, size, pl.flipud, pl.fliplr,
-			    boxes ? boxes + (size_t)written * DETECT_BOX_FLOATS : NULL, max_boxes - written, &more, &dropped);
+			    boxes ? boxes + (size_t)written * DETECT_BOX_FLOATS : NULL, max_boxes - written, &more,
+			    &dropped);
 		written += more;
 	}
 	prof_lap(d, DETECT_STAGE_BOXES, &tm);
@@ -1798,11 +1800,11 @@ out:
 	return r;
 }
 
-int detect_run(struct detect *d, enum detect_transform t, const struct detect_params *p, uint32_t size,
-	       uint64_t index, uint64_t count, struct rng *rng, detect_load_fn load, void *ctx, uint8_t *image,
-	       float *boxes, uint32_t max_boxes, uint32_t *box_count, uint64_t *boxes_dropped)
+int detect_run(struct detect *d, enum detect_transform t, const struct detect_params *p, uint32_t size, uint64_t index,
+	       uint64_t count, struct rng *rng, detect_load_fn load, void *ctx, uint8_t *image, float *boxes,
+	       uint32_t max_boxes, uint32_t *box_count, uint64_t *boxes_dropped)
 {
-	struct detect_output o = { image, size, size, boxes, max_boxes, box_count, boxes_dropped, NULL };
+	struct detect_output o = {image, size, size, boxes, max_boxes, box_count, boxes_dropped, NULL};
 
 	return detect_make(d, t, p, size, index, count, rng, load, ctx, &o);
 }

@@ -46,10 +46,10 @@ enum detect_transform {
 
 /* Ultralytics' hyper-parameters, under their names (default.yaml). */
 struct detect_params {
-	float hsv_h, hsv_s, hsv_v;                         /* 0.015 0.7 0.4 */
+	float hsv_h, hsv_s, hsv_v;                           /* 0.015 0.7 0.4 */
 	float degrees, translate, scale, shear, perspective; /* 0 0.1 0.5 0 0 */
-	float flipud, fliplr;                              /* 0 0.5 */
-	float mosaic, mixup;                               /* 1 0; probabilities */
+	float flipud, fliplr;                                /* 0 0.5 */
+	float mosaic, mixup;                                 /* 1 0; probabilities */
 };
 
 void detect_params_default(struct detect_params *p);
@@ -131,9 +131,9 @@ void detect_free(struct detect *d);
  * partners are replaced instead); -EINVAL for bad arguments; -ENOMEM.
  * `image`, `boxes` and the counts are unspecified on error.
  */
-int detect_run(struct detect *d, enum detect_transform t, const struct detect_params *p, uint32_t size,
-	       uint64_t index, uint64_t count, struct rng *rng, detect_load_fn load, void *ctx, uint8_t *image,
-	       float *boxes, uint32_t max_boxes, uint32_t *box_count, uint64_t *boxes_dropped);
+int detect_run(struct detect *d, enum detect_transform t, const struct detect_params *p, uint32_t size, uint64_t index,
+	       uint64_t count, struct rng *rng, detect_load_fn load, void *ctx, uint8_t *image, float *boxes,
+	       uint32_t max_boxes, uint32_t *box_count, uint64_t *boxes_dropped);
 
 /*
  * detect_run() with more said: DETECT_LETTERBOX letterboxes into out_w x
@@ -148,7 +148,7 @@ int detect_run(struct detect *d, enum detect_transform t, const struct detect_pa
 struct detect_output {
 	uint8_t *image; /* out_h x out_w x 3 */
 	uint32_t out_w, out_h;
-	float *boxes;   /* max_boxes rows */
+	float *boxes; /* max_boxes rows */
 	uint32_t max_boxes;
 	uint32_t *box_count;
 	uint64_t *boxes_dropped;

@@ -48,22 +48,22 @@ enum erase_fill { ERASE_VALUE, ERASE_PIXEL, ERASE_CHANNEL };
 
 struct op {
 	enum op_kind kind;
-	uint32_t h, w;          /* size; Resize with one number: the short side in h, w 0 */
+	uint32_t h, w; /* size; Resize with one number: the short side in h, w 0 */
 	double scale[2], ratio[2];
 	enum interp interp;
-	uint32_t max_size;      /* Resize; 0: none */
-	uint32_t pad[4];        /* RandomCrop: left, top, right, bottom */
+	uint32_t max_size; /* Resize; 0: none */
+	uint32_t pad[4];   /* RandomCrop: left, top, right, bottom */
 	bool pad_if_needed;
 	uint8_t fill[3];
 	enum pad_mode pad_mode;
 	double p;
-	float mean[3], std[3];  /* Normalize */
-	enum sample_dtype dtype;/* ToDtype */
-	bool scale_values;      /* ToDtype: to [0, 1] */
+	float mean[3], std[3];   /* Normalize */
+	enum sample_dtype dtype; /* ToDtype */
+	bool scale_values;       /* ToDtype: to [0, 1] */
 	enum erase_fill erase;
 	double value[3];
 	uint32_t min_count, max_count;
-	bool in_float;          /* runs on the float output (after a ToDtype to a float) */
+	bool in_float; /* runs on the float output (after a ToDtype to a float) */
 	/* Erasing in the float domain: its values pass through the Normalize after it. */
 	float post_mean[3], post_std[3];
 	struct pixel_op *px;
@@ -95,7 +95,8 @@ static int fail(struct parse *ps, const char *key, const char *fmt, ...)
 	vsnprintf(why, sizeof(why), fmt, ap);
 	va_end(ap);
 	if (key)
-		snprintf(ps->err, ps->errlen, "transform %zu %s: parameter %s: %s", ps->index + 1, ps->d->name, key, why);
+		snprintf(ps->err, ps->errlen, "transform %zu %s: parameter %s: %s", ps->index + 1, ps->d->name, key,
+			 why);
 	else
 		snprintf(ps->err, ps->errlen, "transform %zu %s: %s", ps->index + 1, ps->d->name, why);
 	return -EINVAL;
@@ -162,7 +163,8 @@ static int get_size(struct parse *ps, const char *key, bool required, bool one_i
 		return fail(ps, key, "takes one number or two (height, width)");
 	for (size_t i = 0; i < q->n_numbers; i++)
 		if (!(q->numbers[i] >= 1 && q->numbers[i] <= TPIPE_MAX_SIZE) || q->numbers[i] != floor(q->numbers[i]))
-			return fail(ps, key, "%g is not a whole number of pixels in 1..%u", q->numbers[i], TPIPE_MAX_SIZE);
+			return fail(ps, key, "%g is not a whole number of pixels in 1..%u", q->numbers[i],
+				    TPIPE_MAX_SIZE);
 	o->h = (uint32_t)q->numbers[0];
 	o->w = q->n_numbers == 2 ? (uint32_t)q->numbers[1] : one_is_short ? 0 : o->h;
 	return 1;
@@ -288,7 +290,7 @@ static int parse_resize(struct parse *ps, struct op *o)
 static int parse_random_crop(struct parse *ps, struct op *o)
 {
 	const struct op_param *q;
-	double fill[3] = { 0, 0, 0 };
+	double fill[3] = {0, 0, 0};
 	int r;
 
 	r = get_size(ps, "size", true, false, o);
@@ -297,8 +299,9 @@ static int parse_random_crop(struct parse *ps, struct op *o)
 	q = param(ps, "padding");
 	if (q) {
 		if (q->text || (q->n_numbers != 1 && q->n_numbers != 2 && q->n_numbers != 4))
-			return fail(ps, "padding", "takes one number, two (left/right, top/bottom) or four "
-					    "(left, top, right, bottom)");
+			return fail(ps, "padding",
+				    "takes one number, two (left/right, top/bottom) or four "
+				    "(left, top, right, bottom)");
 		for (size_t i = 0; i < q->n_numbers; i++)
 			if (!(q->numbers[i] >= 0 && q->numbers[i] <= TPIPE_MAX_SIZE) ||
 			    q->numbers[i] != floor(q->numbers[i]))
@@ -331,7 +334,8 @@ static int parse_random_crop(struct parse *ps, struct op *o)
 		else if (!strcmp(q->text, "symmetric"))
 			o->pad_mode = PAD_SYMMETRIC;
 		else
-			return fail(ps, "padding_mode", "'%s' is not one of constant, edge, reflect, symmetric", q->text);
+			return fail(ps, "padding_mode", "'%s' is not one of constant, edge, reflect, symmetric",
+				    q->text);
 	}
 	return 0;
 }
@@ -394,7 +398,7 @@ static int parse_normalize(struct parse *ps, struct op *o)
 static int parse_erase(struct parse *ps, struct op *o)
 {
 	const struct op_param *q;
-	double count[2] = { 1, 1 };
+	double count[2] = {1, 1};
 	bool inplace;
 	int r;
 
@@ -428,8 +432,10 @@ static int parse_erase(struct parse *ps, struct op *o)
 		else if (!strcmp(q->text, "const"))
 			o->erase = ERASE_VALUE;
 		else
-			return fail(ps, "value", "'%s' is not built (a number, three, \"random\"; timm's modes "
-					  "\"pixel\", \"rand\", \"const\")", q->text);
+			return fail(ps, "value",
+				    "'%s' is not built (a number, three, \"random\"; timm's modes "
+				    "\"pixel\", \"rand\", \"const\")",
+				    q->text);
 	} else if (q) {
 		r = get_channels(ps, "value", -1e6, 1e6, o->value);
 		if (r < 0)
@@ -443,24 +449,26 @@ static const struct {
 	enum op_kind kind;
 	const char *keys; /* the parameters it takes, space separated */
 } op_table[] = {
-	{ "RandomResizedCrop", OP_RANDOM_RESIZED_CROP, "size scale ratio interpolation antialias" },
-	{ "Resize", OP_RESIZE, "size interpolation max_size antialias" },
-	{ "CenterCrop", OP_CENTER_CROP, "size" },
-	{ "RandomCrop", OP_RANDOM_CROP, "size padding pad_if_needed fill padding_mode" },
-	{ "RandomHorizontalFlip", OP_HFLIP, "p" },
-	{ "RandomVerticalFlip", OP_VFLIP, "p" },
-	{ "ToTensor", OP_TO_DTYPE, "" },
-	{ "ToDtype", OP_TO_DTYPE, "dtype scale" },
-	{ "Normalize", OP_NORMALIZE, "mean std inplace" },
-	{ "RandomErasing", OP_ERASE, "p scale ratio value count inplace" },
+	{"RandomResizedCrop", OP_RANDOM_RESIZED_CROP, "size scale ratio interpolation antialias"},
+	{"Resize", OP_RESIZE, "size interpolation max_size antialias"},
+	{"CenterCrop", OP_CENTER_CROP, "size"},
+	{"RandomCrop", OP_RANDOM_CROP, "size padding pad_if_needed fill padding_mode"},
+	{"RandomHorizontalFlip", OP_HFLIP, "p"},
+	{"RandomVerticalFlip", OP_VFLIP, "p"},
+	{"ToTensor", OP_TO_DTYPE, ""},
+	{"ToDtype", OP_TO_DTYPE, "dtype scale"},
+	{"Normalize", OP_NORMALIZE, "mean std inplace"},
+	{"RandomErasing", OP_ERASE, "p scale ratio value count inplace"},
 };
 
 /* The ops of pixelops.h's half (issue 19) that a stokerd may not have yet: refused with this reason. */
 static const char *const planned_ops[] = {
-	"ColorJitter", "RandomGrayscale", "Grayscale", "GaussianBlur", "RandomPosterize", "RandomSolarize",
-	"RandomEqualize", "RandomAutocontrast", "RandomAdjustSharpness", "RandomInvert", "RandomRotation",
-	"RandomAffine", "RandAugment", "TrivialAugmentWide", "AutoAugment", "AugMix", "rand_augment_transform",
-	"auto_augment_transform",
+	"ColorJitter",    "RandomGrayscale",        "Grayscale",
+	"GaussianBlur",   "RandomPosterize",        "RandomSolarize",
+	"RandomEqualize", "RandomAutocontrast",     "RandomAdjustSharpness",
+	"RandomInvert",   "RandomRotation",         "RandomAffine",
+	"RandAugment",    "TrivialAugmentWide",     "AutoAugment",
+	"AugMix",         "rand_augment_transform", "auto_augment_transform",
 };
 
 static bool key_listed(const char *keys, const char *key)
@@ -502,34 +510,16 @@ static int parse_op(struct parse *ps, struct op *o)
 	}
 	o->kind = op_table[t].kind;
 	switch (o->kind) {
-	case OP_RANDOM_RESIZED_CROP:
-		r = parse_rrc(ps, o);
-		break;
-	case OP_RESIZE:
-		r = parse_resize(ps, o);
-		break;
-	case OP_CENTER_CROP:
-		r = get_size(ps, "size", true, false, o);
-		break;
-	case OP_RANDOM_CROP:
-		r = parse_random_crop(ps, o);
-		break;
+	case OP_RANDOM_RESIZED_CROP: r = parse_rrc(ps, o); break;
+	case OP_RESIZE: r = parse_resize(ps, o); break;
+	case OP_CENTER_CROP: r = get_size(ps, "size", true, false, o); break;
+	case OP_RANDOM_CROP: r = parse_random_crop(ps, o); break;
 	case OP_HFLIP:
-	case OP_VFLIP:
-		r = parse_flip(ps, o);
-		break;
-	case OP_TO_DTYPE:
-		r = parse_to_dtype(ps, o, !strcmp(d->name, "ToTensor"));
-		break;
-	case OP_NORMALIZE:
-		r = parse_normalize(ps, o);
-		break;
-	case OP_ERASE:
-		r = parse_erase(ps, o);
-		break;
-	default:
-		r = -EINVAL;
-		break;
+	case OP_VFLIP: r = parse_flip(ps, o); break;
+	case OP_TO_DTYPE: r = parse_to_dtype(ps, o, !strcmp(d->name, "ToTensor")); break;
+	case OP_NORMALIZE: r = parse_normalize(ps, o); break;
+	case OP_ERASE: r = parse_erase(ps, o); break;
+	default: r = -EINVAL; break;
 	}
 	return r < 0 ? r : 0;
 }
@@ -541,7 +531,7 @@ static int check_pipeline(struct tpipe *t, const struct tpipe_op_desc *ops, char
 	bool in_float = false, fixed = false;
 	float k = 1.0f / 255.0f; /* the float domain's value of 8-bit level 1 */
 	size_t normalizes = 0;
-	struct parse ps = { .err = err, .errlen = errlen };
+	struct parse ps = {.err = err, .errlen = errlen};
 
 	for (int c = 0; c < 3; c++) {
 		info->mean[c] = 0.0f;
@@ -555,8 +545,9 @@ static int check_pipeline(struct tpipe *t, const struct tpipe_op_desc *ops, char
 		ps.index = i;
 		o->in_float = in_float;
 		if (in_float && (geom || o->kind == OP_PIXEL))
-			return fail(&ps, NULL, "runs on 8-bit images (torchvision's PIL path): put it before the "
-					       "ToTensor / ToDtype to a float dtype");
+			return fail(&ps, NULL,
+				    "runs on 8-bit images (torchvision's PIL path): put it before the "
+				    "ToTensor / ToDtype to a float dtype");
 		/* Only a pipeline that starts by resampling may start from a DCT-reduced image. */
 		if (i == 0)
 			info->first_crop_random = o->kind == OP_RANDOM_RESIZED_CROP;
@@ -585,8 +576,9 @@ static int check_pipeline(struct tpipe *t, const struct tpipe_op_desc *ops, char
 			break;
 		case OP_NORMALIZE:
 			if (!in_float)
-				return fail(&ps, NULL, "needs a float image: put a ToTensor or ToDtype(float32, scale=True) "
-						       "before it");
+				return fail(&ps, NULL,
+					    "needs a float image: put a ToTensor or ToDtype(float32, scale=True) "
+					    "before it");
 			if (normalizes++)
 				return fail(&ps, NULL, "a second Normalize is not built");
 			/* (v * k - mean) / std == (v / 255 - mean') / std' */
@@ -597,8 +589,9 @@ static int check_pipeline(struct tpipe *t, const struct tpipe_op_desc *ops, char
 			break;
 		case OP_ERASE:
 			if (!in_float && o->erase != ERASE_VALUE)
-				return fail(&ps, "value", "random values need a float image: put RandomErasing after "
-							  "ToTensor / ToDtype (and Normalize)");
+				return fail(&ps, "value",
+					    "random values need a float image: put RandomErasing after "
+					    "ToTensor / ToDtype (and Normalize)");
 			for (int c = 0; !in_float && c < 3; c++)
 				if (o->value[c] < 0 || o->value[c] > 255 || o->value[c] != floor(o->value[c]))
 					return fail(&ps, "value", "%g is not an 8-bit level (0..255) for a uint8 image",
@@ -606,8 +599,7 @@ static int check_pipeline(struct tpipe *t, const struct tpipe_op_desc *ops, char
 			if (in_float)
 				info->float_ops = true;
 			break;
-		default:
-			break;
+		default: break;
 		}
 	}
 	/* Erasing on floats before the Normalize: its values are normalised with the image. */
@@ -630,13 +622,15 @@ static int check_pipeline(struct tpipe *t, const struct tpipe_op_desc *ops, char
 		(void)before;
 	}
 	if (!fixed) {
-		snprintf(err, errlen, "the pipeline's output size depends on the image: end its geometry with a "
-				      "crop (RandomResizedCrop, CenterCrop, RandomCrop) or a Resize to (height, width)");
+		snprintf(err, errlen,
+			 "the pipeline's output size depends on the image: end its geometry with a "
+			 "crop (RandomResizedCrop, CenterCrop, RandomCrop) or a Resize to (height, width)");
 		return -EINVAL;
 	}
 	if (info->out_w != info->out_h) {
-		snprintf(err, errlen, "the pipeline's output is %ux%u (width x height), not square: stoker's classification "
-				      "batches are square; crop to a square",
+		snprintf(err, errlen,
+			 "the pipeline's output is %ux%u (width x height), not square: stoker's classification "
+			 "batches are square; crop to a square",
 			 info->out_w, info->out_h);
 		return -EINVAL;
 	}
@@ -659,14 +653,14 @@ static int describe_ops(const struct tpipe_op_desc *ops, size_t n, char **out)
 	char *s = NULL, num[40];
 	int r = 0;
 
-#define APPEND(str)                                                                              \
-	do {                                                                                     \
-		const char *a_ = (str);                                                          \
-		size_t l_ = strlen(a_);                                                          \
-		if ((r = grow((void **)&s, &cap, used + l_ + 1, 1)) < 0)                          \
-			goto out;                                                                \
-		memcpy(s + used, a_, l_ + 1);                                                    \
-		used += l_;                                                                      \
+#define APPEND(str)                                                      \
+	do {                                                             \
+		const char *a_ = (str);                                  \
+		size_t l_ = strlen(a_);                                  \
+		if ((r = grow((void **)&s, &cap, used + l_ + 1, 1)) < 0) \
+			goto out;                                        \
+		memcpy(s + used, a_, l_ + 1);                            \
+		used += l_;                                              \
 	} while (0)
 
 	APPEND("");
@@ -686,8 +680,8 @@ static int describe_ops(const struct tpipe_op_desc *ops, size_t n, char **out)
 				/* a word bare, as the text form reads it back; anything else quoted */
 				bool word = strspn(q->text, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_"
 							    "0123456789.-") == strlen(q->text) &&
-					    !isdigit((unsigned char)q->text[0]) && q->text[0] != '-' && q->text[0] != '.' &&
-					    strcmp(q->text, "None");
+					    !isdigit((unsigned char)q->text[0]) && q->text[0] != '-' &&
+					    q->text[0] != '.' && strcmp(q->text, "None");
 
 				APPEND(word ? "" : "\"");
 				APPEND(q->text);
@@ -732,7 +726,7 @@ static bool text_ok(const char *s)
 int tpipe_parse(const struct tpipe_op_desc *ops, size_t n_ops, struct tpipe **out, char *err, size_t errlen)
 {
 	struct tpipe *t = NULL;
-	struct parse ps = { .err = err, .errlen = errlen };
+	struct parse ps = {.err = err, .errlen = errlen};
 	int r = -EINVAL;
 
 	if (!out || (!ops && n_ops))
@@ -756,13 +750,17 @@ int tpipe_parse(const struct tpipe_op_desc *ops, size_t n_ops, struct tpipe **ou
 			const struct op_param *q = &ops[i].params[j];
 
 			if (!text_ok(q->key))
-				return fail(&ps, NULL, "parameter %zu: its name is empty, longer than %d bytes or not "
-						       "printable", j + 1, TPIPE_MAX_TEXT);
+				return fail(&ps, NULL,
+					    "parameter %zu: its name is empty, longer than %d bytes or not "
+					    "printable",
+					    j + 1, TPIPE_MAX_TEXT);
 			if (q->n_numbers > TPIPE_MAX_NUMBERS || (q->n_numbers && !q->numbers))
 				return fail(&ps, q->key, "more than %d numbers", TPIPE_MAX_NUMBERS);
 			if (q->text && (q->n_numbers || !text_ok(q->text)))
-				return fail(&ps, q->key, "a text value is empty, longer than %d bytes, not printable "
-							 "or given with numbers", TPIPE_MAX_TEXT);
+				return fail(&ps, q->key,
+					    "a text value is empty, longer than %d bytes, not printable "
+					    "or given with numbers",
+					    TPIPE_MAX_TEXT);
 			for (size_t k = 0; k < q->n_numbers; k++)
 				if (!isfinite(q->numbers[k]))
 					return fail(&ps, q->key, "not a finite number");
@@ -953,24 +951,20 @@ int tpipe_draw_params(const struct tpipe *t, size_t op, uint32_t width, uint32_t
 	    o->kind != OP_VFLIP && o->kind != OP_ERASE)
 		return -EINVAL;
 	for (size_t i = 0; i < n; i++) {
-		uint32_t box[4 * 64] = { 0 }, pad[4];
+		uint32_t box[4 * 64] = {0}, pad[4];
 		double *v = out + 4 * i;
 		struct rng rng;
 
 		rng_init(&rng, seed, 0, i, RNG_AUGMENT);
 		switch (o->kind) {
-		case OP_RANDOM_RESIZED_CROP:
-			draw_rrc(o, width, height, &rng, box);
-			break;
+		case OP_RANDOM_RESIZED_CROP: draw_rrc(o, width, height, &rng, box); break;
 		case OP_RANDOM_CROP:
 			random_crop_padding(o, width, height, pad);
 			if (!draw_random_crop(o, width + pad[0] + pad[2], height + pad[1] + pad[3], &rng, box))
 				return -EINVAL;
 			break;
 		case OP_HFLIP:
-		case OP_VFLIP:
-			box[0] = rng_uniform(&rng) < o->p;
-			break;
+		case OP_VFLIP: box[0] = rng_uniform(&rng) < o->p; break;
 		default:
 			if (draw_erase(o, width, height, &rng, box) == 0)
 				box[0] = box[1] = box[2] = box[3] = UINT32_MAX;
@@ -990,10 +984,10 @@ int tpipe_draw_params(const struct tpipe *t, size_t op, uint32_t width, uint32_t
 #define TPIPE_MAX_BUFFER_PIXELS (1ull << 26)
 
 struct tpipe_ctx {
-	uint8_t *buf[2];        /* the materialised image, and the next one */
+	uint8_t *buf[2]; /* the materialised image, and the next one */
 	size_t cap[2];
-	int cur;                /* which buf holds the image */
-	bool dct;               /* this run may decode DCT-reduced (the spec's dct_scaling) */
+	int cur;  /* which buf holds the image */
+	bool dct; /* this run may decode DCT-reduced (the spec's dct_scaling) */
 	struct pixel_scratch *scratch;
 	bool tracing;
 	struct tpipe_draw trace[TRACE_MAX];
@@ -1003,15 +997,15 @@ struct tpipe_ctx {
 
 /* The lazy image (see the top of this file). */
 struct view {
-	bool mat;                   /* the source is buf[cur] (bw x bh RGB), else the file */
+	bool mat; /* the source is buf[cur] (bw x bh RGB), else the file */
 	uint32_t bw, bh;
-	uint32_t rx, ry, rw, rh;    /* the region: PIL's image before the pending resize */
+	uint32_t rx, ry, rw, rh; /* the region: PIL's image before the pending resize */
 	bool resized;
-	double x, y, w, h;          /* the window resampled, within the region */
+	double x, y, w, h; /* the window resampled, within the region */
 	uint32_t ow, oh;
 	enum resize_filter filter;
 	bool vfirst;
-	bool hflip;                 /* the output mirrored */
+	bool hflip; /* the output mirrored */
 };
 
 int tpipe_ctx_new(struct tpipe_ctx **out)
@@ -1096,12 +1090,20 @@ static int materialize(struct tpipe_ctx *c, struct pipeline *p, const struct pip
 	if (grow((void **)&c->buf[next], &c->cap[next], (size_t)w * h * 3, 1) < 0)
 		return -ENOMEM;
 	rq = (struct resample_req){
-		.rx = v->rx, .ry = v->ry, .rw = v->rw, .rh = v->rh,
-		.x = v->resized ? v->x : v->rx, .y = v->resized ? v->y : v->ry,
-		.w = v->resized ? v->w : v->rw, .h = v->resized ? v->h : v->rh,
-		.out_w = w, .out_h = h,
+		.rx = v->rx,
+		.ry = v->ry,
+		.rw = v->rw,
+		.rh = v->rh,
+		.x = v->resized ? v->x : v->rx,
+		.y = v->resized ? v->y : v->ry,
+		.w = v->resized ? v->w : v->rw,
+		.h = v->resized ? v->h : v->rh,
+		.out_w = w,
+		.out_h = h,
 		.filter = v->resized ? v->filter : RESIZE_NEAREST,
-		.vertical_first = v->resized && v->vfirst, .flip = v->hflip, .dct_scaling = c->dct && v->resized,
+		.vertical_first = v->resized && v->vfirst,
+		.flip = v->hflip,
+		.dct_scaling = c->dct && v->resized,
 	};
 	if (v->mat)
 		r = pipeline_resample_rgb(p, c->buf[c->cur], v->bw, v->bh, (size_t)v->bw * 3, &rq, c->buf[next],
@@ -1111,7 +1113,7 @@ static int materialize(struct tpipe_ctx *c, struct pipeline *p, const struct pip
 	if (r < 0)
 		return r;
 	c->cur = next;
-	*v = (struct view){ .mat = true, .bw = w, .bh = h, .rw = w, .rh = h };
+	*v = (struct view){.mat = true, .bw = w, .bh = h, .rw = w, .rh = h};
 	return 0;
 }
 
@@ -1179,8 +1181,7 @@ static uint32_t pad_index(enum pad_mode m, int64_t x, uint32_t n)
 	if (x >= 0 && x < n)
 		return (uint32_t)x;
 	switch (m) {
-	case PAD_EDGE:
-		return x < 0 ? 0 : n - 1;
+	case PAD_EDGE: return x < 0 ? 0 : n - 1;
 	case PAD_REFLECT:
 		if (n == 1)
 			return 0;
@@ -1232,7 +1233,7 @@ static int pad_image(struct tpipe_ctx *c, struct view *v, const uint32_t pad[4],
 		}
 	}
 	c->cur = next;
-	*v = (struct view){ .mat = true, .bw = w, .bh = h, .rw = w, .rh = h };
+	*v = (struct view){.mat = true, .bw = w, .bh = h, .rw = w, .rh = h};
 	return 0;
 }
 
@@ -1352,13 +1353,13 @@ static int run_8bit(struct tpipe_ctx *c, struct pipeline *p, const struct tpipe 
 				pad[3] = o->h > h ? (o->h - h + 1) / 2 : 0;
 				r = materialize(c, p, src, v);
 				if (r >= 0)
-					r = pad_image(c, v, pad, PAD_CONSTANT, (const uint8_t[3]){ 0, 0, 0 });
+					r = pad_image(c, v, pad, PAD_CONSTANT, (const uint8_t[3]){0, 0, 0});
 				if (r < 0)
 					return r;
 				view_size(v, &w, &h);
 			}
-			r = crop(c, p, src, v, (uint32_t)py_round((h - o->h) / 2.0), (uint32_t)py_round((w - o->w) / 2.0),
-				 o->h, o->w);
+			r = crop(c, p, src, v, (uint32_t)py_round((h - o->h) / 2.0),
+				 (uint32_t)py_round((w - o->w) / 2.0), o->h, o->w);
 			break;
 		case OP_RANDOM_CROP:
 			random_crop_padding(o, w, h, pad);
@@ -1371,9 +1372,11 @@ static int run_8bit(struct tpipe_ctx *c, struct pipeline *p, const struct tpipe 
 				view_size(v, &w, &h);
 			}
 			if (!draw_random_crop(o, w, h, rng, box)) {
-				snprintf(c->error, sizeof(c->error),
-					 "RandomCrop: the image is %ux%u, smaller than the crop %ux%u (pad_if_needed is "
-					 "off)", w, h, o->w, o->h);
+				snprintf(
+					c->error, sizeof(c->error),
+					"RandomCrop: the image is %ux%u, smaller than the crop %ux%u (pad_if_needed is "
+					"off)",
+					w, h, o->w, o->h);
 				return -EINVAL;
 			}
 			trace(c, i, "crop", box[0], box[1], box[2], box[3]);
@@ -1423,13 +1426,14 @@ static int run_8bit(struct tpipe_ctx *c, struct pipeline *p, const struct tpipe 
 			r = materialize(c, p, src, v);
 			if (r < 0)
 				return r;
-			im = (struct rgb_image){ .px = c->buf[c->cur], .width = v->bw, .height = v->bh,
-						 .stride = (size_t)v->bw * 3 };
+			im = (struct rgb_image){.px = c->buf[c->cur],
+						.width = v->bw,
+						.height = v->bh,
+						.stride = (size_t)v->bw * 3};
 			r = pixel_op_apply(o->px, &im, rng, c->scratch);
 			break;
 		}
-		default: /* ToDtype to uint8 */
-			break;
+		default: /* ToDtype to uint8 */ break;
 		}
 		if (r < 0)
 			return r;
@@ -1443,7 +1447,7 @@ int tpipe_run(struct tpipe_ctx *c, struct pipeline *p, const struct tpipe *t, co
 {
 	struct transform_spec os;
 	struct pipeline_source src;
-	struct view v = { 0 };
+	struct view v = {0};
 	uint32_t ow = t ? t->info.out_w : 0, oh = t ? t->info.out_h : 0, w, h;
 	size_t upto = 0, pixels = (size_t)ow * oh;
 	uint8_t *rgb;
@@ -1498,8 +1502,19 @@ int tpipe_run(struct tpipe_ctx *c, struct pipeline *p, const struct tpipe *t, co
 		r = pipeline_to_output(p, &os, c->buf[c->cur], pixels, out);
 	} else if (rgb) {
 		struct resample_req rq = {
-			.rx = v.rx, .ry = v.ry, .rw = v.rw, .rh = v.rh, .x = v.x, .y = v.y, .w = v.w, .h = v.h,
-			.out_w = ow, .out_h = oh, .filter = v.filter, .vertical_first = v.vfirst, .flip = v.hflip,
+			.rx = v.rx,
+			.ry = v.ry,
+			.rw = v.rw,
+			.rh = v.rh,
+			.x = v.x,
+			.y = v.y,
+			.w = v.w,
+			.h = v.h,
+			.out_w = ow,
+			.out_h = oh,
+			.filter = v.filter,
+			.vertical_first = v.vfirst,
+			.flip = v.hflip,
 			.dct_scaling = spec->dct_scaling,
 		};
 

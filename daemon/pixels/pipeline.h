@@ -30,11 +30,11 @@
 #include "rng.h"
 
 /* Bounds on what a client may ask for; beyond them, refused at attach. */
-#define TPIPE_MAX_OPS 32       /* ops in a pipeline */
-#define TPIPE_MAX_PARAMS 16    /* parameters of one op */
-#define TPIPE_MAX_NUMBERS 64   /* numbers of one parameter */
-#define TPIPE_MAX_TEXT 128     /* bytes of an op name, a key or a text value */
-#define TPIPE_MAX_SIZE 16384u  /* any size an op names */
+#define TPIPE_MAX_OPS 32      /* ops in a pipeline */
+#define TPIPE_MAX_PARAMS 16   /* parameters of one op */
+#define TPIPE_MAX_NUMBERS 64  /* numbers of one parameter */
+#define TPIPE_MAX_TEXT 128    /* bytes of an op name, a key or a text value */
+#define TPIPE_MAX_SIZE 16384u /* any size an op names */
 
 /* One op as the attach request carries it. */
 struct tpipe_op_desc {
@@ -54,12 +54,12 @@ void tpipe_free(struct tpipe *t);
 
 /* What a parsed pipeline makes. */
 struct tpipe_info {
-	uint32_t out_w, out_h;     /* every output's size (a pipeline whose output size varies is refused) */
-	bool has_dtype;            /* a ToTensor / ToDtype says the output dtype */
-	enum sample_dtype dtype;   /* if has_dtype */
-	float mean[3], std[3];     /* float output: the normalisation of 8-bit levels (ToTensor + Normalize) */
-	bool float_ops;            /* ops on the float output (RandomErasing after ToTensor) */
-	bool first_crop_random;    /* the first op is a RandomResizedCrop (dct_scaling's default, the cache tier) */
+	uint32_t out_w, out_h;   /* every output's size (a pipeline whose output size varies is refused) */
+	bool has_dtype;          /* a ToTensor / ToDtype says the output dtype */
+	enum sample_dtype dtype; /* if has_dtype */
+	float mean[3], std[3];   /* float output: the normalisation of 8-bit levels (ToTensor + Normalize) */
+	bool float_ops;          /* ops on the float output (RandomErasing after ToTensor) */
+	bool first_crop_random;  /* the first op is a RandomResizedCrop (dct_scaling's default, the cache tier) */
 };
 void tpipe_info(const struct tpipe *t, struct tpipe_info *out);
 
@@ -93,7 +93,7 @@ const char *tpipe_ctx_error(const struct tpipe_ctx *c);
  */
 struct tpipe_draw {
 	uint32_t op;
-	char kind[12];  /* "crop" (top, left, h, w), "flip" (1/0), "interp" (filter), "erase" (top, left, h, w) */
+	char kind[12]; /* "crop" (top, left, h, w), "flip" (1/0), "interp" (filter), "erase" (top, left, h, w) */
 	double v[4];
 };
 void tpipe_trace_enable(struct tpipe_ctx *c, bool on);

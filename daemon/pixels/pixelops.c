@@ -197,8 +197,8 @@ int params_fill(const struct params *ps, const char *key, uint8_t fill[3])
  * [center - v, center + v] (clipped at 0 for the factors), a pair must lie
  * within the bound and be ordered; [center, center] is None.
  */
-static int jitter_range(const struct params *ps, const char *key, double center, double blo, double bhi,
-			bool clip_zero, double range[2], bool *has)
+static int jitter_range(const struct params *ps, const char *key, double center, double blo, double bhi, bool clip_zero,
+			double range[2], bool *has)
 {
 	const struct op_param *p = params_find(ps, key);
 	double lo, hi;
@@ -233,29 +233,29 @@ static int jitter_range(const struct params *ps, const char *key, double center,
 
 /* ---- the registry ---- */
 
-static const char *const KEYS_JITTER[] = { "brightness", "contrast", "saturation", "hue", NULL };
-static const char *const KEYS_P[] = { "p", NULL };
-static const char *const KEYS_GRAY[] = { "num_output_channels", NULL };
-static const char *const KEYS_BLUR[] = { "kernel_size", "sigma", NULL };
-static const char *const KEYS_POSTERIZE[] = { "bits", "p", NULL };
-static const char *const KEYS_SOLARIZE[] = { "threshold", "p", NULL };
-static const char *const KEYS_SHARPNESS[] = { "sharpness_factor", "p", NULL };
+static const char *const KEYS_JITTER[] = {"brightness", "contrast", "saturation", "hue", NULL};
+static const char *const KEYS_P[] = {"p", NULL};
+static const char *const KEYS_GRAY[] = {"num_output_channels", NULL};
+static const char *const KEYS_BLUR[] = {"kernel_size", "sigma", NULL};
+static const char *const KEYS_POSTERIZE[] = {"bits", "p", NULL};
+static const char *const KEYS_SOLARIZE[] = {"threshold", "p", NULL};
+static const char *const KEYS_SHARPNESS[] = {"sharpness_factor", "p", NULL};
 
 static const struct {
 	const char *name;
 	enum op_kind kind;
 	const char *const *keys;
 } OPS[] = {
-	{ "ColorJitter", OP_COLOR_JITTER, KEYS_JITTER },
-	{ "Grayscale", OP_GRAYSCALE, KEYS_GRAY },
-	{ "RandomGrayscale", OP_RANDOM_GRAYSCALE, KEYS_P },
-	{ "GaussianBlur", OP_GAUSSIAN_BLUR, KEYS_BLUR },
-	{ "RandomPosterize", OP_POSTERIZE, KEYS_POSTERIZE },
-	{ "RandomSolarize", OP_SOLARIZE, KEYS_SOLARIZE },
-	{ "RandomEqualize", OP_EQUALIZE, KEYS_P },
-	{ "RandomAutocontrast", OP_AUTOCONTRAST, KEYS_P },
-	{ "RandomAdjustSharpness", OP_SHARPNESS, KEYS_SHARPNESS },
-	{ "RandomInvert", OP_INVERT, KEYS_P },
+	{"ColorJitter", OP_COLOR_JITTER, KEYS_JITTER},
+	{"Grayscale", OP_GRAYSCALE, KEYS_GRAY},
+	{"RandomGrayscale", OP_RANDOM_GRAYSCALE, KEYS_P},
+	{"GaussianBlur", OP_GAUSSIAN_BLUR, KEYS_BLUR},
+	{"RandomPosterize", OP_POSTERIZE, KEYS_POSTERIZE},
+	{"RandomSolarize", OP_SOLARIZE, KEYS_SOLARIZE},
+	{"RandomEqualize", OP_EQUALIZE, KEYS_P},
+	{"RandomAutocontrast", OP_AUTOCONTRAST, KEYS_P},
+	{"RandomAdjustSharpness", OP_SHARPNESS, KEYS_SHARPNESS},
+	{"RandomInvert", OP_INVERT, KEYS_P},
 };
 
 bool pixel_op_known(const char *name)
@@ -323,10 +323,8 @@ static int parse_simple(const struct params *ps, enum op_kind kind, struct pixel
 		if (r >= 0 && l != 3)
 			r = params_fail(ps, "num_output_channels", "%ld: only 3 is built (the output stays RGB)", l);
 		return r;
-	case OP_RANDOM_GRAYSCALE:
-		return params_prob(ps, "p", 0.1, &op->p);
-	case OP_GAUSSIAN_BLUR:
-		return parse_blur(ps, op);
+	case OP_RANDOM_GRAYSCALE: return params_prob(ps, "p", 0.1, &op->p);
+	case OP_GAUSSIAN_BLUR: return parse_blur(ps, op);
 	case OP_POSTERIZE:
 		if (!params_find(ps, "bits"))
 			return params_fail(ps, "bits", "is required");
@@ -345,18 +343,16 @@ static int parse_simple(const struct params *ps, enum op_kind kind, struct pixel
 		return r < 0 ? r : params_prob(ps, "p", 0.5, &op->p);
 	case OP_EQUALIZE:
 	case OP_AUTOCONTRAST:
-	case OP_INVERT:
-		return params_prob(ps, "p", 0.5, &op->p);
-	case OP_POLICY:
-		break;
+	case OP_INVERT: return params_prob(ps, "p", 0.5, &op->p);
+	case OP_POLICY: break;
 	}
 	return -EINVAL;
 }
 
-int pixel_op_parse(const char *name, const struct op_param *params, size_t n_params, struct pixel_op **out,
-		   char *err, size_t errlen)
+int pixel_op_parse(const char *name, const struct op_param *params, size_t n_params, struct pixel_op **out, char *err,
+		   size_t errlen)
 {
-	struct params ps = { .op = name ? name : "(unnamed)", .p = params, .n = n_params, .err = err, .errlen = errlen };
+	struct params ps = {.op = name ? name : "(unnamed)", .p = params, .n = n_params, .err = err, .errlen = errlen};
 	struct pixel_op *op = NULL;
 	int r = -EINVAL;
 	size_t i;
@@ -491,7 +487,7 @@ int sharpness(struct rgb_image *im, double factor, struct pixel_scratch *s)
 
 static void color_jitter(const struct pixel_op *op, struct rgb_image *im, struct rng *rng, struct pixel_scratch *s)
 {
-	unsigned order[4] = { 0, 1, 2, 3 };
+	unsigned order[4] = {0, 1, 2, 3};
 	double f[4];
 
 	/* torch.randperm(4), then a factor for each one that is not None, in that order */
@@ -506,7 +502,12 @@ static void color_jitter(const struct pixel_op *op, struct rgb_image *im, struct
 		if (op->u.jitter.has[i]) {
 			/* torch.empty(1).uniform_(lo, hi): a float32 */
 			f[i] = (float)rng_range(rng, op->u.jitter.range[i][0], op->u.jitter.range[i][1]);
-			pixel_trace(s, i == 0 ? "brightness" : i == 1 ? "contrast" : i == 2 ? "saturation" : "hue", f[i]);
+			pixel_trace(s,
+				    i == 0   ? "brightness"
+				    : i == 1 ? "contrast"
+				    : i == 2 ? "saturation"
+					     : "hue",
+				    f[i]);
 		}
 	}
 	for (unsigned i = 0; i < 4; i++) {
@@ -530,12 +531,8 @@ int pixel_op_apply(const struct pixel_op *op, struct rgb_image *im, struct rng *
 	double sigma;
 
 	switch (op->kind) {
-	case OP_COLOR_JITTER:
-		color_jitter(op, im, rng, scratch);
-		return 0;
-	case OP_GRAYSCALE:
-		color_grayscale(im);
-		return 0;
+	case OP_COLOR_JITTER: color_jitter(op, im, rng, scratch); return 0;
+	case OP_GRAYSCALE: color_grayscale(im); return 0;
 	case OP_RANDOM_GRAYSCALE:
 		if (coin(op, rng, scratch))
 			color_grayscale(im);
@@ -560,14 +557,12 @@ int pixel_op_apply(const struct pixel_op *op, struct rgb_image *im, struct rng *
 		if (coin(op, rng, scratch))
 			color_autocontrast(im);
 		return 0;
-	case OP_SHARPNESS:
-		return coin(op, rng, scratch) ? sharpness(im, op->u.factor, scratch) : 0;
+	case OP_SHARPNESS: return coin(op, rng, scratch) ? sharpness(im, op->u.factor, scratch) : 0;
 	case OP_INVERT:
 		if (coin(op, rng, scratch))
 			color_invert(im);
 		return 0;
-	case OP_POLICY:
-		return policy_apply(op->u.policy, im, rng, scratch);
+	case OP_POLICY: return policy_apply(op->u.policy, im, rng, scratch);
 	}
 	return -EINVAL;
 }

@@ -74,8 +74,8 @@ bool pixel_op_known(const char *name);
  * Parse and validate op `name` with `params`. On error, -EINVAL (or
  * -ENOMEM) and a message naming the op and the parameter in err.
  */
-int pixel_op_parse(const char *name, const struct op_param *params, size_t n_params, struct pixel_op **out,
-		   char *err, size_t errlen);
+int pixel_op_parse(const char *name, const struct op_param *params, size_t n_params, struct pixel_op **out, char *err,
+		   size_t errlen);
 void pixel_op_free(struct pixel_op *op);
 
 /* Apply op to im in place (its size may change only where the op says so:

@@ -40,8 +40,7 @@ struct params {
 /* -EINVAL with a message when a key is not one of `keys` (NULL-terminated). */
 int params_check_keys(const struct params *ps, const char *const *keys);
 const struct op_param *params_find(const struct params *ps, const char *key);
-int params_fail(const struct params *ps, const char *key, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
+int params_fail(const struct params *ps, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* A number in [lo, hi] (def when absent). */
 int params_number(const struct params *ps, const char *key, double def, double lo, double hi, double *out);
 /* An integer in [lo, hi] (def when absent). */

@@ -53,24 +53,24 @@ enum prim {
 };
 
 static const char *const PRIM_NAMES[P_NPRIM] = {
-	"Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color",
-	"Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize", "Invert",
-	"SolarizeAdd", "TranslateXRel", "TranslateYRel",
+	"Identity",     "ShearX",   "ShearY",   "TranslateX",  "TranslateY",    "Rotate",
+	"Brightness",   "Color",    "Contrast", "Sharpness",   "Posterize",     "Solarize",
+	"AutoContrast", "Equalize", "Invert",   "SolarizeAdd", "TranslateXRel", "TranslateYRel",
 };
 
 /* ---- torchvision ---- */
 
 /* The op order of torchvision's _AUGMENTATION_SPACE dicts (RandAugment, TrivialAugmentWide). */
 static const enum prim TV_SPACE[] = {
-	P_IDENTITY, P_SHEAR_X, P_SHEAR_Y, P_TRANSLATE_X, P_TRANSLATE_Y, P_ROTATE, P_BRIGHTNESS,
-	P_COLOR, P_CONTRAST, P_SHARPNESS, P_POSTERIZE, P_SOLARIZE, P_AUTOCONTRAST, P_EQUALIZE,
+	P_IDENTITY, P_SHEAR_X,  P_SHEAR_Y,   P_TRANSLATE_X, P_TRANSLATE_Y, P_ROTATE,       P_BRIGHTNESS,
+	P_COLOR,    P_CONTRAST, P_SHARPNESS, P_POSTERIZE,   P_SOLARIZE,    P_AUTOCONTRAST, P_EQUALIZE,
 };
 #define TV_SPACE_N (sizeof(TV_SPACE) / sizeof(TV_SPACE[0]))
 
 /* AugMix's _AUGMENTATION_SPACE: the partial space's keys, then the four enhancements (all_ops) */
 static const enum prim AUGMIX_SPACE[] = {
-	P_SHEAR_X, P_SHEAR_Y, P_TRANSLATE_X, P_TRANSLATE_Y, P_ROTATE, P_POSTERIZE, P_SOLARIZE,
-	P_AUTOCONTRAST, P_EQUALIZE, P_BRIGHTNESS, P_COLOR, P_CONTRAST, P_SHARPNESS,
+	P_SHEAR_X,      P_SHEAR_Y,  P_TRANSLATE_X, P_TRANSLATE_Y, P_ROTATE,   P_POSTERIZE, P_SOLARIZE,
+	P_AUTOCONTRAST, P_EQUALIZE, P_BRIGHTNESS,  P_COLOR,       P_CONTRAST, P_SHARPNESS,
 };
 #define AUGMIX_PARTIAL 9
 
@@ -82,89 +82,53 @@ struct aa_step {
 
 /* AutoAugment(AutoAugmentPolicy.IMAGENET) */
 static const struct aa_step AA_IMAGENET[25][2] = {
-	{ { P_POSTERIZE, 0.4f, 8 }, { P_ROTATE, 0.6f, 9 } },
-	{ { P_SOLARIZE, 0.6f, 5 }, { P_AUTOCONTRAST, 0.6f, -1 } },
-	{ { P_EQUALIZE, 0.8f, -1 }, { P_EQUALIZE, 0.6f, -1 } },
-	{ { P_POSTERIZE, 0.6f, 7 }, { P_POSTERIZE, 0.6f, 6 } },
-	{ { P_EQUALIZE, 0.4f, -1 }, { P_SOLARIZE, 0.2f, 4 } },
-	{ { P_EQUALIZE, 0.4f, -1 }, { P_ROTATE, 0.8f, 8 } },
-	{ { P_SOLARIZE, 0.6f, 3 }, { P_EQUALIZE, 0.6f, -1 } },
-	{ { P_POSTERIZE, 0.8f, 5 }, { P_EQUALIZE, 1.0f, -1 } },
-	{ { P_ROTATE, 0.2f, 3 }, { P_SOLARIZE, 0.6f, 8 } },
-	{ { P_EQUALIZE, 0.6f, -1 }, { P_POSTERIZE, 0.4f, 6 } },
-	{ { P_ROTATE, 0.8f, 8 }, { P_COLOR, 0.4f, 0 } },
-	{ { P_ROTATE, 0.4f, 9 }, { P_EQUALIZE, 0.6f, -1 } },
-	{ { P_EQUALIZE, 0.0f, -1 }, { P_EQUALIZE, 0.8f, -1 } },
-	{ { P_INVERT, 0.6f, -1 }, { P_EQUALIZE, 1.0f, -1 } },
-	{ { P_COLOR, 0.6f, 4 }, { P_CONTRAST, 1.0f, 8 } },
-	{ { P_ROTATE, 0.8f, 8 }, { P_COLOR, 1.0f, 2 } },
-	{ { P_COLOR, 0.8f, 8 }, { P_SOLARIZE, 0.8f, 7 } },
-	{ { P_SHARPNESS, 0.4f, 7 }, { P_INVERT, 0.6f, -1 } },
-	{ { P_SHEAR_X, 0.6f, 5 }, { P_EQUALIZE, 1.0f, -1 } },
-	{ { P_COLOR, 0.4f, 0 }, { P_EQUALIZE, 0.6f, -1 } },
-	{ { P_EQUALIZE, 0.4f, -1 }, { P_SOLARIZE, 0.2f, 4 } },
-	{ { P_SOLARIZE, 0.6f, 5 }, { P_AUTOCONTRAST, 0.6f, -1 } },
-	{ { P_INVERT, 0.6f, -1 }, { P_EQUALIZE, 1.0f, -1 } },
-	{ { P_COLOR, 0.6f, 4 }, { P_CONTRAST, 1.0f, 8 } },
-	{ { P_EQUALIZE, 0.8f, -1 }, { P_EQUALIZE, 0.6f, -1 } },
+	{{P_POSTERIZE, 0.4f, 8}, {P_ROTATE, 0.6f, 9}},    {{P_SOLARIZE, 0.6f, 5}, {P_AUTOCONTRAST, 0.6f, -1}},
+	{{P_EQUALIZE, 0.8f, -1}, {P_EQUALIZE, 0.6f, -1}}, {{P_POSTERIZE, 0.6f, 7}, {P_POSTERIZE, 0.6f, 6}},
+	{{P_EQUALIZE, 0.4f, -1}, {P_SOLARIZE, 0.2f, 4}},  {{P_EQUALIZE, 0.4f, -1}, {P_ROTATE, 0.8f, 8}},
+	{{P_SOLARIZE, 0.6f, 3}, {P_EQUALIZE, 0.6f, -1}},  {{P_POSTERIZE, 0.8f, 5}, {P_EQUALIZE, 1.0f, -1}},
+	{{P_ROTATE, 0.2f, 3}, {P_SOLARIZE, 0.6f, 8}},     {{P_EQUALIZE, 0.6f, -1}, {P_POSTERIZE, 0.4f, 6}},
+	{{P_ROTATE, 0.8f, 8}, {P_COLOR, 0.4f, 0}},        {{P_ROTATE, 0.4f, 9}, {P_EQUALIZE, 0.6f, -1}},
+	{{P_EQUALIZE, 0.0f, -1}, {P_EQUALIZE, 0.8f, -1}}, {{P_INVERT, 0.6f, -1}, {P_EQUALIZE, 1.0f, -1}},
+	{{P_COLOR, 0.6f, 4}, {P_CONTRAST, 1.0f, 8}},      {{P_ROTATE, 0.8f, 8}, {P_COLOR, 1.0f, 2}},
+	{{P_COLOR, 0.8f, 8}, {P_SOLARIZE, 0.8f, 7}},      {{P_SHARPNESS, 0.4f, 7}, {P_INVERT, 0.6f, -1}},
+	{{P_SHEAR_X, 0.6f, 5}, {P_EQUALIZE, 1.0f, -1}},   {{P_COLOR, 0.4f, 0}, {P_EQUALIZE, 0.6f, -1}},
+	{{P_EQUALIZE, 0.4f, -1}, {P_SOLARIZE, 0.2f, 4}},  {{P_SOLARIZE, 0.6f, 5}, {P_AUTOCONTRAST, 0.6f, -1}},
+	{{P_INVERT, 0.6f, -1}, {P_EQUALIZE, 1.0f, -1}},   {{P_COLOR, 0.6f, 4}, {P_CONTRAST, 1.0f, 8}},
+	{{P_EQUALIZE, 0.8f, -1}, {P_EQUALIZE, 0.6f, -1}},
 };
 
 /* AutoAugment(AutoAugmentPolicy.CIFAR10) */
 static const struct aa_step AA_CIFAR10[25][2] = {
-	{ { P_INVERT, 0.1f, -1 }, { P_CONTRAST, 0.2f, 6 } },
-	{ { P_ROTATE, 0.7f, 2 }, { P_TRANSLATE_X, 0.3f, 9 } },
-	{ { P_SHARPNESS, 0.8f, 1 }, { P_SHARPNESS, 0.9f, 3 } },
-	{ { P_SHEAR_Y, 0.5f, 8 }, { P_TRANSLATE_Y, 0.7f, 9 } },
-	{ { P_AUTOCONTRAST, 0.5f, -1 }, { P_EQUALIZE, 0.9f, -1 } },
-	{ { P_SHEAR_Y, 0.2f, 7 }, { P_POSTERIZE, 0.3f, 7 } },
-	{ { P_COLOR, 0.4f, 3 }, { P_BRIGHTNESS, 0.6f, 7 } },
-	{ { P_SHARPNESS, 0.3f, 9 }, { P_BRIGHTNESS, 0.7f, 9 } },
-	{ { P_EQUALIZE, 0.6f, -1 }, { P_EQUALIZE, 0.5f, -1 } },
-	{ { P_CONTRAST, 0.6f, 7 }, { P_SHARPNESS, 0.6f, 5 } },
-	{ { P_COLOR, 0.7f, 7 }, { P_TRANSLATE_X, 0.5f, 8 } },
-	{ { P_EQUALIZE, 0.3f, -1 }, { P_AUTOCONTRAST, 0.4f, -1 } },
-	{ { P_TRANSLATE_Y, 0.4f, 3 }, { P_SHARPNESS, 0.2f, 6 } },
-	{ { P_BRIGHTNESS, 0.9f, 6 }, { P_COLOR, 0.2f, 8 } },
-	{ { P_SOLARIZE, 0.5f, 2 }, { P_INVERT, 0.0f, -1 } },
-	{ { P_EQUALIZE, 0.2f, -1 }, { P_AUTOCONTRAST, 0.6f, -1 } },
-	{ { P_EQUALIZE, 0.2f, -1 }, { P_EQUALIZE, 0.6f, -1 } },
-	{ { P_COLOR, 0.9f, 9 }, { P_EQUALIZE, 0.6f, -1 } },
-	{ { P_AUTOCONTRAST, 0.8f, -1 }, { P_SOLARIZE, 0.2f, 8 } },
-	{ { P_BRIGHTNESS, 0.1f, 3 }, { P_COLOR, 0.7f, 0 } },
-	{ { P_SOLARIZE, 0.4f, 5 }, { P_AUTOCONTRAST, 0.9f, -1 } },
-	{ { P_TRANSLATE_Y, 0.9f, 9 }, { P_TRANSLATE_Y, 0.7f, 9 } },
-	{ { P_AUTOCONTRAST, 0.9f, -1 }, { P_SOLARIZE, 0.8f, 3 } },
-	{ { P_EQUALIZE, 0.8f, -1 }, { P_INVERT, 0.1f, -1 } },
-	{ { P_TRANSLATE_Y, 0.7f, 9 }, { P_AUTOCONTRAST, 0.9f, -1 } },
+	{{P_INVERT, 0.1f, -1}, {P_CONTRAST, 0.2f, 6}},          {{P_ROTATE, 0.7f, 2}, {P_TRANSLATE_X, 0.3f, 9}},
+	{{P_SHARPNESS, 0.8f, 1}, {P_SHARPNESS, 0.9f, 3}},       {{P_SHEAR_Y, 0.5f, 8}, {P_TRANSLATE_Y, 0.7f, 9}},
+	{{P_AUTOCONTRAST, 0.5f, -1}, {P_EQUALIZE, 0.9f, -1}},   {{P_SHEAR_Y, 0.2f, 7}, {P_POSTERIZE, 0.3f, 7}},
+	{{P_COLOR, 0.4f, 3}, {P_BRIGHTNESS, 0.6f, 7}},          {{P_SHARPNESS, 0.3f, 9}, {P_BRIGHTNESS, 0.7f, 9}},
+	{{P_EQUALIZE, 0.6f, -1}, {P_EQUALIZE, 0.5f, -1}},       {{P_CONTRAST, 0.6f, 7}, {P_SHARPNESS, 0.6f, 5}},
+	{{P_COLOR, 0.7f, 7}, {P_TRANSLATE_X, 0.5f, 8}},         {{P_EQUALIZE, 0.3f, -1}, {P_AUTOCONTRAST, 0.4f, -1}},
+	{{P_TRANSLATE_Y, 0.4f, 3}, {P_SHARPNESS, 0.2f, 6}},     {{P_BRIGHTNESS, 0.9f, 6}, {P_COLOR, 0.2f, 8}},
+	{{P_SOLARIZE, 0.5f, 2}, {P_INVERT, 0.0f, -1}},          {{P_EQUALIZE, 0.2f, -1}, {P_AUTOCONTRAST, 0.6f, -1}},
+	{{P_EQUALIZE, 0.2f, -1}, {P_EQUALIZE, 0.6f, -1}},       {{P_COLOR, 0.9f, 9}, {P_EQUALIZE, 0.6f, -1}},
+	{{P_AUTOCONTRAST, 0.8f, -1}, {P_SOLARIZE, 0.2f, 8}},    {{P_BRIGHTNESS, 0.1f, 3}, {P_COLOR, 0.7f, 0}},
+	{{P_SOLARIZE, 0.4f, 5}, {P_AUTOCONTRAST, 0.9f, -1}},    {{P_TRANSLATE_Y, 0.9f, 9}, {P_TRANSLATE_Y, 0.7f, 9}},
+	{{P_AUTOCONTRAST, 0.9f, -1}, {P_SOLARIZE, 0.8f, 3}},    {{P_EQUALIZE, 0.8f, -1}, {P_INVERT, 0.1f, -1}},
+	{{P_TRANSLATE_Y, 0.7f, 9}, {P_AUTOCONTRAST, 0.9f, -1}},
 };
 
 /* AutoAugment(AutoAugmentPolicy.SVHN) */
 static const struct aa_step AA_SVHN[25][2] = {
-	{ { P_SHEAR_X, 0.9f, 4 }, { P_INVERT, 0.2f, -1 } },
-	{ { P_SHEAR_Y, 0.9f, 8 }, { P_INVERT, 0.7f, -1 } },
-	{ { P_EQUALIZE, 0.6f, -1 }, { P_SOLARIZE, 0.6f, 6 } },
-	{ { P_INVERT, 0.9f, -1 }, { P_EQUALIZE, 0.6f, -1 } },
-	{ { P_EQUALIZE, 0.6f, -1 }, { P_ROTATE, 0.9f, 3 } },
-	{ { P_SHEAR_X, 0.9f, 4 }, { P_AUTOCONTRAST, 0.8f, -1 } },
-	{ { P_SHEAR_Y, 0.9f, 8 }, { P_INVERT, 0.4f, -1 } },
-	{ { P_SHEAR_Y, 0.9f, 5 }, { P_SOLARIZE, 0.2f, 6 } },
-	{ { P_INVERT, 0.9f, -1 }, { P_AUTOCONTRAST, 0.8f, -1 } },
-	{ { P_EQUALIZE, 0.6f, -1 }, { P_ROTATE, 0.9f, 3 } },
-	{ { P_SHEAR_X, 0.9f, 4 }, { P_SOLARIZE, 0.3f, 3 } },
-	{ { P_SHEAR_Y, 0.8f, 8 }, { P_INVERT, 0.7f, -1 } },
-	{ { P_EQUALIZE, 0.9f, -1 }, { P_TRANSLATE_Y, 0.6f, 6 } },
-	{ { P_INVERT, 0.9f, -1 }, { P_EQUALIZE, 0.6f, -1 } },
-	{ { P_CONTRAST, 0.3f, 3 }, { P_ROTATE, 0.8f, 4 } },
-	{ { P_INVERT, 0.8f, -1 }, { P_TRANSLATE_Y, 0.0f, 2 } },
-	{ { P_SHEAR_Y, 0.7f, 6 }, { P_SOLARIZE, 0.4f, 8 } },
-	{ { P_INVERT, 0.6f, -1 }, { P_ROTATE, 0.8f, 4 } },
-	{ { P_SHEAR_Y, 0.3f, 7 }, { P_TRANSLATE_X, 0.9f, 3 } },
-	{ { P_SHEAR_X, 0.1f, 6 }, { P_INVERT, 0.6f, -1 } },
-	{ { P_SOLARIZE, 0.7f, 2 }, { P_TRANSLATE_Y, 0.6f, 7 } },
-	{ { P_SHEAR_Y, 0.8f, 4 }, { P_INVERT, 0.8f, -1 } },
-	{ { P_SHEAR_X, 0.7f, 9 }, { P_TRANSLATE_Y, 0.8f, 3 } },
-	{ { P_SHEAR_Y, 0.8f, 5 }, { P_AUTOCONTRAST, 0.7f, -1 } },
-	{ { P_SHEAR_X, 0.7f, 2 }, { P_INVERT, 0.1f, -1 } },
+	{{P_SHEAR_X, 0.9f, 4}, {P_INVERT, 0.2f, -1}},       {{P_SHEAR_Y, 0.9f, 8}, {P_INVERT, 0.7f, -1}},
+	{{P_EQUALIZE, 0.6f, -1}, {P_SOLARIZE, 0.6f, 6}},    {{P_INVERT, 0.9f, -1}, {P_EQUALIZE, 0.6f, -1}},
+	{{P_EQUALIZE, 0.6f, -1}, {P_ROTATE, 0.9f, 3}},      {{P_SHEAR_X, 0.9f, 4}, {P_AUTOCONTRAST, 0.8f, -1}},
+	{{P_SHEAR_Y, 0.9f, 8}, {P_INVERT, 0.4f, -1}},       {{P_SHEAR_Y, 0.9f, 5}, {P_SOLARIZE, 0.2f, 6}},
+	{{P_INVERT, 0.9f, -1}, {P_AUTOCONTRAST, 0.8f, -1}}, {{P_EQUALIZE, 0.6f, -1}, {P_ROTATE, 0.9f, 3}},
+	{{P_SHEAR_X, 0.9f, 4}, {P_SOLARIZE, 0.3f, 3}},      {{P_SHEAR_Y, 0.8f, 8}, {P_INVERT, 0.7f, -1}},
+	{{P_EQUALIZE, 0.9f, -1}, {P_TRANSLATE_Y, 0.6f, 6}}, {{P_INVERT, 0.9f, -1}, {P_EQUALIZE, 0.6f, -1}},
+	{{P_CONTRAST, 0.3f, 3}, {P_ROTATE, 0.8f, 4}},       {{P_INVERT, 0.8f, -1}, {P_TRANSLATE_Y, 0.0f, 2}},
+	{{P_SHEAR_Y, 0.7f, 6}, {P_SOLARIZE, 0.4f, 8}},      {{P_INVERT, 0.6f, -1}, {P_ROTATE, 0.8f, 4}},
+	{{P_SHEAR_Y, 0.3f, 7}, {P_TRANSLATE_X, 0.9f, 3}},   {{P_SHEAR_X, 0.1f, 6}, {P_INVERT, 0.6f, -1}},
+	{{P_SOLARIZE, 0.7f, 2}, {P_TRANSLATE_Y, 0.6f, 7}},  {{P_SHEAR_Y, 0.8f, 4}, {P_INVERT, 0.8f, -1}},
+	{{P_SHEAR_X, 0.7f, 9}, {P_TRANSLATE_Y, 0.8f, 3}},   {{P_SHEAR_Y, 0.8f, 5}, {P_AUTOCONTRAST, 0.7f, -1}},
+	{{P_SHEAR_X, 0.7f, 2}, {P_INVERT, 0.1f, -1}},
 };
 
 enum tv_space { SPACE_RA, SPACE_TA, SPACE_AUGMIX };
@@ -174,20 +138,16 @@ enum tv_space { SPACE_RA, SPACE_TA, SPACE_AUGMIX };
  * table, or TrivialAugmentWide's), for an image w x h; whether it is
  * signed. false: the op has no magnitude (None).
  */
-static bool tv_magnitude(enum tv_space sp, enum prim op, unsigned n, unsigned i, uint32_t w, uint32_t h,
-			 double *mag, bool *sign)
+static bool tv_magnitude(enum tv_space sp, enum prim op, unsigned n, unsigned i, uint32_t w, uint32_t h, double *mag,
+			 bool *sign)
 {
 	const bool ta = sp == SPACE_TA;
 
 	*sign = true;
 	if (sp == SPACE_AUGMIX) {
 		switch (op) {
-		case P_TRANSLATE_X:
-			*mag = linspace_f32(0.0, w / 3.0, n, i);
-			return true;
-		case P_TRANSLATE_Y:
-			*mag = linspace_f32(0.0, h / 3.0, n, i);
-			return true;
+		case P_TRANSLATE_X: *mag = linspace_f32(0.0, w / 3.0, n, i); return true;
+		case P_TRANSLATE_Y: *mag = linspace_f32(0.0, h / 3.0, n, i); return true;
 		case P_POSTERIZE: {
 			/* (4 - (torch.arange(n) / ((n - 1) / 4))).round().int() */
 			float x = (float)i / (float)((n - 1) / 4.0);
@@ -196,30 +156,19 @@ static bool tv_magnitude(enum tv_space sp, enum prim op, unsigned n, unsigned i,
 			*mag = (int)nearbyintf(4.0f - x);
 			return true;
 		}
-		default:
-			break; /* the others as RandAugment's */
+		default: break; /* the others as RandAugment's */
 		}
 	}
 	switch (op) {
 	case P_SHEAR_X:
-	case P_SHEAR_Y:
-		*mag = linspace_f32(0.0, ta ? 0.99 : 0.3, n, i);
-		return true;
-	case P_TRANSLATE_X:
-		*mag = linspace_f32(0.0, ta ? 32.0 : 150.0 / 331.0 * w, n, i);
-		return true;
-	case P_TRANSLATE_Y:
-		*mag = linspace_f32(0.0, ta ? 32.0 : 150.0 / 331.0 * h, n, i);
-		return true;
-	case P_ROTATE:
-		*mag = linspace_f32(0.0, ta ? 135.0 : 30.0, n, i);
-		return true;
+	case P_SHEAR_Y: *mag = linspace_f32(0.0, ta ? 0.99 : 0.3, n, i); return true;
+	case P_TRANSLATE_X: *mag = linspace_f32(0.0, ta ? 32.0 : 150.0 / 331.0 * w, n, i); return true;
+	case P_TRANSLATE_Y: *mag = linspace_f32(0.0, ta ? 32.0 : 150.0 / 331.0 * h, n, i); return true;
+	case P_ROTATE: *mag = linspace_f32(0.0, ta ? 135.0 : 30.0, n, i); return true;
 	case P_BRIGHTNESS:
 	case P_COLOR:
 	case P_CONTRAST:
-	case P_SHARPNESS:
-		*mag = linspace_f32(0.0, ta ? 0.99 : 0.9, n, i);
-		return true;
+	case P_SHARPNESS: *mag = linspace_f32(0.0, ta ? 0.99 : 0.9, n, i); return true;
 	case P_POSTERIZE: {
 		/* (8 - (torch.arange(n) / ((n - 1) / k))).round().int(), in float32 */
 		float x = (float)i / (float)((n - 1) / (ta ? 6.0 : 4.0));
@@ -245,16 +194,16 @@ static bool tv_magnitude(enum tv_space sp, enum prim op, unsigned n, unsigned i,
 enum timm_level {
 	L_NONE,
 	L_ROTATE,
-	L_POSTERIZE,     /* int(m / 10 * 4) */
-	L_POSTERIZE_INC, /* 4 - int(m / 10 * 4) */
+	L_POSTERIZE,      /* int(m / 10 * 4) */
+	L_POSTERIZE_INC,  /* 4 - int(m / 10 * 4) */
 	L_POSTERIZE_ORIG, /* int(m / 10 * 4) + 4 */
-	L_SOLARIZE,      /* min(256, int(m / 10 * 256)) */
-	L_SOLARIZE_INC,  /* 256 - that */
-	L_SOLARIZE_ADD,  /* min(128, int(m / 10 * 110)) */
-	L_ENHANCE,       /* m / 10 * 1.8 + 0.1 */
-	L_ENHANCE_INC,   /* max(0.1, 1 + negate(m / 10 * 0.9)) */
-	L_SHEAR,         /* negate(m / 10 * 0.3) */
-	L_TRANSLATE_REL, /* negate(m / 10 * translate_pct) */
+	L_SOLARIZE,       /* min(256, int(m / 10 * 256)) */
+	L_SOLARIZE_INC,   /* 256 - that */
+	L_SOLARIZE_ADD,   /* min(128, int(m / 10 * 110)) */
+	L_ENHANCE,        /* m / 10 * 1.8 + 0.1 */
+	L_ENHANCE_INC,    /* max(0.1, 1 + negate(m / 10 * 0.9)) */
+	L_SHEAR,          /* negate(m / 10 * 0.3) */
+	L_TRANSLATE_REL,  /* negate(m / 10 * translate_pct) */
 };
 
 struct timm_op {
@@ -264,48 +213,67 @@ struct timm_op {
 };
 
 static const struct timm_op TIMM_OPS[] = {
-	{ "AutoContrast", P_AUTOCONTRAST, L_NONE },
-	{ "Equalize", P_EQUALIZE, L_NONE },
-	{ "Invert", P_INVERT, L_NONE },
-	{ "Rotate", P_ROTATE, L_ROTATE },
-	{ "Posterize", P_POSTERIZE, L_POSTERIZE },
-	{ "PosterizeIncreasing", P_POSTERIZE, L_POSTERIZE_INC },
-	{ "PosterizeOriginal", P_POSTERIZE, L_POSTERIZE_ORIG },
-	{ "Solarize", P_SOLARIZE, L_SOLARIZE },
-	{ "SolarizeIncreasing", P_SOLARIZE, L_SOLARIZE_INC },
-	{ "SolarizeAdd", P_SOLARIZE_ADD, L_SOLARIZE_ADD },
-	{ "Color", P_COLOR, L_ENHANCE },
-	{ "ColorIncreasing", P_COLOR, L_ENHANCE_INC },
-	{ "Contrast", P_CONTRAST, L_ENHANCE },
-	{ "ContrastIncreasing", P_CONTRAST, L_ENHANCE_INC },
-	{ "Brightness", P_BRIGHTNESS, L_ENHANCE },
-	{ "BrightnessIncreasing", P_BRIGHTNESS, L_ENHANCE_INC },
-	{ "Sharpness", P_SHARPNESS, L_ENHANCE },
-	{ "SharpnessIncreasing", P_SHARPNESS, L_ENHANCE_INC },
-	{ "ShearX", P_SHEAR_X, L_SHEAR },
-	{ "ShearY", P_SHEAR_Y, L_SHEAR },
-	{ "TranslateXRel", P_TRANSLATE_X_REL, L_TRANSLATE_REL },
-	{ "TranslateYRel", P_TRANSLATE_Y_REL, L_TRANSLATE_REL },
+	{"AutoContrast", P_AUTOCONTRAST, L_NONE},
+	{"Equalize", P_EQUALIZE, L_NONE},
+	{"Invert", P_INVERT, L_NONE},
+	{"Rotate", P_ROTATE, L_ROTATE},
+	{"Posterize", P_POSTERIZE, L_POSTERIZE},
+	{"PosterizeIncreasing", P_POSTERIZE, L_POSTERIZE_INC},
+	{"PosterizeOriginal", P_POSTERIZE, L_POSTERIZE_ORIG},
+	{"Solarize", P_SOLARIZE, L_SOLARIZE},
+	{"SolarizeIncreasing", P_SOLARIZE, L_SOLARIZE_INC},
+	{"SolarizeAdd", P_SOLARIZE_ADD, L_SOLARIZE_ADD},
+	{"Color", P_COLOR, L_ENHANCE},
+	{"ColorIncreasing", P_COLOR, L_ENHANCE_INC},
+	{"Contrast", P_CONTRAST, L_ENHANCE},
+	{"ContrastIncreasing", P_CONTRAST, L_ENHANCE_INC},
+	{"Brightness", P_BRIGHTNESS, L_ENHANCE},
+	{"BrightnessIncreasing", P_BRIGHTNESS, L_ENHANCE_INC},
+	{"Sharpness", P_SHARPNESS, L_ENHANCE},
+	{"SharpnessIncreasing", P_SHARPNESS, L_ENHANCE_INC},
+	{"ShearX", P_SHEAR_X, L_SHEAR},
+	{"ShearY", P_SHEAR_Y, L_SHEAR},
+	{"TranslateXRel", P_TRANSLATE_X_REL, L_TRANSLATE_REL},
+	{"TranslateYRel", P_TRANSLATE_Y_REL, L_TRANSLATE_REL},
 };
 #define TIMM_N (sizeof(TIMM_OPS) / sizeof(TIMM_OPS[0]))
 
 /* indices into TIMM_OPS */
 enum {
-	T_AUTOCONTRAST, T_EQUALIZE, T_INVERT, T_ROTATE, T_POSTERIZE, T_POSTERIZE_INC, T_POSTERIZE_ORIG,
-	T_SOLARIZE, T_SOLARIZE_INC, T_SOLARIZE_ADD, T_COLOR, T_COLOR_INC, T_CONTRAST, T_CONTRAST_INC,
-	T_BRIGHTNESS, T_BRIGHTNESS_INC, T_SHARPNESS, T_SHARPNESS_INC, T_SHEAR_X, T_SHEAR_Y,
-	T_TRANSLATE_X_REL, T_TRANSLATE_Y_REL,
+	T_AUTOCONTRAST,
+	T_EQUALIZE,
+	T_INVERT,
+	T_ROTATE,
+	T_POSTERIZE,
+	T_POSTERIZE_INC,
+	T_POSTERIZE_ORIG,
+	T_SOLARIZE,
+	T_SOLARIZE_INC,
+	T_SOLARIZE_ADD,
+	T_COLOR,
+	T_COLOR_INC,
+	T_CONTRAST,
+	T_CONTRAST_INC,
+	T_BRIGHTNESS,
+	T_BRIGHTNESS_INC,
+	T_SHARPNESS,
+	T_SHARPNESS_INC,
+	T_SHEAR_X,
+	T_SHEAR_Y,
+	T_TRANSLATE_X_REL,
+	T_TRANSLATE_Y_REL,
 };
 
 /* _RAND_TRANSFORMS and _RAND_INCREASING_TRANSFORMS, in their order */
 static const unsigned char TIMM_RAND[15] = {
-	T_AUTOCONTRAST, T_EQUALIZE, T_INVERT, T_ROTATE, T_POSTERIZE, T_SOLARIZE, T_SOLARIZE_ADD, T_COLOR,
-	T_CONTRAST, T_BRIGHTNESS, T_SHARPNESS, T_SHEAR_X, T_SHEAR_Y, T_TRANSLATE_X_REL, T_TRANSLATE_Y_REL,
+	T_AUTOCONTRAST, T_EQUALIZE,     T_INVERT,  T_ROTATE,          T_POSTERIZE,
+	T_SOLARIZE,     T_SOLARIZE_ADD, T_COLOR,   T_CONTRAST,        T_BRIGHTNESS,
+	T_SHARPNESS,    T_SHEAR_X,      T_SHEAR_Y, T_TRANSLATE_X_REL, T_TRANSLATE_Y_REL,
 };
 static const unsigned char TIMM_RAND_INC[15] = {
-	T_AUTOCONTRAST, T_EQUALIZE, T_INVERT, T_ROTATE, T_POSTERIZE_INC, T_SOLARIZE_INC, T_SOLARIZE_ADD,
-	T_COLOR_INC, T_CONTRAST_INC, T_BRIGHTNESS_INC, T_SHARPNESS_INC, T_SHEAR_X, T_SHEAR_Y,
-	T_TRANSLATE_X_REL, T_TRANSLATE_Y_REL,
+	T_AUTOCONTRAST,  T_EQUALIZE,     T_INVERT,    T_ROTATE,          T_POSTERIZE_INC,
+	T_SOLARIZE_INC,  T_SOLARIZE_ADD, T_COLOR_INC, T_CONTRAST_INC,    T_BRIGHTNESS_INC,
+	T_SHARPNESS_INC, T_SHEAR_X,      T_SHEAR_Y,   T_TRANSLATE_X_REL, T_TRANSLATE_Y_REL,
 };
 
 struct timm_step {
@@ -316,60 +284,36 @@ struct timm_step {
 
 /* auto_augment_policy_original */
 static const struct timm_step TIMM_ORIGINAL[25][2] = {
-	{ { T_POSTERIZE_ORIG, 0.4f, 8 }, { T_ROTATE, 0.6f, 9 } },
-	{ { T_SOLARIZE, 0.6f, 5 }, { T_AUTOCONTRAST, 0.6f, 5 } },
-	{ { T_EQUALIZE, 0.8f, 8 }, { T_EQUALIZE, 0.6f, 3 } },
-	{ { T_POSTERIZE_ORIG, 0.6f, 7 }, { T_POSTERIZE_ORIG, 0.6f, 6 } },
-	{ { T_EQUALIZE, 0.4f, 7 }, { T_SOLARIZE, 0.2f, 4 } },
-	{ { T_EQUALIZE, 0.4f, 4 }, { T_ROTATE, 0.8f, 8 } },
-	{ { T_SOLARIZE, 0.6f, 3 }, { T_EQUALIZE, 0.6f, 7 } },
-	{ { T_POSTERIZE_ORIG, 0.8f, 5 }, { T_EQUALIZE, 1.0f, 2 } },
-	{ { T_ROTATE, 0.2f, 3 }, { T_SOLARIZE, 0.6f, 8 } },
-	{ { T_EQUALIZE, 0.6f, 8 }, { T_POSTERIZE_ORIG, 0.4f, 6 } },
-	{ { T_ROTATE, 0.8f, 8 }, { T_COLOR, 0.4f, 0 } },
-	{ { T_ROTATE, 0.4f, 9 }, { T_EQUALIZE, 0.6f, 2 } },
-	{ { T_EQUALIZE, 0.0f, 7 }, { T_EQUALIZE, 0.8f, 8 } },
-	{ { T_INVERT, 0.6f, 4 }, { T_EQUALIZE, 1.0f, 8 } },
-	{ { T_COLOR, 0.6f, 4 }, { T_CONTRAST, 1.0f, 8 } },
-	{ { T_ROTATE, 0.8f, 8 }, { T_COLOR, 1.0f, 2 } },
-	{ { T_COLOR, 0.8f, 8 }, { T_SOLARIZE, 0.8f, 7 } },
-	{ { T_SHARPNESS, 0.4f, 7 }, { T_INVERT, 0.6f, 8 } },
-	{ { T_SHEAR_X, 0.6f, 5 }, { T_EQUALIZE, 1.0f, 9 } },
-	{ { T_COLOR, 0.4f, 0 }, { T_EQUALIZE, 0.6f, 3 } },
-	{ { T_EQUALIZE, 0.4f, 7 }, { T_SOLARIZE, 0.2f, 4 } },
-	{ { T_SOLARIZE, 0.6f, 5 }, { T_AUTOCONTRAST, 0.6f, 5 } },
-	{ { T_INVERT, 0.6f, 4 }, { T_EQUALIZE, 1.0f, 8 } },
-	{ { T_COLOR, 0.6f, 4 }, { T_CONTRAST, 1.0f, 8 } },
-	{ { T_EQUALIZE, 0.8f, 8 }, { T_EQUALIZE, 0.6f, 3 } },
+	{{T_POSTERIZE_ORIG, 0.4f, 8}, {T_ROTATE, 0.6f, 9}}, {{T_SOLARIZE, 0.6f, 5}, {T_AUTOCONTRAST, 0.6f, 5}},
+	{{T_EQUALIZE, 0.8f, 8}, {T_EQUALIZE, 0.6f, 3}},     {{T_POSTERIZE_ORIG, 0.6f, 7}, {T_POSTERIZE_ORIG, 0.6f, 6}},
+	{{T_EQUALIZE, 0.4f, 7}, {T_SOLARIZE, 0.2f, 4}},     {{T_EQUALIZE, 0.4f, 4}, {T_ROTATE, 0.8f, 8}},
+	{{T_SOLARIZE, 0.6f, 3}, {T_EQUALIZE, 0.6f, 7}},     {{T_POSTERIZE_ORIG, 0.8f, 5}, {T_EQUALIZE, 1.0f, 2}},
+	{{T_ROTATE, 0.2f, 3}, {T_SOLARIZE, 0.6f, 8}},       {{T_EQUALIZE, 0.6f, 8}, {T_POSTERIZE_ORIG, 0.4f, 6}},
+	{{T_ROTATE, 0.8f, 8}, {T_COLOR, 0.4f, 0}},          {{T_ROTATE, 0.4f, 9}, {T_EQUALIZE, 0.6f, 2}},
+	{{T_EQUALIZE, 0.0f, 7}, {T_EQUALIZE, 0.8f, 8}},     {{T_INVERT, 0.6f, 4}, {T_EQUALIZE, 1.0f, 8}},
+	{{T_COLOR, 0.6f, 4}, {T_CONTRAST, 1.0f, 8}},        {{T_ROTATE, 0.8f, 8}, {T_COLOR, 1.0f, 2}},
+	{{T_COLOR, 0.8f, 8}, {T_SOLARIZE, 0.8f, 7}},        {{T_SHARPNESS, 0.4f, 7}, {T_INVERT, 0.6f, 8}},
+	{{T_SHEAR_X, 0.6f, 5}, {T_EQUALIZE, 1.0f, 9}},      {{T_COLOR, 0.4f, 0}, {T_EQUALIZE, 0.6f, 3}},
+	{{T_EQUALIZE, 0.4f, 7}, {T_SOLARIZE, 0.2f, 4}},     {{T_SOLARIZE, 0.6f, 5}, {T_AUTOCONTRAST, 0.6f, 5}},
+	{{T_INVERT, 0.6f, 4}, {T_EQUALIZE, 1.0f, 8}},       {{T_COLOR, 0.6f, 4}, {T_CONTRAST, 1.0f, 8}},
+	{{T_EQUALIZE, 0.8f, 8}, {T_EQUALIZE, 0.6f, 3}},
 };
 
 /* auto_augment_policy_v0 */
 static const struct timm_step TIMM_V0[25][2] = {
-	{ { T_EQUALIZE, 0.8f, 1 }, { T_SHEAR_Y, 0.8f, 4 } },
-	{ { T_COLOR, 0.4f, 9 }, { T_EQUALIZE, 0.6f, 3 } },
-	{ { T_COLOR, 0.4f, 1 }, { T_ROTATE, 0.6f, 8 } },
-	{ { T_SOLARIZE, 0.8f, 3 }, { T_EQUALIZE, 0.4f, 7 } },
-	{ { T_SOLARIZE, 0.4f, 2 }, { T_SOLARIZE, 0.6f, 2 } },
-	{ { T_COLOR, 0.2f, 0 }, { T_EQUALIZE, 0.8f, 8 } },
-	{ { T_EQUALIZE, 0.4f, 8 }, { T_SOLARIZE_ADD, 0.8f, 3 } },
-	{ { T_SHEAR_X, 0.2f, 9 }, { T_ROTATE, 0.6f, 8 } },
-	{ { T_COLOR, 0.6f, 1 }, { T_EQUALIZE, 1.0f, 2 } },
-	{ { T_INVERT, 0.4f, 9 }, { T_ROTATE, 0.6f, 0 } },
-	{ { T_EQUALIZE, 1.0f, 9 }, { T_SHEAR_Y, 0.6f, 3 } },
-	{ { T_COLOR, 0.4f, 7 }, { T_EQUALIZE, 0.6f, 0 } },
-	{ { T_POSTERIZE, 0.4f, 6 }, { T_AUTOCONTRAST, 0.4f, 7 } },
-	{ { T_SOLARIZE, 0.6f, 8 }, { T_COLOR, 0.6f, 9 } },
-	{ { T_SOLARIZE, 0.2f, 4 }, { T_ROTATE, 0.8f, 9 } },
-	{ { T_ROTATE, 1.0f, 7 }, { T_TRANSLATE_Y_REL, 0.8f, 9 } },
-	{ { T_SHEAR_X, 0.0f, 0 }, { T_SOLARIZE, 0.8f, 4 } },
-	{ { T_SHEAR_Y, 0.8f, 0 }, { T_COLOR, 0.6f, 4 } },
-	{ { T_COLOR, 1.0f, 0 }, { T_ROTATE, 0.6f, 2 } },
-	{ { T_EQUALIZE, 0.8f, 4 }, { T_EQUALIZE, 0.0f, 8 } },
-	{ { T_EQUALIZE, 1.0f, 4 }, { T_AUTOCONTRAST, 0.6f, 2 } },
-	{ { T_SHEAR_Y, 0.4f, 7 }, { T_SOLARIZE_ADD, 0.6f, 7 } },
-	{ { T_POSTERIZE, 0.8f, 2 }, { T_SOLARIZE, 0.6f, 10 } },
-	{ { T_SOLARIZE, 0.6f, 8 }, { T_EQUALIZE, 0.6f, 1 } },
-	{ { T_COLOR, 0.8f, 6 }, { T_ROTATE, 0.4f, 5 } },
+	{{T_EQUALIZE, 0.8f, 1}, {T_SHEAR_Y, 0.8f, 4}},       {{T_COLOR, 0.4f, 9}, {T_EQUALIZE, 0.6f, 3}},
+	{{T_COLOR, 0.4f, 1}, {T_ROTATE, 0.6f, 8}},           {{T_SOLARIZE, 0.8f, 3}, {T_EQUALIZE, 0.4f, 7}},
+	{{T_SOLARIZE, 0.4f, 2}, {T_SOLARIZE, 0.6f, 2}},      {{T_COLOR, 0.2f, 0}, {T_EQUALIZE, 0.8f, 8}},
+	{{T_EQUALIZE, 0.4f, 8}, {T_SOLARIZE_ADD, 0.8f, 3}},  {{T_SHEAR_X, 0.2f, 9}, {T_ROTATE, 0.6f, 8}},
+	{{T_COLOR, 0.6f, 1}, {T_EQUALIZE, 1.0f, 2}},         {{T_INVERT, 0.4f, 9}, {T_ROTATE, 0.6f, 0}},
+	{{T_EQUALIZE, 1.0f, 9}, {T_SHEAR_Y, 0.6f, 3}},       {{T_COLOR, 0.4f, 7}, {T_EQUALIZE, 0.6f, 0}},
+	{{T_POSTERIZE, 0.4f, 6}, {T_AUTOCONTRAST, 0.4f, 7}}, {{T_SOLARIZE, 0.6f, 8}, {T_COLOR, 0.6f, 9}},
+	{{T_SOLARIZE, 0.2f, 4}, {T_ROTATE, 0.8f, 9}},        {{T_ROTATE, 1.0f, 7}, {T_TRANSLATE_Y_REL, 0.8f, 9}},
+	{{T_SHEAR_X, 0.0f, 0}, {T_SOLARIZE, 0.8f, 4}},       {{T_SHEAR_Y, 0.8f, 0}, {T_COLOR, 0.6f, 4}},
+	{{T_COLOR, 1.0f, 0}, {T_ROTATE, 0.6f, 2}},           {{T_EQUALIZE, 0.8f, 4}, {T_EQUALIZE, 0.0f, 8}},
+	{{T_EQUALIZE, 1.0f, 4}, {T_AUTOCONTRAST, 0.6f, 2}},  {{T_SHEAR_Y, 0.4f, 7}, {T_SOLARIZE_ADD, 0.6f, 7}},
+	{{T_POSTERIZE, 0.8f, 2}, {T_SOLARIZE, 0.6f, 10}},    {{T_SOLARIZE, 0.6f, 8}, {T_EQUALIZE, 0.6f, 1}},
+	{{T_COLOR, 0.8f, 6}, {T_ROTATE, 0.4f, 5}},
 };
 
 /* ---- the policy object ---- */
@@ -396,8 +340,8 @@ struct policy {
 	uint8_t fill[3];
 };
 
-static const char *const POLICIES[] = { "RandAugment", "TrivialAugmentWide", "AutoAugment", "AugMix",
-					"rand_augment_transform", "auto_augment_transform" };
+static const char *const POLICIES[] = {"RandAugment", "TrivialAugmentWide",     "AutoAugment",
+				       "AugMix",      "rand_augment_transform", "auto_augment_transform"};
 
 bool policy_known(const char *name)
 {
@@ -429,13 +373,13 @@ static int parse_interp(const struct params *ps, const char *def, bool allow_ran
 	return 0;
 }
 
-static const char *const KEYS_RA[] = { "num_ops", "magnitude", "num_magnitude_bins", "interpolation", "fill", NULL };
-static const char *const KEYS_TA[] = { "num_magnitude_bins", "interpolation", "fill", NULL };
-static const char *const KEYS_AA[] = { "policy", "interpolation", "fill", NULL };
-static const char *const KEYS_AUGMIX[] = { "severity", "mixture_width", "chain_depth", "alpha", "all_ops",
-					   "interpolation", "fill", NULL };
-static const char *const KEYS_TIMM[] = { "config_str", "img_mean", "interpolation", "translate_pct",
-					 "translate_const", NULL };
+static const char *const KEYS_RA[] = {"num_ops", "magnitude", "num_magnitude_bins", "interpolation", "fill", NULL};
+static const char *const KEYS_TA[] = {"num_magnitude_bins", "interpolation", "fill", NULL};
+static const char *const KEYS_AA[] = {"policy", "interpolation", "fill", NULL};
+static const char *const KEYS_AUGMIX[] = {"severity", "mixture_width", "chain_depth", "alpha",
+					  "all_ops",  "interpolation", "fill",        NULL};
+static const char *const KEYS_TIMM[] = {"config_str",    "img_mean",        "interpolation",
+					"translate_pct", "translate_const", NULL};
 
 /* timm's config sections: key letters then a number (re.split(r'(\d.*)', c)). */
 static int timm_config(const struct params *ps, bool rand, const char *cfg, struct policy *pol)
@@ -570,14 +514,16 @@ int policy_parse(const char *name, const struct params *ps, struct policy **out)
 		if (r >= 0) {
 			const struct op_param *f = params_find(ps, "fill");
 
-			pol->has_fill = f && (f->n_numbers || (f->text && strcmp(f->text, "none") && strcmp(f->text, "None")));
+			pol->has_fill =
+				f && (f->n_numbers || (f->text && strcmp(f->text, "none") && strcmp(f->text, "None")));
 			r = params_fill(ps, "fill", pol->fill);
 		}
 		/* the tensor kernels sample nearest or bilinear only */
 		if (r >= 0)
 			r = parse_interp(ps, "bilinear", false, pol);
 		if (r >= 0 && pol->interp == RESAMPLE_BICUBIC)
-			r = params_fail(ps, "interpolation", "bicubic: torchvision's tensor kernels take nearest or bilinear");
+			r = params_fail(ps, "interpolation",
+					"bicubic: torchvision's tensor kernels take nearest or bilinear");
 		goto out;
 	} else {
 		bool rand = !strcmp(name, "rand_augment_transform");
@@ -653,14 +599,13 @@ static int tv_apply(enum prim op, double mag, enum affine_resample rs, const uin
 	double m[6];
 
 	switch (op) {
-	case P_IDENTITY:
-		return 0;
+	case P_IDENTITY: return 0;
 	case P_SHEAR_X:
 	case P_SHEAR_Y: {
 		/* F.affine(angle 0, translate 0, scale 1, shear [degrees(atan(mag)), 0], center [0, 0]) */
-		const double center[2] = { 0, 0 }, tr[2] = { 0, 0 };
+		const double center[2] = {0, 0}, tr[2] = {0, 0};
 		double deg = atan(mag) * (180.0 / M_PI);
-		const double shear[2] = { op == P_SHEAR_X ? deg : 0.0, op == P_SHEAR_Y ? deg : 0.0 };
+		const double shear[2] = {op == P_SHEAR_X ? deg : 0.0, op == P_SHEAR_Y ? deg : 0.0};
 
 		affine_tv_matrix(center, 0.0, tr, 1.0, shear, m);
 		return warp(im, m, false, 0, rs, fill, s);
@@ -668,43 +613,26 @@ static int tv_apply(enum prim op, double mag, enum affine_resample rs, const uin
 	case P_TRANSLATE_X:
 	case P_TRANSLATE_Y: {
 		/* translate [int(mag), 0], the centre [w * 0.5, h * 0.5] */
-		const double center[2] = { im->width * 0.5, im->height * 0.5 }, shear[2] = { 0, 0 };
-		const double tr[2] = { op == P_TRANSLATE_X ? trunc(mag) : 0.0, op == P_TRANSLATE_Y ? trunc(mag) : 0.0 };
+		const double center[2] = {im->width * 0.5, im->height * 0.5}, shear[2] = {0, 0};
+		const double tr[2] = {op == P_TRANSLATE_X ? trunc(mag) : 0.0, op == P_TRANSLATE_Y ? trunc(mag) : 0.0};
 
 		affine_tv_matrix(center, 0.0, tr, 1.0, shear, m);
 		return warp(im, m, false, 0, rs, fill, s);
 	}
-	case P_ROTATE:
-		return warp(im, NULL, true, mag, rs, fill, s);
-	case P_BRIGHTNESS:
-		color_brightness(im, 1.0 + mag);
-		return 0;
-	case P_COLOR:
-		color_saturation(im, 1.0 + mag);
-		return 0;
-	case P_CONTRAST:
-		color_contrast(im, 1.0 + mag);
-		return 0;
-	case P_SHARPNESS:
-		return sharpness(im, 1.0 + mag, s);
-	case P_POSTERIZE:
-		color_posterize(im, (unsigned)(int)mag);
-		return 0;
+	case P_ROTATE: return warp(im, NULL, true, mag, rs, fill, s);
+	case P_BRIGHTNESS: color_brightness(im, 1.0 + mag); return 0;
+	case P_COLOR: color_saturation(im, 1.0 + mag); return 0;
+	case P_CONTRAST: color_contrast(im, 1.0 + mag); return 0;
+	case P_SHARPNESS: return sharpness(im, 1.0 + mag, s);
+	case P_POSTERIZE: color_posterize(im, (unsigned)(int)mag); return 0;
 	case P_SOLARIZE:
 		/* the PIL bound: 255.0 * magnitude */
 		color_solarize(im, 255.0 * mag);
 		return 0;
-	case P_AUTOCONTRAST:
-		color_autocontrast(im);
-		return 0;
-	case P_EQUALIZE:
-		color_equalize(im);
-		return 0;
-	case P_INVERT:
-		color_invert(im);
-		return 0;
-	default:
-		return -EINVAL;
+	case P_AUTOCONTRAST: color_autocontrast(im); return 0;
+	case P_EQUALIZE: color_equalize(im); return 0;
+	case P_INVERT: color_invert(im); return 0;
+	default: return -EINVAL;
 	}
 }
 
@@ -726,7 +654,7 @@ static int grid(struct rgb_image *im, const double m[6], enum affine_resample rs
 static int tvt_apply(enum prim op, double mag, enum affine_resample rs, const uint8_t *fill, struct rgb_image *im,
 		     struct pixel_scratch *s)
 {
-	const double zero[2] = { 0, 0 };
+	const double zero[2] = {0, 0};
 	uint8_t *tmp;
 	double m[6];
 
@@ -734,16 +662,16 @@ static int tvt_apply(enum prim op, double mag, enum affine_resample rs, const ui
 	case P_SHEAR_X:
 	case P_SHEAR_Y: {
 		/* center [0, 0] given: relative to the image centre, [-w / 2, -h / 2] */
-		const double center[2] = { 0.0 - im->width * 0.5, 0.0 - im->height * 0.5 };
+		const double center[2] = {0.0 - im->width * 0.5, 0.0 - im->height * 0.5};
 		double deg = atan(mag) * (180.0 / M_PI);
-		const double shear[2] = { op == P_SHEAR_X ? deg : 0.0, op == P_SHEAR_Y ? deg : 0.0 };
+		const double shear[2] = {op == P_SHEAR_X ? deg : 0.0, op == P_SHEAR_Y ? deg : 0.0};
 
 		affine_tv_matrix(center, 0.0, zero, 1.0, shear, m);
 		return grid(im, m, rs, fill, s);
 	}
 	case P_TRANSLATE_X:
 	case P_TRANSLATE_Y: {
-		const double tr[2] = { op == P_TRANSLATE_X ? trunc(mag) : 0.0, op == P_TRANSLATE_Y ? trunc(mag) : 0.0 };
+		const double tr[2] = {op == P_TRANSLATE_X ? trunc(mag) : 0.0, op == P_TRANSLATE_Y ? trunc(mag) : 0.0};
 
 		affine_tv_matrix(zero, 0.0, tr, 1.0, zero, m);
 		return grid(im, m, rs, fill, s);
@@ -758,7 +686,7 @@ static int tvt_apply(enum prim op, double mag, enum affine_resample rs, const ui
 
 			if (!out)
 				return -ENOMEM;
-			affine_rotate(im, out, a, RESAMPLE_NEAREST, (const uint8_t[3]){ 0, 0, 0 });
+			affine_rotate(im, out, a, RESAMPLE_NEAREST, (const uint8_t[3]){0, 0, 0});
 			for (uint32_t y = 0; y < im->height; y++)
 				memcpy(im->px + y * im->stride, out + y * im->stride, (size_t)im->width * 3);
 			return 0;
@@ -766,38 +694,21 @@ static int tvt_apply(enum prim op, double mag, enum affine_resample rs, const ui
 		affine_tv_matrix(zero, -a, zero, 1.0, zero, m);
 		return grid(im, m, rs, fill, s);
 	}
-	case P_BRIGHTNESS:
-		tvt_brightness(im, 1.0 + mag);
-		return 0;
-	case P_COLOR:
-		tvt_saturation(im, 1.0 + mag);
-		return 0;
-	case P_CONTRAST:
-		tvt_contrast(im, 1.0 + mag);
-		return 0;
+	case P_BRIGHTNESS: tvt_brightness(im, 1.0 + mag); return 0;
+	case P_COLOR: tvt_saturation(im, 1.0 + mag); return 0;
+	case P_CONTRAST: tvt_contrast(im, 1.0 + mag); return 0;
 	case P_SHARPNESS:
 		tmp = scratch_image(s, 2, im);
 		if (!tmp)
 			return -ENOMEM;
 		tvt_sharpness(im, 1.0 + mag, tmp);
 		return 0;
-	case P_POSTERIZE:
-		tvt_posterize(im, (unsigned)(int)mag);
-		return 0;
-	case P_SOLARIZE:
-		tvt_solarize(im, 255.0 * mag);
-		return 0;
-	case P_AUTOCONTRAST:
-		tvt_autocontrast(im);
-		return 0;
-	case P_EQUALIZE:
-		color_equalize(im);
-		return 0;
-	case P_INVERT:
-		color_invert(im);
-		return 0;
-	default:
-		return -EINVAL;
+	case P_POSTERIZE: tvt_posterize(im, (unsigned)(int)mag); return 0;
+	case P_SOLARIZE: tvt_solarize(im, 255.0 * mag); return 0;
+	case P_AUTOCONTRAST: tvt_autocontrast(im); return 0;
+	case P_EQUALIZE: color_equalize(im); return 0;
+	case P_INVERT: color_invert(im); return 0;
+	default: return -EINVAL;
 	}
 }
 
@@ -902,25 +813,24 @@ static int timm_apply(enum prim op, double arg, enum affine_resample rs, const u
 	uint8_t lut[3][256];
 
 	switch (op) {
-	case P_ROTATE:
-		return warp(im, NULL, true, arg, rs, fill, s);
+	case P_ROTATE: return warp(im, NULL, true, arg, rs, fill, s);
 	case P_SHEAR_X: {
-		const double m[6] = { 1, arg, 0, 0, 1, 0 };
+		const double m[6] = {1, arg, 0, 0, 1, 0};
 
 		return warp(im, m, false, 0, rs, fill, s);
 	}
 	case P_SHEAR_Y: {
-		const double m[6] = { 1, 0, 0, arg, 1, 0 };
+		const double m[6] = {1, 0, 0, arg, 1, 0};
 
 		return warp(im, m, false, 0, rs, fill, s);
 	}
 	case P_TRANSLATE_X_REL: {
-		const double m[6] = { 1, 0, arg * im->width, 0, 1, 0 };
+		const double m[6] = {1, 0, arg * im->width, 0, 1, 0};
 
 		return warp(im, m, false, 0, rs, fill, s);
 	}
 	case P_TRANSLATE_Y_REL: {
-		const double m[6] = { 1, 0, 0, 0, 1, arg * im->height };
+		const double m[6] = {1, 0, 0, 0, 1, arg * im->height};
 
 		return warp(im, m, false, 0, rs, fill, s);
 	}
@@ -929,9 +839,7 @@ static int timm_apply(enum prim op, double arg, enum affine_resample rs, const u
 		if (arg < 8)
 			color_posterize(im, (unsigned)(arg < 0 ? 0 : arg));
 		return 0;
-	case P_SOLARIZE:
-		color_solarize(im, arg);
-		return 0;
+	case P_SOLARIZE: color_solarize(im, arg); return 0;
 	case P_SOLARIZE_ADD:
 		for (int v = 0; v < 256; v++) {
 			int o = v < 128 ? (v + (int)arg > 255 ? 255 : v + (int)arg) : v;
@@ -940,28 +848,14 @@ static int timm_apply(enum prim op, double arg, enum affine_resample rs, const u
 		}
 		color_lut(im, lut);
 		return 0;
-	case P_COLOR:
-		color_saturation(im, arg);
-		return 0;
-	case P_CONTRAST:
-		color_contrast(im, arg);
-		return 0;
-	case P_BRIGHTNESS:
-		color_brightness(im, arg);
-		return 0;
-	case P_SHARPNESS:
-		return sharpness(im, arg, s);
-	case P_AUTOCONTRAST:
-		color_autocontrast(im);
-		return 0;
-	case P_EQUALIZE:
-		color_equalize(im);
-		return 0;
-	case P_INVERT:
-		color_invert(im);
-		return 0;
-	default:
-		return -EINVAL;
+	case P_COLOR: color_saturation(im, arg); return 0;
+	case P_CONTRAST: color_contrast(im, arg); return 0;
+	case P_BRIGHTNESS: color_brightness(im, arg); return 0;
+	case P_SHARPNESS: return sharpness(im, arg, s);
+	case P_AUTOCONTRAST: color_autocontrast(im); return 0;
+	case P_EQUALIZE: color_equalize(im); return 0;
+	case P_INVERT: color_invert(im); return 0;
+	default: return -EINVAL;
 	}
 }
 
@@ -1016,31 +910,18 @@ static double timm_level(const struct policy *pol, enum timm_level lv, double m,
 	double v;
 
 	switch (lv) {
-	case L_ROTATE:
-		return timm_negate(m / 10.0 * 30.0, rng, s);
-	case L_POSTERIZE:
-		return (int)(m / 10.0 * 4);
-	case L_POSTERIZE_INC:
-		return 4 - (int)(m / 10.0 * 4);
-	case L_POSTERIZE_ORIG:
-		return (int)(m / 10.0 * 4) + 4;
-	case L_SOLARIZE:
-		return fmin(256, (int)(m / 10.0 * 256));
-	case L_SOLARIZE_INC:
-		return 256 - fmin(256, (int)(m / 10.0 * 256));
-	case L_SOLARIZE_ADD:
-		return fmin(128, (int)(m / 10.0 * 110));
-	case L_ENHANCE:
-		return m / 10.0 * 1.8 + 0.1;
-	case L_ENHANCE_INC:
-		v = m / 10.0 * 0.9;
-		return fmax(0.1, 1.0 + timm_negate(v, rng, s));
-	case L_SHEAR:
-		return timm_negate(m / 10.0 * 0.3, rng, s);
-	case L_TRANSLATE_REL:
-		return timm_negate(m / 10.0 * pol->translate_pct, rng, s);
-	case L_NONE:
-		break;
+	case L_ROTATE: return timm_negate(m / 10.0 * 30.0, rng, s);
+	case L_POSTERIZE: return (int)(m / 10.0 * 4);
+	case L_POSTERIZE_INC: return 4 - (int)(m / 10.0 * 4);
+	case L_POSTERIZE_ORIG: return (int)(m / 10.0 * 4) + 4;
+	case L_SOLARIZE: return fmin(256, (int)(m / 10.0 * 256));
+	case L_SOLARIZE_INC: return 256 - fmin(256, (int)(m / 10.0 * 256));
+	case L_SOLARIZE_ADD: return fmin(128, (int)(m / 10.0 * 110));
+	case L_ENHANCE: return m / 10.0 * 1.8 + 0.1;
+	case L_ENHANCE_INC: v = m / 10.0 * 0.9; return fmax(0.1, 1.0 + timm_negate(v, rng, s));
+	case L_SHEAR: return timm_negate(m / 10.0 * 0.3, rng, s);
+	case L_TRANSLATE_REL: return timm_negate(m / 10.0 * pol->translate_pct, rng, s);
+	case L_NONE: break;
 	}
 	return 0.0;
 }
@@ -1103,8 +984,9 @@ int policy_apply(const struct policy *pol, struct rgb_image *im, struct rng *rng
 		double mag;
 		bool sign;
 		/* the bin is drawn only for an op with magnitudes */
-		unsigned bin = tv_magnitude(SPACE_TA, op, pol->bins, 0, 1, 1, &mag, &sign) ?
-				       (unsigned)rng_below(rng, pol->bins) : 0;
+		unsigned bin = tv_magnitude(SPACE_TA, op, pol->bins, 0, 1, 1, &mag, &sign)
+				       ? (unsigned)rng_below(rng, pol->bins)
+				       : 0;
 
 		return tv_step(pol, SPACE_TA, op, pol->bins, bin, im, rng, s);
 	}
@@ -1123,8 +1005,7 @@ int policy_apply(const struct policy *pol, struct rgb_image *im, struct rng *rng
 		}
 		return r;
 	}
-	case POL_AUGMIX:
-		return augmix(pol, im, rng, s);
+	case POL_AUGMIX: return augmix(pol, im, rng, s);
 	case POL_TIMM_RAND:
 		/* np.random.choice(ops, n, replace=True): all chosen first */
 		for (unsigned i = 0; i < pol->num_ops; i++)

@@ -70,18 +70,18 @@ struct axis {
 	enum resize_filter filter;
 	bool valid;
 
-	bool identity;      /* integer offset, scale 1: each output is one input pixel */
-	uint32_t taps;      /* per output, padded with zero weights */
-	uint32_t pairs;     /* (taps + 1) / 2 */
-	uint32_t lo, hi;    /* inputs [lo, hi) are read */
-	uint32_t *start;    /* out_size */
-	uint32_t *off;      /* out_size: (start[i] - lo) * 4, the byte offset of 4-byte pixels */
-	int16_t *coef;      /* out_size * taps, each output's summing to exactly ONE */
-	int32_t *pair;      /* out_size * pairs: taps 2j, 2j + 1 as the 16-bit halves (low, high) */
-	int32_t *coef4;     /* with `quad`, out_size * taps * 4: each weight repeated per byte of a pixel */
-	bool quad;          /* taps a multiple of 4 where the source allows, and coef4, for hpass_scalar */
+	bool identity;   /* integer offset, scale 1: each output is one input pixel */
+	uint32_t taps;   /* per output, padded with zero weights */
+	uint32_t pairs;  /* (taps + 1) / 2 */
+	uint32_t lo, hi; /* inputs [lo, hi) are read */
+	uint32_t *start; /* out_size */
+	uint32_t *off;   /* out_size: (start[i] - lo) * 4, the byte offset of 4-byte pixels */
+	int16_t *coef;   /* out_size * taps, each output's summing to exactly ONE */
+	int32_t *pair;   /* out_size * pairs: taps 2j, 2j + 1 as the 16-bit halves (low, high) */
+	int32_t *coef4;  /* with `quad`, out_size * taps * 4: each weight repeated per byte of a pixel */
+	bool quad;       /* taps a multiple of 4 where the source allows, and coef4, for hpass_scalar */
 	size_t start_cap, off_cap, coef_cap, pair_cap, coef4_cap;
-	double *tmp;        /* one output's weights in double precision */
+	double *tmp; /* one output's weights in double precision */
 	size_t tmp_cap;
 };
 
@@ -101,11 +101,11 @@ struct resizer {
 	enum resize_isa isa;
 	hpass_fn *hpass;
 	vpass_fn *vpass;
-	uint8_t *scratch;   /* the intermediate image */
+	uint8_t *scratch; /* the intermediate image */
 	size_t scratch_cap;
-	uint8_t *wide;      /* resize_rgb's source, widened to 4 bytes a pixel */
+	uint8_t *wide; /* resize_rgb's source, widened to 4 bytes a pixel */
 	size_t wide_cap;
-	uint32_t *ntab;     /* RESIZE_NEAREST: each output column's source column */
+	uint32_t *ntab; /* RESIZE_NEAREST: each output column's source column */
 	size_t ntab_cap;
 };
 
@@ -136,8 +136,7 @@ static double filter_support(enum resize_filter f)
 }
 
 /* Pillow's precompute_coeffs() for one output: the taps it reads, [*xmin, *xmin + *n). */
-static void pillow_bounds(uint32_t in_size, float in0, double scale, double support, uint32_t i, int *xmin,
-			  int *n)
+static void pillow_bounds(uint32_t in_size, float in0, double scale, double support, uint32_t i, int *xmin, int *n)
 {
 	double center = in0 + (i + 0.5) * scale;
 	int lo = (int)(center - support + 0.5), hi = (int)(center + support + 0.5);
@@ -354,7 +353,7 @@ static void hpass_scalar(const uint8_t *src, size_t src_stride, uint32_t rows, u
 		for (uint32_t o = 0; o < n; o++) {
 			uint32_t i = flip ? n - 1 - o : o;
 			const uint8_t *restrict p = s + a->off[i];
-			int32_t acc[16] = { bias, bias, bias, bias };
+			int32_t acc[16] = {bias, bias, bias, bias};
 
 			if (!a->quad || taps % 4) {
 				/* the SIMD kernels' fallback for odd tap counts (sources narrower than the filter) */
@@ -411,12 +410,12 @@ static void vrow_scalar(const uint8_t *restrict src, size_t src_stride, uint32_t
 	}
 }
 
-static void vpass_scalar(const uint8_t *src, size_t src_stride, uint32_t row_bytes, uint8_t *dst,
-			 size_t dst_stride, const struct axis *a)
+static void vpass_scalar(const uint8_t *src, size_t src_stride, uint32_t row_bytes, uint8_t *dst, size_t dst_stride,
+			 const struct axis *a)
 {
 	for (uint32_t y = 0; y < a->out_size; y++)
-		vrow_scalar(src + (size_t)(a->start[y] - a->lo) * src_stride, src_stride, row_bytes, dst + y * dst_stride,
-			    a->coef + (size_t)y * a->taps, a->taps);
+		vrow_scalar(src + (size_t)(a->start[y] - a->lo) * src_stride, src_stride, row_bytes,
+			    dst + y * dst_stride, a->coef + (size_t)y * a->taps, a->taps);
 }
 
 #if RESIZE_X86
@@ -460,8 +459,9 @@ static void hpass_sse2(const uint8_t *src, size_t src_stride, uint32_t rows, uin
 									_mm_set1_epi32(k[j + 1])));
 			}
 			if (j < pairs)
-				acc = _mm_add_epi32(acc, _mm_madd_epi16(pair_sse2(_mm_loadl_epi64((const __m128i *)(p + 8 * j))),
-									_mm_set1_epi32(k[j])));
+				acc = _mm_add_epi32(
+					acc, _mm_madd_epi16(pair_sse2(_mm_loadl_epi64((const __m128i *)(p + 8 * j))),
+							    _mm_set1_epi32(k[j])));
 			acc = _mm_srai_epi32(acc, PRECISION_BITS);
 			acc = _mm_packs_epi32(acc, acc);
 			v = _mm_cvtsi128_si32(_mm_packus_epi16(acc, acc));
@@ -531,7 +531,7 @@ struct rows4 {
  * (row 0 in the low 128 bits), rows 2 and 3 in *r23.
  */
 INLINE_AVX2 void hpixel_avx2(const struct rows4 *b, uint32_t off, const int32_t *k, uint32_t pairs, __m256i bias,
-			      __m256i *r01, __m256i *r23)
+			     __m256i *r01, __m256i *r23)
 {
 	/* per 128-bit lane: pixels 0, 1 (then 2, 3) as 16-bit [r0 r1 g0 g1 b0 b1 x0 x1] */
 	const __m256i m01 = _mm256_setr_epi8(0, -1, 4, -1, 1, -1, 5, -1, 2, -1, 6, -1, 3, -1, 7, -1, 0, -1, 4, -1, 1,
@@ -542,8 +542,8 @@ INLINE_AVX2 void hpixel_avx2(const struct rows4 *b, uint32_t off, const int32_t 
 	__m256i a01 = bias, a23 = a01, c01 = _mm256_setzero_si256(), c23 = c01;
 	uint32_t j = 0;
 
-	_Pragma("GCC unroll 4")
-	for (; j + 2 <= pairs; j += 2) {
+	_Pragma("GCC unroll 4") for (; j + 2 <= pairs; j += 2)
+	{
 		__m256i k0 = _mm256_set1_epi32(k[j]), k1 = _mm256_set1_epi32(k[j + 1]);
 		__m256i p01 = _mm256_loadu2_m128i((const __m128i *)(s1 + 8 * j), (const __m128i *)(s0 + 8 * j));
 		__m256i p23 = _mm256_loadu2_m128i((const __m128i *)(s3 + 8 * j), (const __m128i *)(s2 + 8 * j));
@@ -555,12 +555,12 @@ INLINE_AVX2 void hpixel_avx2(const struct rows4 *b, uint32_t off, const int32_t 
 	}
 	if (j < pairs) {
 		__m256i k0 = _mm256_set1_epi32(k[j]);
-		__m256i p01 = _mm256_inserti128_si256(
-			_mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(s0 + 8 * j))),
-			_mm_loadl_epi64((const __m128i *)(s1 + 8 * j)), 1);
-		__m256i p23 = _mm256_inserti128_si256(
-			_mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(s2 + 8 * j))),
-			_mm_loadl_epi64((const __m128i *)(s3 + 8 * j)), 1);
+		__m256i p01 =
+			_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(s0 + 8 * j))),
+						_mm_loadl_epi64((const __m128i *)(s1 + 8 * j)), 1);
+		__m256i p23 =
+			_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(s2 + 8 * j))),
+						_mm_loadl_epi64((const __m128i *)(s3 + 8 * j)), 1);
 
 		a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(_mm256_shuffle_epi8(p01, m01), k0));
 		a23 = _mm256_add_epi32(a23, _mm256_madd_epi16(_mm256_shuffle_epi8(p23, m01), k0));
@@ -570,8 +570,8 @@ INLINE_AVX2 void hpixel_avx2(const struct rows4 *b, uint32_t off, const int32_t 
 }
 
 /* 16-bit RGBX of source outputs i, i + 1, per 128-bit lane (rows 0, 1 and rows 2, 3). */
-INLINE_AVX2 void hpixels2_avx2(const struct rows4 *b, const struct axis *a, uint32_t i, uint32_t pairs,
-				__m256i bias, __m256i *w01, __m256i *w23)
+INLINE_AVX2 void hpixels2_avx2(const struct rows4 *b, const struct axis *a, uint32_t i, uint32_t pairs, __m256i bias,
+			       __m256i *w01, __m256i *w23)
 {
 	__m256i x01, x23, y01, y23;
 
@@ -608,8 +608,8 @@ INLINE_AVX2 void hrows_avx2(const struct rows4 *b, const struct axis *a, bool fl
 	/* 4 RGBX pixels to 12 bytes RGB (then 4 zero bytes) per 128-bit lane, in order or mirrored */
 	const __m256i rgb = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1, 0, 1, 2, 4, 5, 6,
 					     8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
-	const __m256i rgb_flip = _mm256_setr_epi8(12, 13, 14, 8, 9, 10, 4, 5, 6, 0, 1, 2, -1, -1, -1, -1, 12, 13, 14,
-						  8, 9, 10, 4, 5, 6, 0, 1, 2, -1, -1, -1, -1);
+	const __m256i rgb_flip = _mm256_setr_epi8(12, 13, 14, 8, 9, 10, 4, 5, 6, 0, 1, 2, -1, -1, -1, -1, 12, 13, 14, 8,
+						  9, 10, 4, 5, 6, 0, 1, 2, -1, -1, -1, -1);
 	const __m256i pack = flip ? rgb_flip : rgb, bias = _mm256_set1_epi32(ROUND_BIAS);
 	const uint32_t n = a->out_size;
 	uint32_t o = 0;
@@ -675,34 +675,25 @@ static void hpass_avx2(const uint8_t *src, size_t src_stride, uint32_t rows, uin
 		}
 		/* constant tap counts for the common cases let the compiler unroll completely */
 		switch (a->pairs) {
-		case 1:
-			hrows_avx2(&b, a, flip, 1);
-			break;
-		case 2:
-			hrows_avx2(&b, a, flip, 2);
-			break;
-		case 3:
-			hrows_avx2(&b, a, flip, 3);
-			break;
-		case 4:
-			hrows_avx2(&b, a, flip, 4);
-			break;
-		default:
-			hrows_avx2(&b, a, flip, a->pairs);
-			break;
+		case 1: hrows_avx2(&b, a, flip, 1); break;
+		case 2: hrows_avx2(&b, a, flip, 2); break;
+		case 3: hrows_avx2(&b, a, flip, 3); break;
+		case 4: hrows_avx2(&b, a, flip, 4); break;
+		default: hrows_avx2(&b, a, flip, a->pairs); break;
 		}
 	}
 }
 
 INLINE_AVX2 void vblock_avx2(const uint8_t *s, size_t stride, const int32_t *k, uint32_t pairs, __m256i bias,
-			      uint8_t *d)
+			     uint8_t *d)
 {
 	const __m256i zero = _mm256_setzero_si256();
 	__m256i acc0 = bias, acc1 = acc0, acc2 = acc0, acc3 = acc0;
 
-	_Pragma("GCC unroll 4")
-	for (uint32_t j = 0; j < pairs; j++, s += 2 * stride) {
-		__m256i a = _mm256_loadu_si256((const __m256i *)s), b = _mm256_loadu_si256((const __m256i *)(s + stride));
+	_Pragma("GCC unroll 4") for (uint32_t j = 0; j < pairs; j++, s += 2 * stride)
+	{
+		__m256i a = _mm256_loadu_si256((const __m256i *)s),
+			b = _mm256_loadu_si256((const __m256i *)(s + stride));
 		__m256i kk = _mm256_set1_epi32(k[j]), lo = _mm256_unpacklo_epi8(a, b), hi = _mm256_unpackhi_epi8(a, b);
 
 		/* per 128-bit lane: bytes 0-3, 4-7, 8-11, 12-15 */
@@ -718,7 +709,7 @@ INLINE_AVX2 void vblock_avx2(const uint8_t *s, size_t stride, const int32_t *k, 
 }
 
 INLINE_AVX2 void vrow_avx2(const uint8_t *s, size_t stride, uint32_t row_bytes, const int32_t *k, uint32_t pairs,
-			    const struct axis *a, uint8_t *d)
+			   const struct axis *a, uint8_t *d)
 {
 	const __m256i bias = _mm256_set1_epi32(ROUND_BIAS);
 
@@ -745,18 +736,10 @@ static void vpass_avx2(const uint8_t *src, size_t src_stride, uint32_t row_bytes
 		uint8_t *d = dst + y * dst_stride;
 
 		switch (pairs) {
-		case 1:
-			vrow_avx2(s, src_stride, row_bytes, k, 1, a, d);
-			break;
-		case 2:
-			vrow_avx2(s, src_stride, row_bytes, k, 2, a, d);
-			break;
-		case 3:
-			vrow_avx2(s, src_stride, row_bytes, k, 3, a, d);
-			break;
-		default:
-			vrow_avx2(s, src_stride, row_bytes, k, pairs, a, d);
-			break;
+		case 1: vrow_avx2(s, src_stride, row_bytes, k, 1, a, d); break;
+		case 2: vrow_avx2(s, src_stride, row_bytes, k, 2, a, d); break;
+		case 3: vrow_avx2(s, src_stride, row_bytes, k, 3, a, d); break;
+		default: vrow_avx2(s, src_stride, row_bytes, k, pairs, a, d); break;
 		}
 	}
 }
@@ -783,18 +766,17 @@ INLINE_AVX512 __m512i load4x8(const struct rows4 *b, size_t off)
 }
 
 /* As hpixel_avx2, the four rows' sums, shifted down, in one vector (row r in 128-bit lane r). */
-INLINE_AVX512 __m512i hpixel_avx512(const struct rows4 *b, uint32_t off, const int32_t *k, uint32_t pairs,
-				    __m512i bias)
+INLINE_AVX512 __m512i hpixel_avx512(const struct rows4 *b, uint32_t off, const int32_t *k, uint32_t pairs, __m512i bias)
 {
-	const __m512i m01 = _mm512_broadcast_i32x4(
-		_mm_setr_epi8(0, -1, 4, -1, 1, -1, 5, -1, 2, -1, 6, -1, 3, -1, 7, -1));
-	const __m512i m23 = _mm512_broadcast_i32x4(
-		_mm_setr_epi8(8, -1, 12, -1, 9, -1, 13, -1, 10, -1, 14, -1, 11, -1, 15, -1));
+	const __m512i m01 =
+		_mm512_broadcast_i32x4(_mm_setr_epi8(0, -1, 4, -1, 1, -1, 5, -1, 2, -1, 6, -1, 3, -1, 7, -1));
+	const __m512i m23 =
+		_mm512_broadcast_i32x4(_mm_setr_epi8(8, -1, 12, -1, 9, -1, 13, -1, 10, -1, 14, -1, 11, -1, 15, -1));
 	__m512i acc = bias, acc2 = _mm512_setzero_si512();
 	uint32_t j = 0;
 
-	_Pragma("GCC unroll 4")
-	for (; j + 2 <= pairs; j += 2) {
+	_Pragma("GCC unroll 4") for (; j + 2 <= pairs; j += 2)
+	{
 		__m512i px = load4x16(b, off + 8 * j);
 
 		acc = _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_shuffle_epi8(px, m01), _mm512_set1_epi32(k[j])));
@@ -809,7 +791,8 @@ INLINE_AVX512 __m512i hpixel_avx512(const struct rows4 *b, uint32_t off, const i
 
 INLINE_AVX512 void hrows_avx512(const struct rows4 *b, const struct axis *a, bool flip, uint32_t pairs)
 {
-	const __m512i rgb = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1));
+	const __m512i rgb =
+		_mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1));
 	const __m512i rgb_flip =
 		_mm512_broadcast_i32x4(_mm_setr_epi8(12, 13, 14, 8, 9, 10, 4, 5, 6, 0, 1, 2, -1, -1, -1, -1));
 	const __m512i pack = flip ? rgb_flip : rgb, bias = _mm512_set1_epi32(ROUND_BIAS);
@@ -873,34 +856,24 @@ static void hpass_avx512(const uint8_t *src, size_t src_stride, uint32_t rows, u
 			b.d[r] = dst + row * dst_stride;
 		}
 		switch (a->pairs) {
-		case 1:
-			hrows_avx512(&b, a, flip, 1);
-			break;
-		case 2:
-			hrows_avx512(&b, a, flip, 2);
-			break;
-		case 3:
-			hrows_avx512(&b, a, flip, 3);
-			break;
-		case 4:
-			hrows_avx512(&b, a, flip, 4);
-			break;
-		default:
-			hrows_avx512(&b, a, flip, a->pairs);
-			break;
+		case 1: hrows_avx512(&b, a, flip, 1); break;
+		case 2: hrows_avx512(&b, a, flip, 2); break;
+		case 3: hrows_avx512(&b, a, flip, 3); break;
+		case 4: hrows_avx512(&b, a, flip, 4); break;
+		default: hrows_avx512(&b, a, flip, a->pairs); break;
 		}
 	}
 }
 
 
 INLINE_AVX512 void vblock_avx512(const uint8_t *s, size_t stride, const int32_t *k, uint32_t pairs, __m512i bias,
-				  uint8_t *d)
+				 uint8_t *d)
 {
 	const __m512i zero = _mm512_setzero_si512();
 	__m512i acc0 = bias, acc1 = acc0, acc2 = acc0, acc3 = acc0;
 
-	_Pragma("GCC unroll 4")
-	for (uint32_t j = 0; j < pairs; j++, s += 2 * stride) {
+	_Pragma("GCC unroll 4") for (uint32_t j = 0; j < pairs; j++, s += 2 * stride)
+	{
 		__m512i a = _mm512_loadu_si512((const void *)s), b = _mm512_loadu_si512((const void *)(s + stride));
 		__m512i kk = _mm512_set1_epi32(k[j]), lo = _mm512_unpacklo_epi8(a, b), hi = _mm512_unpackhi_epi8(a, b);
 
@@ -914,8 +887,8 @@ INLINE_AVX512 void vblock_avx512(const uint8_t *s, size_t stride, const int32_t 
 	_mm512_storeu_si512((void *)d, _mm512_packus_epi16(acc0, acc2));
 }
 
-INLINE_AVX512 void vrow_avx512(const uint8_t *s, size_t stride, uint32_t row_bytes, const int32_t *k,
-				uint32_t pairs, const struct axis *a, uint8_t *d)
+INLINE_AVX512 void vrow_avx512(const uint8_t *s, size_t stride, uint32_t row_bytes, const int32_t *k, uint32_t pairs,
+			       const struct axis *a, uint8_t *d)
 {
 	const __m512i bias = _mm512_set1_epi32(ROUND_BIAS);
 
@@ -927,8 +900,8 @@ INLINE_AVX512 void vrow_avx512(const uint8_t *s, size_t stride, uint32_t row_byt
 }
 
 TARGET_AVX512
-static void vpass_avx512(const uint8_t *src, size_t src_stride, uint32_t row_bytes, uint8_t *dst,
-			 size_t dst_stride, const struct axis *a)
+static void vpass_avx512(const uint8_t *src, size_t src_stride, uint32_t row_bytes, uint8_t *dst, size_t dst_stride,
+			 const struct axis *a)
 {
 	const uint32_t pairs = a->pairs;
 
@@ -942,18 +915,10 @@ static void vpass_avx512(const uint8_t *src, size_t src_stride, uint32_t row_byt
 		uint8_t *d = dst + y * dst_stride;
 
 		switch (pairs) {
-		case 1:
-			vrow_avx512(s, src_stride, row_bytes, k, 1, a, d);
-			break;
-		case 2:
-			vrow_avx512(s, src_stride, row_bytes, k, 2, a, d);
-			break;
-		case 3:
-			vrow_avx512(s, src_stride, row_bytes, k, 3, a, d);
-			break;
-		default:
-			vrow_avx512(s, src_stride, row_bytes, k, pairs, a, d);
-			break;
+		case 1: vrow_avx512(s, src_stride, row_bytes, k, 1, a, d); break;
+		case 2: vrow_avx512(s, src_stride, row_bytes, k, 2, a, d); break;
+		case 3: vrow_avx512(s, src_stride, row_bytes, k, 3, a, d); break;
+		default: vrow_avx512(s, src_stride, row_bytes, k, pairs, a, d); break;
 		}
 	}
 }
@@ -967,21 +932,16 @@ static enum resize_isa forced_isa = RESIZE_ISA_AUTO;
 static bool isa_runs(enum resize_isa isa)
 {
 	switch (isa) {
-	case RESIZE_ISA_SCALAR:
-		return true;
+	case RESIZE_ISA_SCALAR: return true;
 #if RESIZE_X86
-	case RESIZE_ISA_SSE2:
-		return true;
-	case RESIZE_ISA_AVX2:
-		__builtin_cpu_init();
-		return __builtin_cpu_supports("avx2");
+	case RESIZE_ISA_SSE2: return true;
+	case RESIZE_ISA_AVX2: __builtin_cpu_init(); return __builtin_cpu_supports("avx2");
 	case RESIZE_ISA_AVX512:
 		__builtin_cpu_init();
 		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512f") &&
 		       __builtin_cpu_supports("avx512bw");
 #endif
-	default:
-		return false;
+	default: return false;
 	}
 }
 
@@ -999,10 +959,10 @@ enum resize_isa resize_default_isa(void)
 		const char *name;
 		enum resize_isa isa;
 	} names[] = {
-		{ "scalar", RESIZE_ISA_SCALAR },
-		{ "sse2", RESIZE_ISA_SSE2 },
-		{ "avx2", RESIZE_ISA_AVX2 },
-		{ "avx512", RESIZE_ISA_AVX512 },
+		{"scalar", RESIZE_ISA_SCALAR},
+		{"sse2", RESIZE_ISA_SSE2},
+		{"avx2", RESIZE_ISA_AVX2},
+		{"avx512", RESIZE_ISA_AVX512},
 	};
 	const char *env;
 
@@ -1185,9 +1145,8 @@ static int resample(struct resizer *r, const uint8_t *src, size_t src_stride, ui
 	return 0;
 }
 
-int resize_rgb(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t src_h, size_t src_stride,
-	       double x, double y, double w, double h, uint8_t *dst, uint32_t dst_w, uint32_t dst_h,
-	       size_t dst_stride, bool flip)
+int resize_rgb(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t src_h, size_t src_stride, double x,
+	       double y, double w, double h, uint8_t *dst, uint32_t dst_w, uint32_t dst_h, size_t dst_stride, bool flip)
 {
 	return resize_rgb_ordered(r, src, src_w, src_h, src_stride, x, y, w, h, dst, dst_w, dst_h, dst_stride, flip,
 				  resize_vertical_first(src_w, src_h, dst_w, dst_h));
@@ -1228,9 +1187,9 @@ int resize_rgb_ordered(struct resizer *r, const uint8_t *src, uint32_t src_w, ui
 	return resample(r, r->wide, (size_t)cols * 4, dst, dst_stride, flip, vertical_first);
 }
 
-int resize_rgbx(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t src_h, size_t src_stride,
-		double x, double y, double w, double h, uint8_t *dst, uint32_t dst_w, uint32_t dst_h,
-		size_t dst_stride, bool flip, bool vertical_first)
+int resize_rgbx(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t src_h, size_t src_stride, double x,
+		double y, double w, double h, uint8_t *dst, uint32_t dst_w, uint32_t dst_h, size_t dst_stride,
+		bool flip, bool vertical_first)
 {
 	int ret;
 
@@ -1244,6 +1203,6 @@ int resize_rgbx(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t 
 	if (r->filter == RESIZE_NEAREST)
 		return resize_nearest(r, src, src_w, src_h, src_stride, 4, x, y, w, h, dst, dst_w, dst_h, dst_stride,
 				      flip);
-	return resample(r, src + (size_t)r->v.lo * src_stride + (size_t)r->h.lo * 4, src_stride, dst, dst_stride,
-			flip, vertical_first);
+	return resample(r, src + (size_t)r->v.lo * src_stride + (size_t)r->h.lo * 4, src_stride, dst, dst_stride, flip,
+			vertical_first);
 }

@@ -40,9 +40,9 @@ void resizer_set_filter(struct resizer *r, enum resize_filter filter);
  * (A convenience: it widens the pixels it reads to 4 bytes first, then does
  * what resize_rgbx does, with the same result.)
  */
-int resize_rgb(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t src_h, size_t src_stride,
-	       double x, double y, double w, double h, uint8_t *dst, uint32_t dst_w, uint32_t dst_h,
-	       size_t dst_stride, bool flip);
+int resize_rgb(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t src_h, size_t src_stride, double x,
+	       double y, double w, double h, uint8_t *dst, uint32_t dst_w, uint32_t dst_h, size_t dst_stride,
+	       bool flip);
 
 /* resize_rgb() with the order of the passes given, as resize_rgbx(). */
 int resize_rgb_ordered(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t src_h, size_t src_stride,
@@ -64,9 +64,9 @@ bool resize_vertical_first(uint32_t src_w, uint32_t src_h, uint32_t dst_w, uint3
  * larger image than the part at hand. Reads only the src_w x src_h pixels,
  * but all 4 bytes of those it reads (X included, so it must be initialised).
  */
-int resize_rgbx(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t src_h, size_t src_stride,
-		double x, double y, double w, double h, uint8_t *dst, uint32_t dst_w, uint32_t dst_h,
-		size_t dst_stride, bool flip, bool vertical_first);
+int resize_rgbx(struct resizer *r, const uint8_t *src, uint32_t src_w, uint32_t src_h, size_t src_stride, double x,
+		double y, double w, double h, uint8_t *dst, uint32_t dst_w, uint32_t dst_h, size_t dst_stride,
+		bool flip, bool vertical_first);
 
 /*
  * The source pixels [*first, *end) along one axis of in_size pixels that
@@ -86,7 +86,7 @@ enum resize_isa {
 	RESIZE_ISA_SCALAR,   /* portable C */
 	RESIZE_ISA_SSE2,     /* x86-64 baseline */
 	RESIZE_ISA_AVX2,
-	RESIZE_ISA_AVX512,   /* AVX-512F + BW; never the default (see resize.c) */
+	RESIZE_ISA_AVX512, /* AVX-512F + BW; never the default (see resize.c) */
 };
 
 /*

@@ -30,10 +30,10 @@
 #define COEF_ONE (1 << COEF_BITS)
 
 struct cv_resizer {
-	int32_t *xofs;   /* [dst_w] source column of each output column */
-	int16_t *alpha;  /* [dst_w][2] */
+	int32_t *xofs;  /* [dst_w] source column of each output column */
+	int16_t *alpha; /* [dst_w][2] */
 	size_t xcap, acap;
-	int32_t *rows;   /* [2][dst_w * 3 + ROW_SLACK] horizontally resampled rows */
+	int32_t *rows; /* [2][dst_w * 3 + ROW_SLACK] horizontally resampled rows */
 	size_t rcap;
 	enum resize_isa isa; /* SCALAR, AVX2 or AVX512 */
 };
@@ -115,8 +115,7 @@ static inline uint8_t sat_u8(int32_t v)
 /* VResizeLinear as its SIMD kernel computes it (sums shifted down 4,
  * 16-bit multiply-high by each coefficient, then (+2) >> 2), which OpenCV
  * 5 applies to whole rows, tails included. Entries [x, n). */
-static void vresize_from(const int32_t *s0, const int32_t *s1, int16_t b0, int16_t b1, size_t x, size_t n,
-			 uint8_t *out)
+static void vresize_from(const int32_t *s0, const int32_t *s1, int16_t b0, int16_t b1, size_t x, size_t n, uint8_t *out)
 {
 	for (; x < n; x++) {
 		int32_t t0 = ((int32_t)(int16_t)(s0[x] >> 4) * b0) >> 16;
@@ -147,7 +146,8 @@ static inline uint64_t load64(const uint8_t *p)
 TARGET_AVX2 static uint32_t hresize_avx2(const struct cv_resizer *r, const uint8_t *row, uint32_t xmax, int32_t *out)
 {
 	const __m128i pairs = _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
-	const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), rgb = _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 7, 7);
+	const __m256i spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
+		      rgb = _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 7, 7);
 	uint32_t dx = 0;
 
 	for (; dx + 2 <= xmax; dx += 2) {
@@ -166,8 +166,8 @@ TARGET_AVX2 static uint32_t hresize_avx2(const struct cv_resizer *r, const uint8
 /* vresize_from, 32 entries a step: packs_epi32 / packus_epi16 work per
  * 128-bit lane, permute4x64 puts the quadwords back in order. Returns the
  * entries done. */
-TARGET_AVX2 static size_t vresize_avx2(const int32_t *s0, const int32_t *s1, int16_t b0, int16_t b1, size_t x,
-				       size_t n, uint8_t *out)
+TARGET_AVX2 static size_t vresize_avx2(const int32_t *s0, const int32_t *s1, int16_t b0, int16_t b1, size_t x, size_t n,
+				       uint8_t *out)
 {
 	const __m256i c0 = _mm256_set1_epi16(b0), c1 = _mm256_set1_epi16(b1), two = _mm256_set1_epi16(2);
 
@@ -176,16 +176,19 @@ TARGET_AVX2 static size_t vresize_avx2(const int32_t *s0, const int32_t *s1, int
 
 		for (int h = 0; h < 2; h++) {
 			const int32_t *a = s0 + x + 16 * h, *b = s1 + x + 16 * h;
-			__m256i ra = _mm256_packs_epi32(_mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)a), 4),
-							_mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)(a + 8)), 4));
-			__m256i rb = _mm256_packs_epi32(_mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)b), 4),
-							_mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)(b + 8)), 4));
+			__m256i ra =
+				_mm256_packs_epi32(_mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)a), 4),
+						   _mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)(a + 8)), 4));
+			__m256i rb =
+				_mm256_packs_epi32(_mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)b), 4),
+						   _mm256_srai_epi32(_mm256_loadu_si256((const __m256i *)(b + 8)), 4));
 			__m256i t = _mm256_add_epi16(_mm256_mulhi_epi16(ra, c0), _mm256_mulhi_epi16(rb, c1));
 
 			/* the lanes' order is the same for ra and rb: fixed once, after */
 			v[h] = _mm256_permute4x64_epi64(_mm256_srai_epi16(_mm256_add_epi16(t, two), 2), 0xD8);
 		}
-		_mm256_storeu_si256((__m256i *)(out + x), _mm256_permute4x64_epi64(_mm256_packus_epi16(v[0], v[1]), 0xD8));
+		_mm256_storeu_si256((__m256i *)(out + x),
+				    _mm256_permute4x64_epi64(_mm256_packus_epi16(v[0], v[1]), 0xD8));
 	}
 	return x;
 }
@@ -195,8 +198,8 @@ TARGET_AVX2 static size_t vresize_avx2(const int32_t *s0, const int32_t *s1, int
 TARGET_AVX512 static uint32_t hresize_avx512(const struct cv_resizer *r, const uint8_t *row, uint32_t xmax,
 					     int32_t *out)
 {
-	const __m256i pairs = _mm256_broadcastsi128_si256(
-		_mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15));
+	const __m256i pairs =
+		_mm256_broadcastsi128_si256(_mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15));
 	const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
 	const __m512i rgb = _mm512_setr_epi32(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, 15, 15, 15, 15);
 	uint32_t dx = 0;
@@ -251,11 +254,11 @@ TARGET_AVX512 static size_t vresize_avx512(const int32_t *s0, const int32_t *s1,
  */
 TARGET_AVX2 static uint32_t area_half_avx2(const uint8_t *a, const uint8_t *b, uint32_t dst_w, uint8_t *o)
 {
-	const __m256i pairs = _mm256_broadcastsi128_si256(
-		_mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15));
+	const __m256i pairs =
+		_mm256_broadcastsi128_si256(_mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15));
 	const __m256i ones = _mm256_set1_epi8(1), two = _mm256_set1_epi16(2);
-	const __m256i rgb = _mm256_broadcastsi128_si256(
-		_mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1));
+	const __m256i rgb =
+		_mm256_broadcastsi128_si256(_mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1));
 	const __m256i pack = _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 7, 7);
 	uint32_t x = 0;
 
@@ -337,17 +340,19 @@ int cv_resize_linear(struct cv_resizer *r, const uint8_t *src, uint32_t src_w, u
 	/* scale = 1 / inv_scale, as OpenCV derives it from the sizes */
 	double scale_x = 1.0 / ((double)dst_w / src_w), scale_y = 1.0 / ((double)dst_h / src_h);
 	size_t n = (size_t)dst_w * 3, rs = n + ROW_SLACK;
-	int32_t row_y[2] = { -1, -1 };
+	int32_t row_y[2] = {-1, -1};
 	uint32_t xmax = dst_w;
 	void *p;
 	int err;
 
-	if (!r || !src || !dst || src_w == 0 || src_h == 0 || dst_w == 0 || dst_h == 0 || (src_bpp != 3 && src_bpp != 4))
+	if (!r || !src || !dst || src_w == 0 || src_h == 0 || dst_w == 0 || dst_h == 0 ||
+	    (src_bpp != 3 && src_bpp != 4))
 		return -EINVAL;
 	if (src_w == dst_w && src_h == dst_h) {
 		for (uint32_t y = 0; y < dst_h; y++)
 			for (uint32_t x = 0; x < dst_w; x++)
-				memcpy(dst + (size_t)y * dst_stride + x * 3, src + (size_t)y * src_stride + x * src_bpp, 3);
+				memcpy(dst + (size_t)y * dst_stride + x * 3, src + (size_t)y * src_stride + x * src_bpp,
+				       3);
 		return 0;
 	}
 	/* INTER_LINEAR at exactly half size in both directions is INTER_AREA */
@@ -410,7 +415,9 @@ int cv_resize_linear(struct cv_resizer *r, const uint8_t *src, uint32_t src_w, u
 
 			if (slot < 0) {
 				/* into the buffer holding neither row this output needs */
-				int keep = k == 0 ? (row_y[1] == want[1] ? 1 : row_y[0] == want[1] ? 0 : 1)
+				int keep = k == 0 ? (row_y[1] == want[1]   ? 1
+						     : row_y[0] == want[1] ? 0
+									   : 1)
 						  : (int)((rows[0] - r->rows) / (ptrdiff_t)rs);
 
 				slot = 1 - keep;

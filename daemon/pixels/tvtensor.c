@@ -160,7 +160,7 @@ void tvt_solarize(struct rgb_image *im, double threshold)
 
 void tvt_autocontrast(struct rgb_image *im)
 {
-	uint8_t lo[3] = { 255, 255, 255 }, hi[3] = { 0, 0, 0 }, lut[3][256];
+	uint8_t lo[3] = {255, 255, 255}, hi[3] = {0, 0, 0}, lut[3][256];
 
 	for (uint32_t y = 0; y < im->height; y++) {
 		const uint8_t *p = im->px + y * im->stride;
@@ -190,7 +190,8 @@ void tvt_autocontrast(struct rgb_image *im)
 	}
 }
 
-FMA_CLONES void tvt_grid(const struct rgb_image *in, uint8_t *out, const double m[6], bool bilinear, const uint8_t *fill)
+FMA_CLONES void tvt_grid(const struct rgb_image *in, uint8_t *out, const double m[6], bool bilinear,
+			 const uint8_t *fill)
 {
 	const uint32_t w = in->width, h = in->height;
 	const float hw = (float)(0.5 * w), hh = (float)(0.5 * h);
@@ -208,14 +209,14 @@ FMA_CLONES void tvt_grid(const struct rgb_image *in, uint8_t *out, const double 
 			float gx = fmaf(by, r10, bx * r00) + r20, gy = fmaf(by, r11, bx * r01) + r21;
 			/* grid_sample's unnormalise, align_corners=False: (g + 1) * size / 2 - 0.5 */
 			float ix = (gx + 1.0f) * ((float)w / 2) - 0.5f, iy = (gy + 1.0f) * ((float)h / 2) - 0.5f;
-			float v[3] = { 0, 0, 0 }, mask = 0.0f;
+			float v[3] = {0, 0, 0}, mask = 0.0f;
 
 			if (bilinear) {
 				float xw = floorf(ix), yn = floorf(iy);
 				float we = ix - xw, e = 1.0f - we, n = iy - yn, s = 1.0f - n;
-				const float wt[4] = { s * e, s * we, n * e, n * we };
-				const long xs[4] = { (long)xw, (long)xw + 1, (long)xw, (long)xw + 1 };
-				const long ys[4] = { (long)yn, (long)yn, (long)yn + 1, (long)yn + 1 };
+				const float wt[4] = {s * e, s * we, n * e, n * we};
+				const long xs[4] = {(long)xw, (long)xw + 1, (long)xw, (long)xw + 1};
+				const long ys[4] = {(long)yn, (long)yn, (long)yn + 1, (long)yn + 1};
 
 				for (int k = 0; k < 4; k++) {
 					const uint8_t *p;

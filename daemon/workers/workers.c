@@ -107,8 +107,8 @@ static struct pool_task queue_pop(struct pool *p)
 		intptr_t dif = (intptr_t)seq - (intptr_t)(pos + 1);
 
 		if (dif == 0) {
-			if (atomic_compare_exchange_weak_explicit(&p->dequeue_pos, &pos, pos + 1,
-								  memory_order_relaxed, memory_order_relaxed)) {
+			if (atomic_compare_exchange_weak_explicit(&p->dequeue_pos, &pos, pos + 1, memory_order_relaxed,
+								  memory_order_relaxed)) {
 				struct pool_task t = cell->task;
 				atomic_store_explicit(&cell->seq, pos + p->mask + 1, memory_order_release);
 				return t;
@@ -174,8 +174,7 @@ static int64_t sample_bytes(struct worker *w, const struct batch_job *job, uint3
 /* The decoded tier: sample `index` as a decoded image, from the cache or
  * decoded now (and offered to the cache). */
 static int sample_image(struct worker *w, const struct batch_job *job, uint32_t pos, uint64_t index,
-			struct pipeline_image *img,
-			bool *read_failed)
+			struct pipeline_image *img, bool *read_failed)
 {
 	const struct dataset *ds = job->ds;
 	struct pool *p = w->pool;
@@ -207,8 +206,11 @@ static int sample_image(struct worker *w, const struct batch_job *job, uint32_t 
 	if (r < 0)
 		return r;
 	if (keyed && dataset_key_matches(ds, &key, (uint64_t)len)) {
-		ci = (struct cache_image){.width = img->width, .height = img->height, .full_width = img->full_width,
-					  .full_height = img->full_height, .denom = img->denom,
+		ci = (struct cache_image){.width = img->width,
+					  .height = img->height,
+					  .full_width = img->full_width,
+					  .full_height = img->full_height,
+					  .denom = img->denom,
 					  .orientation = img->orientation};
 		cache_put(p->settings.cache, CACHE_DECODED, &key, img->pixels, img->stride * img->height, &ci);
 	}
@@ -294,8 +296,8 @@ static int detect_load(void *arg, uint64_t pos, uint32_t side, struct detect_sam
 	uint64_t index = pos == l->self_pos ? l->self_index : job->order[pos];
 	struct fit_entry *e = NULL;
 	/* a rectangular batch's shape may be smaller than side x side */
-	struct fit_request req = { side, job->out_w, job->out_h, job->resample, false };
-	struct fit_result res = { 0 };
+	struct fit_request req = {side, job->out_w, job->out_h, job->resample, false};
+	struct fit_result res = {0};
 	uint8_t *dst;
 	int r;
 
@@ -318,7 +320,7 @@ static int detect_load(void *arg, uint64_t pos, uint32_t side, struct detect_sam
 			if (state == FIT_FAILED)
 				return e->error;
 			if (state == FIT_READY) {
-				res = (struct fit_result){ e->width, e->height, e->full_width, e->full_height };
+				res = (struct fit_result){e->width, e->height, e->full_width, e->full_height};
 				dst = job->fits->pixels + pos * (size_t)side * side * 3;
 				goto done;
 			}
@@ -362,11 +364,14 @@ done:
 static int produce_detect(struct worker *w, struct batch_job *job, uint32_t pos, uint64_t index, uint8_t *dst,
 			  float *rows, uint32_t *nrows)
 {
-	struct detect_loader l = {.w = w, .job = job, .self_pos = pos, .self_index = index,
+	struct detect_loader l = {.w = w,
+				  .job = job,
+				  .self_pos = pos,
+				  .self_index = index,
 				  .place = job->detect_transform == DETECT_LETTERBOX ? dst : NULL};
 	uint64_t dropped = 0;
-	struct detect_meta meta = { { 0 }, { 0 } };
-	struct detect_output o = { dst, job->out_w, job->out_h, rows, job->max_boxes, nrows, &dropped, &meta };
+	struct detect_meta meta = {{0}, {0}};
+	struct detect_output o = {dst, job->out_w, job->out_h, rows, job->max_boxes, nrows, &dropped, &meta};
 	struct rng rng;
 	int r;
 
@@ -425,7 +430,8 @@ static int produce_pipeline(struct worker *w, struct batch_job *job, uint32_t po
 		len = sample_bytes(w, job, pos, index);
 		read_failed = len < 0;
 		r = len < 0 ? (int)len
-			    : tpipe_run(w->tpipe, w->pipeline, job->tpipe, w->buf, (size_t)len, NULL, &job->spec, rng, dst);
+			    : tpipe_run(w->tpipe, w->pipeline, job->tpipe, w->buf, (size_t)len, NULL, &job->spec, rng,
+					dst);
 	}
 	return report_failure(w, job->ds, index, r, read_failed);
 }

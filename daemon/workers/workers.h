@@ -61,8 +61,8 @@ struct sample_fetch {
 	/* The fetch stage's own (prefetch.c): the object's key, and the
 	 * coalescing of requests for an object already in flight. */
 	struct cache_key key;
-	bool follower;                   /* gets a copy of a leader's bytes */
-	struct sample_fetch *hash_next;  /* in the in-flight table */
+	bool follower;                  /* gets a copy of a leader's bytes */
+	struct sample_fetch *hash_next; /* in the in-flight table */
 	struct sample_fetch *followers, *follower_next;
 };
 
@@ -79,10 +79,10 @@ struct batch_job {
 	/* What the session's client may read (access.h); NULL: every sample.
 	 * Checked before the cache and the file, so a hit never skips it. */
 	const struct access_map *readable;
-	uint8_t *images;       /* [count][size][size][3] in the slot */
-	int64_t *labels;       /* [count] in the slot */
-	int64_t *indices;      /* [count] in the slot: the index delivered */
-	void *owner;           /* the session, for the completion callback */
+	uint8_t *images;  /* [count][size][size][3] in the slot */
+	int64_t *labels;  /* [count] in the slot */
+	int64_t *indices; /* [count] in the slot: the index delivered */
+	void *owner;      /* the session, for the completion callback */
 	/* A copy job: the batch already exists in another slot of the same
 	 * layout (coordinated sessions); workers copy instead of decoding. */
 	const uint8_t *copy_from;
@@ -103,9 +103,9 @@ struct batch_job {
 	 * (image_size square but for rectangular batches). */
 	uint32_t out_w, out_h;
 	enum fit_resample resample;
-	float bgr;          /* P(the sample's channels stay BGR): Ultralytics' bgr, training */
-	int32_t *shapes;    /* [count][4] in the slot: detect_meta.shape */
-	double *ratio_pad;  /* [count][4] in the slot: detect_meta.ratio_pad */
+	float bgr;         /* P(the sample's channels stay BGR): Ultralytics' bgr, training */
+	int32_t *shapes;   /* [count][4] in the slot: detect_meta.shape */
+	double *ratio_pad; /* [count][4] in the slot: detect_meta.ratio_pad */
 	/* Classification's batch op (batchmix.h), or NULL: the worker that
 	 * finishes the job draws from the stream (seed, epoch, mix_key,
 	 * RNG_BATCHMIX), mixes the images in place (mix_w x mix_h, spec.dtype)
@@ -122,12 +122,12 @@ struct batch_job {
 	const uint32_t *copies;
 	/* Remote data sets: [count] fetched bytes (NULL for local files). */
 	struct sample_fetch *fetches;
-	atomic_uint fetch_pending;     /* fetches not yet finished (+1 while starting) */
-	struct batch_job *fetch_next;  /* prefetch's completion stack, then the loop's wait list */
+	atomic_uint fetch_pending;    /* fetches not yet finished (+1 while starting) */
+	struct batch_job *fetch_next; /* prefetch's completion stack, then the loop's wait list */
 
-	atomic_uint remaining;  /* samples not yet done */
-	atomic_uint replaced;   /* samples replaced by a stand-in */
-	atomic_bool cancelled;  /* set by the loop: skip the work */
+	atomic_uint remaining; /* samples not yet done */
+	atomic_uint replaced;  /* samples replaced by a stand-in */
+	atomic_bool cancelled; /* set by the loop: skip the work */
 	struct batch_job *done_next;
 };
 

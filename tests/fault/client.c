@@ -83,7 +83,9 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 
 static size_t image_bytes(const struct stoker_batch *b)
 {
-	size_t elem = stoker_batch_dtype(b) == STOKER_DTYPE_FLOAT32 ? 4 : stoker_batch_dtype(b) == STOKER_DTYPE_FLOAT16 ? 2 : 1;
+	size_t elem = stoker_batch_dtype(b) == STOKER_DTYPE_FLOAT32   ? 4
+		      : stoker_batch_dtype(b) == STOKER_DTYPE_FLOAT16 ? 2
+								      : 1;
 
 	return (size_t)stoker_batch_count(b) * stoker_batch_height(b) * stoker_batch_width(b) *
 	       stoker_batch_channels(b) * elem;

@@ -132,7 +132,9 @@ out:
 
 static void touch_batch(const struct stoker_batch *b, volatile uint64_t *sink)
 {
-	size_t elem = stoker_batch_dtype(b) == STOKER_DTYPE_FLOAT32 ? 4 : stoker_batch_dtype(b) == STOKER_DTYPE_FLOAT16 ? 2 : 1;
+	size_t elem = stoker_batch_dtype(b) == STOKER_DTYPE_FLOAT32   ? 4
+		      : stoker_batch_dtype(b) == STOKER_DTYPE_FLOAT16 ? 2
+								      : 1;
 	size_t bytes = (size_t)stoker_batch_count(b) * stoker_batch_height(b) * stoker_batch_width(b) *
 		       stoker_batch_channels(b) * elem;
 	const uint8_t *img = stoker_batch_images(b);
@@ -176,8 +178,8 @@ static void batches(struct stoker *s)
 
 			touch_batch(b, &sink);
 			/* a Names reply among the batches; a short buffer at times */
-			if (i % 4 == 1 &&
-			    stoker_sample_path(s, (uint64_t)i * 977 % (stoker_dataset_samples(s) + 1), path, sizeof(path)) >= 0)
+			if (i % 4 == 1 && stoker_sample_path(s, (uint64_t)i * 977 % (stoker_dataset_samples(s) + 1),
+							     path, sizeof(path)) >= 0)
 				sink += (uint64_t)path[0];
 			if (i % 3 == 0) {
 				stoker_release(held);
@@ -209,7 +211,8 @@ static void statistics(struct stoker *s)
 	if (stoker_stats_text(s, &text) == 0)
 		free(text);
 	if (stoker_stats_get(s, &st) == 0) {
-		static const char *const names[] = {"images_per_second", "workers", "state", "clients", "cache", "rss_bytes"};
+		static const char *const names[] = {"images_per_second", "workers", "state",
+						    "clients",           "cache",   "rss_bytes"};
 
 		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 			stoker_stats_number(st, names[i], &v);

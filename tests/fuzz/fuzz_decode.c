@@ -23,8 +23,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static struct pipeline *p;
 	static uint8_t out[MAX_SIDE * MAX_SIDE * 3 * 4];
 	const struct decode_limits limits = {.max_pixels = 4u << 20, .max_scans = 500};
-	struct transform_spec rrc = {
-		.kind = TRANSFORM_RANDOM_RESIZED_CROP, .image_size = 48, .dtype = DTYPE_UINT8, .dct_scaling = true};
+	struct transform_spec rrc = {.kind = TRANSFORM_RANDOM_RESIZED_CROP,
+				     .image_size = 48,
+				     .dtype = DTYPE_UINT8,
+				     .dct_scaling = true};
 	struct transform_spec cc = {.kind = TRANSFORM_CENTER_CROP,
 				    .image_size = 32,
 				    .dtype = DTYPE_FLOAT32,

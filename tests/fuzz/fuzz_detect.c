@@ -95,10 +95,18 @@ static void run_detect(struct input *in)
 	if (!d && detect_new(&d) < 0)
 		abort();
 	p = (struct detect_params){
-		.hsv_h = take_unit(in), .hsv_s = take_unit(in), .hsv_v = take_unit(in),
-		.degrees = take_unit(in) * 180, .translate = take_unit(in) * 0.99f, .scale = take_unit(in) * 0.99f,
-		.shear = take_unit(in) * 89, .perspective = take_unit(in) * 0.1f, .flipud = take_unit(in),
-		.fliplr = take_unit(in), .mosaic = take_unit(in), .mixup = take_unit(in),
+		.hsv_h = take_unit(in),
+		.hsv_s = take_unit(in),
+		.hsv_v = take_unit(in),
+		.degrees = take_unit(in) * 180,
+		.translate = take_unit(in) * 0.99f,
+		.scale = take_unit(in) * 0.99f,
+		.shear = take_unit(in) * 89,
+		.perspective = take_unit(in) * 0.1f,
+		.flipud = take_unit(in),
+		.fliplr = take_unit(in),
+		.mosaic = take_unit(in),
+		.mixup = take_unit(in),
 	};
 	if (detect_params_check(&p, why, sizeof(why)) < 0)
 		return;
@@ -107,8 +115,10 @@ static void run_detect(struct input *in)
 		f.h[k] = 1 + take_u32(in, size);
 		f.nboxes[k] = take_u32(in, 9);
 		for (uint32_t b = 0; b < f.nboxes[k]; b++)
-			f.boxes[k][b] = (struct detect_box){.cls = (float)take_u32(in, 80), .cx = take_unit(in),
-							    .cy = take_unit(in), .w = take_unit(in),
+			f.boxes[k][b] = (struct detect_box){.cls = (float)take_u32(in, 80),
+							    .cx = take_unit(in),
+							    .cy = take_unit(in),
+							    .w = take_unit(in),
 							    .h = take_unit(in)};
 		memset(f.pixels[k], (int)take_u32(in, 256), sizeof(f.pixels[k]));
 	}
@@ -122,7 +132,7 @@ static void run_detect(struct input *in)
 	boxes = malloc((size_t)max_boxes * DETECT_BOX_FLOATS * sizeof(float));
 	if (!image || !boxes)
 		abort();
-	struct detect_output o = { image, out_w, out_h, boxes, max_boxes, &nboxes, &dropped, &meta };
+	struct detect_output o = {image, out_w, out_h, boxes, max_boxes, &nboxes, &dropped, &meta};
 	if (detect_make(d, t, &p, size, take_u32(in, count), count, &rng, fake_load, &f, &o) == 0) {
 		if (nboxes > max_boxes)
 			abort();
@@ -196,9 +206,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		close(fd);
 		break;
 	}
-	case 2:
-		run_detect(&in);
-		break;
+	case 2: run_detect(&in); break;
 	default: {
 		struct image_header a, b;
 		int fd = memfd_create("image", MFD_CLOEXEC);
@@ -224,7 +232,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				abort();
 			for (size_t i = 0; i < sizeof(src); i++)
 				src[i] = (uint8_t)i;
-			in_reg = (struct decoded_region){ src, (size_t)w * 4, w, h };
+			in_reg = (struct decoded_region){src, (size_t)w * 4, w, h};
 			if (image_orient(&in_reg, a.orientation, &buf, &cap, &out) < 0)
 				abort();
 			small.width = w;

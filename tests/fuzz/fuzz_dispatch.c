@@ -118,7 +118,9 @@ static void drain_peer(int fd)
 		} control;
 		char data[65536];
 		struct iovec iov = {.iov_base = data, .iov_len = sizeof(data)};
-		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+		struct msghdr mh = {.msg_iov = &iov,
+				    .msg_iovlen = 1,
+				    .msg_control = control.buf,
 				    .msg_controllen = sizeof(control.buf)};
 		ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 
@@ -227,8 +229,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		size_t n = size - pos;
 
 		if (n >= 4) {
-			uint64_t body = (uint64_t)data[pos] | (uint64_t)data[pos + 1] << 8 | (uint64_t)data[pos + 2] << 16 |
-					(uint64_t)data[pos + 3] << 24;
+			uint64_t body = (uint64_t)data[pos] | (uint64_t)data[pos + 1] << 8 |
+					(uint64_t)data[pos + 2] << 16 | (uint64_t)data[pos + 3] << 24;
 
 			if (body + 4 < n)
 				n = (size_t)body + 4;

@@ -26,7 +26,11 @@ static enum image_format fuzz_format(void)
 	static const struct {
 		const char *name;
 		enum image_format f;
-	} formats[] = {{"png", IMAGE_PNG}, {"webp", IMAGE_WEBP}, {"tiff", IMAGE_TIFF}, {"bmp", IMAGE_BMP}, {"pnm", IMAGE_PNM}};
+	} formats[] = {{"png", IMAGE_PNG},
+		       {"webp", IMAGE_WEBP},
+		       {"tiff", IMAGE_TIFF},
+		       {"bmp", IMAGE_BMP},
+		       {"pnm", IMAGE_PNM}};
 
 	for (size_t i = 0; i < sizeof(formats) / sizeof(formats[0]); i++)
 		if (!strcmp(formats[i].name, FUZZ_FORMAT))

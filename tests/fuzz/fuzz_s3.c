@@ -41,7 +41,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	memcpy(body, data + 1, size - 1);
 	if (data[0] == 0) {
 		if (s3_parse_list_page((const char *)body, size - 1, check_key, &n, token, sizeof(token), why,
-				       sizeof(why)) == 1 && strlen(token) >= sizeof(token))
+				       sizeof(why)) == 1 &&
+		    strlen(token) >= sizeof(token))
 			abort();
 	} else {
 		struct fetch_req r = {.err = -EACCES, .status = 403, .data = body, .len = size - 1};

@@ -46,8 +46,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
 		if (tar_index_build(mem_read, &m, m.n, 4096, &t, &err_off, why, sizeof(why)) == 0) {
 			for (size_t i = 0; i < t.n; i++) {
-				if (t.v[i].offset % TAR_BLOCK || t.v[i].offset > m.n || t.v[i].size > m.n - t.v[i].offset ||
-				    strlen(tar_member_name(&t, i)) >= TAR_MAX_NAME)
+				if (t.v[i].offset % TAR_BLOCK || t.v[i].offset > m.n ||
+				    t.v[i].size > m.n - t.v[i].offset || strlen(tar_member_name(&t, i)) >= TAR_MAX_NAME)
 					abort();
 			}
 		} else if (err_off > m.n) {

@@ -110,9 +110,9 @@ static double pinned_baseline(const struct cudadrv *drv, size_t bytes, double se
 	double t0, t1;
 	uint64_t n = 0;
 
-	if (!alloc_host || !free_host || !sync || drv->cuDeviceGet(&dev, 0) || drv->cuDevicePrimaryCtxRetain(&ctx, dev) ||
-	    drv->cuCtxPushCurrent(ctx) || alloc_host(&h, bytes) || drv->cuMemAlloc(&d, bytes) ||
-	    drv->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING))
+	if (!alloc_host || !free_host || !sync || drv->cuDeviceGet(&dev, 0) ||
+	    drv->cuDevicePrimaryCtxRetain(&ctx, dev) || drv->cuCtxPushCurrent(ctx) || alloc_host(&h, bytes) ||
+	    drv->cuMemAlloc(&d, bytes) || drv->cuStreamCreate(&st, CU_STREAM_NON_BLOCKING))
 		return -1;
 	memset(h, 7, bytes);
 	t0 = now();
@@ -132,8 +132,10 @@ static double pinned_baseline(const struct cudadrv *drv, size_t bytes, double se
 
 int main(int argc, char **argv)
 {
-	struct transform_spec spec = {.kind = TRANSFORM_CENTER_CROP, .image_size = SIDE,
-				      .mean = {0.485f, 0.456f, 0.406f}, .std = {0.229f, 0.224f, 0.225f}};
+	struct transform_spec spec = {.kind = TRANSFORM_CENTER_CROP,
+				      .image_size = SIDE,
+				      .mean = {0.485f, 0.456f, 0.406f},
+				      .std = {0.229f, 0.224f, 0.225f}};
 	struct gpu_ring_params p;
 	struct gpu_callbacks cb = {.opened = on_opened};
 	struct bench b = {0};
@@ -149,7 +151,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: gpu_copybench uint8|float32|float16 [SECONDS]\n");
 		return 2;
 	}
-	spec.dtype = !strcmp(argv[1], "uint8") ? DTYPE_UINT8 : !strcmp(argv[1], "float32") ? DTYPE_FLOAT32 : DTYPE_FLOAT16;
+	spec.dtype = !strcmp(argv[1], "uint8")     ? DTYPE_UINT8
+		     : !strcmp(argv[1], "float32") ? DTYPE_FLOAT32
+						   : DTYPE_FLOAT16;
 	if (cudadrv_get(&drv, &why) < 0 || drv->cuDeviceGet(&dev, 0) || drv->cuDeviceGetUuid(&u, dev)) {
 		fprintf(stderr, "gpu_copybench: CUDA: %s\n", why ? why : "no device 0");
 		return 1;

@@ -41,14 +41,9 @@ EXPORT CUresult cuInit(unsigned int flags)
 EXPORT CUresult cuGetErrorString(CUresult error, const char **str)
 {
 	switch (error) {
-	case CUDA_ERROR_NO_DEVICE:
-		*str = "no CUDA-capable device is detected (fake)";
-		break;
-	case CUDA_ERROR_NOT_SUPPORTED:
-		*str = "operation not supported (fake driver)";
-		break;
-	default:
-		*str = "fake error";
+	case CUDA_ERROR_NO_DEVICE: *str = "no CUDA-capable device is detected (fake)"; break;
+	case CUDA_ERROR_NOT_SUPPORTED: *str = "operation not supported (fake driver)"; break;
+	default: *str = "fake error";
 	}
 	return CUDA_SUCCESS;
 }
@@ -83,23 +78,14 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
 {
 	(void)d;
 	switch (a) {
-	case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE:
-		*v = env_int("FAKE_CUDA_COMPUTE_MODE", CU_COMPUTEMODE_DEFAULT);
-		break;
-	case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
-		*v = env_int("FAKE_CUDA_VMM", 1);
-		break;
+	case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: *v = env_int("FAKE_CUDA_COMPUTE_MODE", CU_COMPUTEMODE_DEFAULT); break;
+	case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *v = env_int("FAKE_CUDA_VMM", 1); break;
 	case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
 		*v = env_int("FAKE_CUDA_POSIX_FD", 1);
 		break;
-	case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS:
-		*v = env_int("FAKE_CUDA_MEMOPS", 1);
-		break;
-	case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
-		*v = env_int("FAKE_CUDA_POOLS", 1);
-		break;
-	default:
-		*v = 0;
+	case CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS: *v = env_int("FAKE_CUDA_MEMOPS", 1); break;
+	case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *v = env_int("FAKE_CUDA_POOLS", 1); break;
+	default: *v = 0;
 	}
 	return CUDA_SUCCESS;
 }

@@ -154,8 +154,9 @@ static struct stoker *attach_opts(const char *const *kv, int *err)
 static struct stoker *attach(const char *device, const char *dtype, const char *seed, const char *rank,
 			     const char *world)
 {
-	const char *kv[] = {"device", device, "dtype", dtype, "seed", seed, "rank", rank, "world_size", world,
-			    "batch_size", "16", "image_size", "64", "prefetch", "3", NULL};
+	const char *kv[] = {"device",     device, "dtype",      dtype, "seed",       seed,
+			    "rank",       rank,   "world_size", world, "batch_size", "16",
+			    "image_size", "64",   "prefetch",   "3",   NULL};
 
 	return attach_opts(kv, NULL);
 }
@@ -350,8 +351,8 @@ static void wait_device_bytes_zero(void)
 
 static void child(const char *seed, const char *dtype, int take)
 {
-	const char *kv[] = {"device", "cuda:0", "dtype", dtype, "seed", seed, "batch_size", "16", "image_size", "64",
-			    NULL};
+	const char *kv[] = {"device",     "cuda:0", "dtype",      dtype, "seed", seed,
+			    "batch_size", "16",     "image_size", "64",  NULL};
 	struct stoker *s = attach_opts(kv, NULL);
 	struct stoker_batch *b;
 
@@ -562,8 +563,8 @@ static size_t wait_free_memory(size_t base)
  * release word); then "ready" and wait to be killed. */
 static void stuck_child(void)
 {
-	const char *kv[] = {"device", "cuda:0", "dtype", "float32", "seed", "7", "batch_size", "16", "image_size",
-			    "64", "prefetch", "3", NULL};
+	const char *kv[] = {"device", "cuda:0",     "dtype", "float32",  "seed", "7", "batch_size",
+			    "16",     "image_size", "64",    "prefetch", "3",    NULL};
 	struct stoker *s;
 	struct stoker_batch *b;
 	struct gate gate;
@@ -633,8 +634,8 @@ static void wait_no_orphan_ring(void)
 			return;
 		sleep_ms(100);
 	}
-	fail("a gone client's ring is still held after 60 s (%.0f device bytes, %.0f of them attached clients')",
-	     total, sum);
+	fail("a gone client's ring is still held after 60 s (%.0f device bytes, %.0f of them attached clients')", total,
+	     sum);
 }
 
 static void test_killed_release(const char *self)
@@ -709,8 +710,8 @@ static void *close_thread(void *arg)
 
 static void test_close_waits(void)
 {
-	const char *kv[] = {"device", "cuda:0", "dtype", "uint8", "seed", "4", "batch_size", "16", "image_size",
-			    "64", NULL};
+	const char *kv[] = {"device",     "cuda:0", "dtype",      "uint8", "seed", "4",
+			    "batch_size", "16",     "image_size", "64",    NULL};
 	struct closer c = {0};
 	struct stoker_batch *b;
 	struct gate gate;
@@ -788,8 +789,8 @@ static void test_async_error(void)
  * STOKER_TEST_GPU_RELEASE_AFTER_S): the ring fails with the reason. */
 static void test_release_timeout(void)
 {
-	const char *kv[] = {"device", "cuda:0", "dtype", "uint8", "seed", "4", "batch_size", "16", "image_size",
-			    "64", "prefetch", "1", NULL};
+	const char *kv[] = {"device", "cuda:0",     "dtype", "uint8",    "seed", "4", "batch_size",
+			    "16",     "image_size", "64",    "prefetch", "1",    NULL};
 	struct stoker *s;
 	struct stoker_batch *b;
 	struct gate gate;
@@ -899,10 +900,12 @@ static void test_detect(void)
 		fail("out of memory");
 	for (int k = 0; k < 3; k++) {
 		const char *rect = k == 2 ? "true" : "false", *shuffle = k == 2 ? "false" : "true";
-		const char *dev_kv[] = {"task", "detect", "transform", transforms[k], "device", "cuda:0", "seed", "9",
-					"batch_size", "8", "image_size", "128", "rect", rect, "shuffle", shuffle, NULL};
-		const char *host_kv[] = {"task", "detect", "transform", transforms[k], "seed", "9", "batch_size", "8",
-					 "image_size", "128", "rect", rect, "shuffle", shuffle, NULL};
+		const char *dev_kv[] = {"task", "detect", "transform",  transforms[k], "device",     "cuda:0",
+					"seed", "9",      "batch_size", "8",           "image_size", "128",
+					"rect", rect,     "shuffle",    shuffle,       NULL};
+		const char *host_kv[] = {"task", "detect",     "transform", transforms[k], "seed",
+					 "9",    "batch_size", "8",         "image_size",  "128",
+					 "rect", rect,         "shuffle",   shuffle,       NULL};
 		uint32_t shapes = 0, last_h = 0;
 		struct stoker *dev = attach_opts(dev_kv, NULL), *host = attach_opts(host_kv, NULL);
 		uint64_t batches = 0, boxes = 0;
@@ -917,10 +920,11 @@ static void test_detect(void)
 				break;
 			if (ra < 0 || rb < 0)
 				fail("next: %s / %s", stoker_last_error(dev), stoker_last_error(host));
-			if (stoker_batch_height(a) != stoker_batch_height(b) || stoker_batch_width(a) != stoker_batch_width(b))
+			if (stoker_batch_height(a) != stoker_batch_height(b) ||
+			    stoker_batch_width(a) != stoker_batch_width(b))
 				fail("%s batch %llu: device batch %ux%u, host %ux%u", transforms[k],
-				     (unsigned long long)stoker_batch_index(b), stoker_batch_height(a), stoker_batch_width(a),
-				     stoker_batch_height(b), stoker_batch_width(b));
+				     (unsigned long long)stoker_batch_index(b), stoker_batch_height(a),
+				     stoker_batch_width(a), stoker_batch_height(b), stoker_batch_width(b));
 			shapes += stoker_batch_height(b) != last_h;
 			last_h = stoker_batch_height(b);
 			compare_batch(a, b, buf);

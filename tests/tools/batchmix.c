@@ -40,8 +40,9 @@ int main(int argc, char **argv)
 	while ((opt = getopt(argc, argv, "s:c:g:n:b:T:")) != -1) {
 		switch (opt) {
 		case 'T':
-			timing = !strcmp(optarg, "uint8") ? DTYPE_UINT8 : !strcmp(optarg, "float16") ? DTYPE_FLOAT16
-												  : DTYPE_FLOAT32;
+			timing = !strcmp(optarg, "uint8")     ? DTYPE_UINT8
+				 : !strcmp(optarg, "float16") ? DTYPE_FLOAT16
+							      : DTYPE_FLOAT32;
 			break;
 		case 's': seed = strtoull(optarg, NULL, 10); break;
 		case 'c': count = (unsigned)strtoul(optarg, NULL, 10); break;

@@ -69,7 +69,10 @@ int main(int argc, char **argv)
 	if (r < 0) {
 		printf("{\"ok\": false, \"why\": \"");
 		for (const char *p = why; *p; p++)
-			printf(*p == '"' || *p == '\\' ? "\\%c" : (unsigned char)*p < 0x20 || *p & 0x80 ? "?" : "%c", *p);
+			printf(*p == '"' || *p == '\\'                 ? "\\%c"
+			       : (unsigned char)*p < 0x20 || *p & 0x80 ? "?"
+								       : "%c",
+			       *p);
 		printf("\"}\n");
 		return 0;
 	}

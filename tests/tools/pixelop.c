@@ -86,7 +86,7 @@ int main(int argc, char **argv)
 	double numbers[MAX_PARAMS][8];
 	struct pixel_scratch *scratch = NULL;
 	struct pixel_op *op = NULL;
-	struct rgb_image im = { 0 }, work;
+	struct rgb_image im = {0}, work;
 	const char *file = NULL, *forced = NULL;
 	unsigned long long seed = 0, index = 0, n = 0;
 	uint32_t gw = 32, gh = 24;
@@ -119,7 +119,7 @@ int main(int argc, char **argv)
 		}
 		*eq = '\0';
 		v = eq + 1;
-		params[np] = (struct op_param){ .key = argv[a], .numbers = numbers[np] };
+		params[np] = (struct op_param){.key = argv[a], .numbers = numbers[np]};
 		if (!strcmp(v, "none"))
 			continue;
 		for (char *t = v; k < 8; k++) {

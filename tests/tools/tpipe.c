@@ -62,8 +62,8 @@ static uint8_t *slurp(const char *path, size_t *len)
 
 static int run(struct tpipe *t, uint64_t seed, int nfiles, char **files)
 {
-	static const char *const dtypes[] = { "uint8", "float32", "float16" };
-	struct transform_spec spec = { .dtype = DTYPE_UINT8, .mean = { 0, 0, 0 }, .std = { 1, 1, 1 } };
+	static const char *const dtypes[] = {"uint8", "float32", "float16"};
+	struct transform_spec spec = {.dtype = DTYPE_UINT8, .mean = {0, 0, 0}, .std = {1, 1, 1}};
 	struct tpipe_info info;
 	struct pipeline *p = NULL;
 	struct tpipe_ctx *c = NULL;
@@ -100,8 +100,8 @@ static int run(struct tpipe *t, uint64_t seed, int nfiles, char **files)
 		free(data);
 		n = tpipe_trace(c, &d);
 		for (size_t k = 0; k < n; k++)
-			printf("draw %u %s %.17g %.17g %.17g %.17g\n", d[k].op, d[k].kind, d[k].v[0], d[k].v[1], d[k].v[2],
-			       d[k].v[3]);
+			printf("draw %u %s %.17g %.17g %.17g %.17g\n", d[k].op, d[k].kind, d[k].v[0], d[k].v[1],
+			       d[k].v[2], d[k].v[3]);
 		if (r < 0) {
 			printf("! %s\n", tpipe_ctx_error(c));
 			continue;

@@ -107,9 +107,9 @@ static void test_map_as_client(void **state)
 		skip();
 	assert_int_equal(access_map_build(&nobody, ds, &m, err, sizeof(err)), 0);
 	assert_true(access_readable(m, index_of(ds, "a/1.jpg")));
-	assert_false(access_readable(m, index_of(ds, "a/2.jpg")));       /* mode bits */
-	assert_false(access_readable(m, index_of(ds, "a/3.jpg")));       /* not in the group */
-	assert_false(access_readable(m, index_of(ds, "b/4.jpg")));       /* symlink into a 0700 dir */
+	assert_false(access_readable(m, index_of(ds, "a/2.jpg"))); /* mode bits */
+	assert_false(access_readable(m, index_of(ds, "a/3.jpg"))); /* not in the group */
+	assert_false(access_readable(m, index_of(ds, "b/4.jpg"))); /* symlink into a 0700 dir */
 	assert_true(access_readable(m, index_of(ds, "b/5.jpg")));
 	assert_int_equal(m->unreadable, 3);
 	assert_int_equal(m->logged[0], index_of(ds, "a/2.jpg"));

@@ -148,11 +148,11 @@ static void test_detect_options_refused(void **state)
 	Stoker__Attach a;
 
 	(void)state;
-#define WITH(field_set)                                   \
-	do {                                              \
+#define WITH(field_set)                                                  \
+	do {                                                             \
 		o = (Stoker__DetectOptions)STOKER__DETECT_OPTIONS__INIT; \
-		field_set;                                \
-		a = detect(&o);                           \
+		field_set;                                               \
+		a = detect(&o);                                          \
 	} while (0)
 	WITH((o.has_hsv_h = true, o.hsv_h = 1.5f));
 	refused(&a, "hsv_h must be in [0, 1], not 1.5");
@@ -312,7 +312,10 @@ static void assert_layout(const struct slot_layout *l, uint64_t image, size_t la
 
 static void test_layout_classify(void **state)
 {
-	struct slot_request r = {.batch_size = 32, .image_size = 224, .dtype = DTYPE_UINT8, .prefetch = 3,
+	struct slot_request r = {.batch_size = 32,
+				 .image_size = 224,
+				 .dtype = DTYPE_UINT8,
+				 .prefetch = 3,
 				 .page_size = 4096};
 	struct slot_layout l;
 
@@ -324,7 +327,10 @@ static void test_layout_classify(void **state)
 	assert_int_equal(attach_slot_layout(&r, &l), 0);
 	assert_layout(&l, 19267584, 19267584, 19267840, 0, 0, 0, 19271680, 4, 0);
 	/* Every area and the slot keep their alignment. */
-	r = (struct slot_request){.batch_size = 5, .image_size = 33, .dtype = DTYPE_FLOAT16, .prefetch = 0,
+	r = (struct slot_request){.batch_size = 5,
+				  .image_size = 33,
+				  .dtype = DTYPE_FLOAT16,
+				  .prefetch = 0,
 				  .page_size = 16384};
 	assert_int_equal(attach_slot_layout(&r, &l), 0);
 	assert_int_equal(l.image_bytes, 5ull * 33 * 33 * 3 * 2);
@@ -338,8 +344,12 @@ static void test_layout_classify(void **state)
  * indices, each 64-byte aligned, overflow-checked like the rest. */
 static void test_layout_soft_targets(void **state)
 {
-	struct slot_request r = {.batch_size = 8, .image_size = 32, .dtype = DTYPE_FLOAT32, .soft_classes = 1000,
-				 .prefetch = 1, .page_size = 4096};
+	struct slot_request r = {.batch_size = 8,
+				 .image_size = 32,
+				 .dtype = DTYPE_FLOAT32,
+				 .soft_classes = 1000,
+				 .prefetch = 1,
+				 .page_size = 4096};
 	struct slot_layout l;
 	uint64_t image = 32ull * 32 * 3 * 4;
 
@@ -354,8 +364,11 @@ static void test_layout_soft_targets(void **state)
 	assert_int_equal(attach_slot_layout(&r, &l), 0);
 	assert_int_equal(l.soft_offset, 0);
 	assert_int_equal(l.mix_offset, 0);
-	r = (struct slot_request){.batch_size = UINT32_MAX, .image_size = 1, .soft_classes = UINT32_MAX,
-				  .prefetch = 0, .page_size = 4096};
+	r = (struct slot_request){.batch_size = UINT32_MAX,
+				  .image_size = 1,
+				  .soft_classes = UINT32_MAX,
+				  .prefetch = 0,
+				  .page_size = 4096};
 	assert_int_equal(attach_slot_layout(&r, &l), -EOVERFLOW);
 }
 
@@ -379,8 +392,13 @@ static void test_layout_device(void **state)
 
 static void test_layout_detect(void **state)
 {
-	struct slot_request r = {.batch_size = 3, .image_size = 100, .dtype = DTYPE_UINT8, .detect = true,
-				 .max_boxes = 7, .prefetch = 1, .page_size = 4096};
+	struct slot_request r = {.batch_size = 3,
+				 .image_size = 100,
+				 .dtype = DTYPE_UINT8,
+				 .detect = true,
+				 .max_boxes = 7,
+				 .prefetch = 1,
+				 .page_size = 4096};
 	struct slot_layout l;
 
 	(void)state;
@@ -402,8 +420,14 @@ static void test_layout_detect(void **state)
 static void test_layout_rect(void **state)
 {
 	/* image_size 640, stride 32, pad 0.5: room for 672 x 672, uint8. */
-	struct slot_request r = {.batch_size = 4, .image_size = 640, .dtype = DTYPE_UINT8, .rect_side = 672,
-				 .detect = true, .max_boxes = 1000, .prefetch = 0, .page_size = 4096};
+	struct slot_request r = {.batch_size = 4,
+				 .image_size = 640,
+				 .dtype = DTYPE_UINT8,
+				 .rect_side = 672,
+				 .detect = true,
+				 .max_boxes = 1000,
+				 .prefetch = 0,
+				 .page_size = 4096};
 	struct slot_layout l;
 
 	(void)state;
@@ -417,8 +441,11 @@ static void test_layout_rect(void **state)
 
 static void test_layout_overflow(void **state)
 {
-	struct slot_request r = {.batch_size = UINT32_MAX, .image_size = UINT32_MAX, .dtype = DTYPE_FLOAT32,
-				 .prefetch = 1, .page_size = 4096};
+	struct slot_request r = {.batch_size = UINT32_MAX,
+				 .image_size = UINT32_MAX,
+				 .dtype = DTYPE_FLOAT32,
+				 .prefetch = 1,
+				 .page_size = 4096};
 	struct slot_layout l, before;
 
 	(void)state;
@@ -432,20 +459,37 @@ static void test_layout_overflow(void **state)
 	r.batch_size = 1u << 20;
 	assert_int_equal(attach_slot_layout(&r, &l), -EOVERFLOW);
 	/* The boxes area overflows. */
-	r = (struct slot_request){.batch_size = UINT32_MAX, .image_size = 8, .dtype = DTYPE_UINT8, .detect = true,
-				  .max_boxes = UINT32_MAX, .prefetch = 1, .page_size = 4096};
+	r = (struct slot_request){.batch_size = UINT32_MAX,
+				  .image_size = 8,
+				  .dtype = DTYPE_UINT8,
+				  .detect = true,
+				  .max_boxes = UINT32_MAX,
+				  .prefetch = 1,
+				  .page_size = 4096};
 	assert_int_equal(attach_slot_layout(&r, &l), -EOVERFLOW);
 	/* The ring: too many slots of a large slot; UINT32_MAX + 1 slots. */
-	r = (struct slot_request){.batch_size = 1u << 16, .image_size = 1u << 16, .dtype = DTYPE_FLOAT32,
-				  .prefetch = 1u << 20, .page_size = 4096};
+	r = (struct slot_request){.batch_size = 1u << 16,
+				  .image_size = 1u << 16,
+				  .dtype = DTYPE_FLOAT32,
+				  .prefetch = 1u << 20,
+				  .page_size = 4096};
 	assert_int_equal(attach_slot_layout(&r, &l), -EOVERFLOW);
-	r = (struct slot_request){.batch_size = 1, .image_size = 8, .dtype = DTYPE_UINT8, .prefetch = UINT32_MAX,
+	r = (struct slot_request){.batch_size = 1,
+				  .image_size = 8,
+				  .dtype = DTYPE_UINT8,
+				  .prefetch = UINT32_MAX,
 				  .page_size = 4096};
 	assert_int_equal(attach_slot_layout(&r, &l), -EOVERFLOW);
 	/* The mosaic's partner images. */
-	r = (struct slot_request){.batch_size = 1u << 20, .image_size = 1u << 16, .dtype = DTYPE_UINT8,
-				  .rect_side = 8, .detect = true, .max_boxes = 1, .mosaic = true,
-				  .prefetch = 1u << 11, .page_size = 4096};
+	r = (struct slot_request){.batch_size = 1u << 20,
+				  .image_size = 1u << 16,
+				  .dtype = DTYPE_UINT8,
+				  .rect_side = 8,
+				  .detect = true,
+				  .max_boxes = 1,
+				  .mosaic = true,
+				  .prefetch = 1u << 11,
+				  .page_size = 4096};
 	assert_int_equal(attach_slot_layout(&r, &l), -EOVERFLOW);
 	r.mosaic = false;
 	assert_int_equal(attach_slot_layout(&r, &l), 0);

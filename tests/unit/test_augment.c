@@ -50,7 +50,7 @@ static struct jpeg make_jpeg(const struct jpeg_opts *o)
 {
 	struct jpeg_compress_struct c;
 	struct jpeg_error_mgr e;
-	struct jpeg j = { NULL, 0 };
+	struct jpeg j = {NULL, 0};
 	int comps = o->in_space == JCS_GRAYSCALE ? 1 : o->in_space == JCS_CMYK ? 4 : 3;
 	uint8_t *row = malloc((size_t)o->width * comps);
 
@@ -75,10 +75,11 @@ static struct jpeg make_jpeg(const struct jpeg_opts *o)
 
 		for (uint32_t x = 0; x < o->width; x++)
 			for (int k = 0; k < comps; k++)
-				row[(size_t)x * comps + k] = o->pattern == PAT_SOLID ? o->colour[k] :
-							     o->pattern == PAT_GRADIENT ?
-										 (uint8_t)((x * 255 / o->width + y * 97 / o->height + k * 60) & 0xFF) :
-										 texture(x, y, k);
+				row[(size_t)x * comps + k] =
+					o->pattern == PAT_SOLID ? o->colour[k]
+					: o->pattern == PAT_GRADIENT
+						? (uint8_t)((x * 255 / o->width + y * 97 / o->height + k * 60) & 0xFF)
+						: texture(x, y, k);
 		jpeg_write_scanlines(&c, &row, 1);
 	}
 	jpeg_finish_compress(&c);
@@ -118,7 +119,7 @@ static uint8_t *full_decode(const struct jpeg *j, unsigned denom, uint32_t *w, u
 
 static struct pipeline *new_pipeline(uint64_t max_pixels, uint32_t max_scans)
 {
-	struct decode_limits l = { .max_pixels = max_pixels, .max_scans = max_scans };
+	struct decode_limits l = {.max_pixels = max_pixels, .max_scans = max_scans};
 	struct pipeline *p = NULL;
 
 	assert_int_equal(pipeline_new(&l, &p), 0);
@@ -144,7 +145,7 @@ static double mean_abs_diff(const uint8_t *a, const uint8_t *b, size_t n, int *m
 
 static void test_rrc_bounds(void **state)
 {
-	const uint32_t sizes[][2] = { { 500, 375 }, { 375, 500 }, { 224, 224 }, { 1, 1 }, { 3, 1000 }, { 640, 427 } };
+	const uint32_t sizes[][2] = {{500, 375}, {375, 500}, {224, 224}, {1, 1}, {3, 1000}, {640, 427}};
 	const double eps = 1e-9;
 
 	(void)state;
@@ -162,7 +163,8 @@ static void test_rrc_bounds(void **state)
 			assert_true(b.x == floor(b.x) && b.y == floor(b.y) && b.w == floor(b.w) && b.h == floor(b.h));
 			if (W >= 224 && H >= 224) {
 				/* Rounding moves w and h by at most half a pixel each. */
-				double area = (double)W * H, lo = (b.w + 0.5) * (b.h + 0.5), hi = (b.w - 0.5) * (b.h - 0.5);
+				double area = (double)W * H, lo = (b.w + 0.5) * (b.h + 0.5),
+				       hi = (b.w - 0.5) * (b.h - 0.5);
 				double amin = (b.w - 0.5) / (b.h + 0.5), amax = (b.w + 0.5) / (b.h - 0.5);
 				bool whole = b.w == W && b.h == H; /* the fallback for these sizes */
 
@@ -176,7 +178,7 @@ static void test_rrc_bounds(void **state)
 static void test_rrc_deterministic_and_flips(void **state)
 {
 	int flips = 0, distinct = 0;
-	struct crop_box prev = { 0 };
+	struct crop_box prev = {0};
 
 	(void)state;
 	for (uint64_t i = 0; i < 2000; i++) {
@@ -247,8 +249,11 @@ static void test_center_crop_box(void **state)
 static void test_solid_colour(void **state)
 {
 	struct pipeline *p = new_pipeline(0, 0);
-	struct jpeg j = make_jpeg(&(struct jpeg_opts){ .width = 300, .height = 200, .in_space = JCS_RGB,
-							.colour = { 200, 30, 90 }, .quality = 95 });
+	struct jpeg j = make_jpeg(&(struct jpeg_opts){.width = 300,
+						      .height = 200,
+						      .in_space = JCS_RGB,
+						      .colour = {200, 30, 90},
+						      .quality = 95});
 	const uint32_t S = 64;
 	uint8_t *out = malloc(S * S * 3 + 64);
 
@@ -257,8 +262,9 @@ static void test_solid_colour(void **state)
 	for (int kind = 0; kind < 2; kind++)
 		for (uint64_t i = 0; i < 8; i++) {
 			/* as the daemon's defaults: DCT scaling for the random crop */
-			struct transform_spec spec = { .kind = kind, .image_size = S,
-						       .dct_scaling = kind == TRANSFORM_RANDOM_RESIZED_CROP };
+			struct transform_spec spec = {.kind = kind,
+						      .image_size = S,
+						      .dct_scaling = kind == TRANSFORM_RANDOM_RESIZED_CROP};
 			struct rng r;
 
 			rng_init(&r, 1, 0, i, RNG_AUGMENT);
@@ -280,8 +286,9 @@ static void test_solid_colour(void **state)
 static void test_grayscale(void **state)
 {
 	struct pipeline *p = new_pipeline(0, 0);
-	struct jpeg j = make_jpeg(&(struct jpeg_opts){ 123, 77, JCS_GRAYSCALE, PAT_TEXTURE, { 0 }, 90, false, false, false });
-	struct transform_spec spec = { .kind = TRANSFORM_RANDOM_RESIZED_CROP, .image_size = 48, .dct_scaling = true };
+	struct jpeg j =
+		make_jpeg(&(struct jpeg_opts){123, 77, JCS_GRAYSCALE, PAT_TEXTURE, {0}, 90, false, false, false});
+	struct transform_spec spec = {.kind = TRANSFORM_RANDOM_RESIZED_CROP, .image_size = 48, .dct_scaling = true};
 	uint8_t out[48 * 48 * 3];
 	int spread = 0;
 
@@ -307,13 +314,19 @@ static void test_cmyk(void **state)
 {
 	struct pipeline *p = new_pipeline(0, 0);
 	/* magenta + yellow ink, no black: red */
-	struct jpeg j = make_jpeg(&(struct jpeg_opts){ .width = 64, .height = 40, .in_space = JCS_CMYK,
-							.colour = { 255, 0, 0, 255 }, .quality = 95 });
+	struct jpeg j = make_jpeg(&(struct jpeg_opts){.width = 64,
+						      .height = 40,
+						      .in_space = JCS_CMYK,
+						      .colour = {255, 0, 0, 255},
+						      .quality = 95});
 	/* no ink but half black: R = G = B = 255 - 128 */
-	struct jpeg k = make_jpeg(&(struct jpeg_opts){ .width = 40, .height = 64, .in_space = JCS_CMYK,
-							.colour = { 255, 255, 255, 127 }, .quality = 95 });
-	struct jpeg t = make_jpeg(&(struct jpeg_opts){ 97, 61, JCS_CMYK, PAT_TEXTURE, { 0 }, 90, true, false, false });
-	struct transform_spec spec = { .kind = TRANSFORM_CENTER_CROP, .image_size = 32 };
+	struct jpeg k = make_jpeg(&(struct jpeg_opts){.width = 40,
+						      .height = 64,
+						      .in_space = JCS_CMYK,
+						      .colour = {255, 255, 255, 127},
+						      .quality = 95});
+	struct jpeg t = make_jpeg(&(struct jpeg_opts){97, 61, JCS_CMYK, PAT_TEXTURE, {0}, 90, true, false, false});
+	struct transform_spec spec = {.kind = TRANSFORM_CENTER_CROP, .image_size = 32};
 	uint8_t out[32 * 32 * 3];
 
 	(void)state;
@@ -333,9 +346,9 @@ static void test_cmyk(void **state)
 static void test_bad_files(void **state)
 {
 	struct pipeline *p = new_pipeline(0, 0);
-	struct jpeg j = make_jpeg(&(struct jpeg_opts){ 256, 256, JCS_RGB, PAT_TEXTURE, { 0 }, 90, false, false, false });
-	struct transform_spec rrc = { .kind = TRANSFORM_RANDOM_RESIZED_CROP, .image_size = 32 };
-	struct transform_spec cc = { .kind = TRANSFORM_CENTER_CROP, .image_size = 32 };
+	struct jpeg j = make_jpeg(&(struct jpeg_opts){256, 256, JCS_RGB, PAT_TEXTURE, {0}, 90, false, false, false});
+	struct transform_spec rrc = {.kind = TRANSFORM_RANDOM_RESIZED_CROP, .image_size = 32};
+	struct transform_spec cc = {.kind = TRANSFORM_CENTER_CROP, .image_size = 32};
 	uint8_t out[32 * 32 * 3], junk[4096];
 	struct rng r;
 
@@ -347,7 +360,7 @@ static void test_bad_files(void **state)
 		assert_true(strlen(pipeline_error(p)) > 0);
 	}
 	assert_int_equal(pipeline_run(p, j.data, j.size / 2, &cc, NULL, out), -EBADMSG);
-	assert_int_equal(pipeline_run(p, j.data, 200, &cc, NULL, out), -EBADMSG); /* inside the header */
+	assert_int_equal(pipeline_run(p, j.data, 200, &cc, NULL, out), -EBADMSG);        /* inside the header */
 	assert_int_equal(pipeline_run(p, j.data, j.size - 2, &cc, NULL, out), -EBADMSG); /* just the EOI gone */
 
 	/* empty, junk, a PNG signature */
@@ -383,9 +396,9 @@ static unsigned char *find_marker(struct jpeg *j, unsigned char m)
 static void test_limits_and_unsupported(void **state)
 {
 	struct pipeline *p = new_pipeline(1000000, 3);
-	struct jpeg j = make_jpeg(&(struct jpeg_opts){ 16, 16, JCS_RGB, PAT_GRADIENT, { 0 }, 90, false, false, false });
-	struct jpeg prog = make_jpeg(&(struct jpeg_opts){ 64, 48, JCS_RGB, PAT_TEXTURE, { 0 }, 90, true, false, false });
-	struct transform_spec cc = { .kind = TRANSFORM_CENTER_CROP, .image_size = 16 };
+	struct jpeg j = make_jpeg(&(struct jpeg_opts){16, 16, JCS_RGB, PAT_GRADIENT, {0}, 90, false, false, false});
+	struct jpeg prog = make_jpeg(&(struct jpeg_opts){64, 48, JCS_RGB, PAT_TEXTURE, {0}, 90, true, false, false});
+	struct transform_spec cc = {.kind = TRANSFORM_CENTER_CROP, .image_size = 16};
 	uint8_t out[16 * 16 * 3], *sof;
 
 	(void)state;
@@ -423,8 +436,9 @@ static void test_limits_and_unsupported(void **state)
 static void test_arithmetic(void **state)
 {
 	struct pipeline *p = new_pipeline(0, 0);
-	struct jpeg j = make_jpeg(&(struct jpeg_opts){ 80, 60, JCS_RGB, PAT_SOLID, { 10, 220, 120 }, 95, false, true, false });
-	struct transform_spec cc = { .kind = TRANSFORM_CENTER_CROP, .image_size = 24 };
+	struct jpeg j =
+		make_jpeg(&(struct jpeg_opts){80, 60, JCS_RGB, PAT_SOLID, {10, 220, 120}, 95, false, true, false});
+	struct transform_spec cc = {.kind = TRANSFORM_CENTER_CROP, .image_size = 24};
 	uint8_t out[24 * 24 * 3];
 	int r;
 
@@ -432,7 +446,8 @@ static void test_arithmetic(void **state)
 	r = pipeline_run(p, j.data, j.size, &cc, NULL, out);
 	assert_true(r == 0 || r == -EBADMSG);
 	for (size_t i = 0; r == 0 && i < 24 * 24; i++)
-		assert_true(abs(out[i * 3] - 10) <= 3 && abs(out[i * 3 + 1] - 220) <= 3 && abs(out[i * 3 + 2] - 120) <= 3);
+		assert_true(abs(out[i * 3] - 10) <= 3 && abs(out[i * 3 + 1] - 220) <= 3 &&
+			    abs(out[i * 3 + 2] - 120) <= 3);
 	free(j.data);
 	pipeline_free(p);
 }
@@ -440,10 +455,10 @@ static void test_arithmetic(void **state)
 static void test_bad_args(void **state)
 {
 	struct pipeline *p = new_pipeline(0, 0);
-	struct jpeg j = make_jpeg(&(struct jpeg_opts){ 16, 16, JCS_RGB, PAT_GRADIENT, { 0 }, 90, false, false, false });
-	struct transform_spec ok = { .kind = TRANSFORM_RANDOM_RESIZED_CROP, .image_size = 8 };
-	struct transform_spec zero = { .kind = TRANSFORM_CENTER_CROP, .image_size = 0 };
-	struct transform_spec kind = { .kind = (enum transform_kind)7, .image_size = 8 };
+	struct jpeg j = make_jpeg(&(struct jpeg_opts){16, 16, JCS_RGB, PAT_GRADIENT, {0}, 90, false, false, false});
+	struct transform_spec ok = {.kind = TRANSFORM_RANDOM_RESIZED_CROP, .image_size = 8};
+	struct transform_spec zero = {.kind = TRANSFORM_CENTER_CROP, .image_size = 0};
+	struct transform_spec kind = {.kind = (enum transform_kind)7, .image_size = 8};
 	uint8_t out[8 * 8 * 3];
 	struct rng r;
 
@@ -491,10 +506,10 @@ static void resize_then_crop(struct resizer *rs, const uint8_t *full, uint32_t W
 static void test_partial_decode_matches_full(void **state)
 {
 	const struct jpeg_opts opts[] = {
-		{ 400, 300, JCS_RGB, PAT_TEXTURE, { 0 }, 90, false, false, false },      /* 4:2:0 */
-		{ 333, 251, JCS_RGB, PAT_TEXTURE, { 0 }, 85, false, false, true },       /* 4:4:4, odd sizes */
-		{ 300, 400, JCS_RGB, PAT_TEXTURE, { 0 }, 90, true, false, false },       /* progressive */
-		{ 257, 199, JCS_GRAYSCALE, PAT_TEXTURE, { 0 }, 90, false, false, false },
+		{400, 300, JCS_RGB, PAT_TEXTURE, {0}, 90, false, false, false}, /* 4:2:0 */
+		{333, 251, JCS_RGB, PAT_TEXTURE, {0}, 85, false, false, true},  /* 4:4:4, odd sizes */
+		{300, 400, JCS_RGB, PAT_TEXTURE, {0}, 90, true, false, false},  /* progressive */
+		{257, 199, JCS_GRAYSCALE, PAT_TEXTURE, {0}, 90, false, false, false},
 	};
 	const uint32_t S = 224;
 	struct pipeline *p = new_pipeline(0, 0);
@@ -511,8 +526,9 @@ static void test_partial_decode_matches_full(void **state)
 		uint8_t *full = full_decode(&j, 1, &W, &H);
 
 		for (uint64_t i = 0; i < 12; i++) {
-			struct transform_spec spec = { .kind = i < 10 ? TRANSFORM_RANDOM_RESIZED_CROP : TRANSFORM_CENTER_CROP,
-						       .image_size = S };
+			struct transform_spec spec = {.kind = i < 10 ? TRANSFORM_RANDOM_RESIZED_CROP
+								     : TRANSFORM_CENTER_CROP,
+						      .image_size = S};
 			struct crop_box b;
 			struct rng r;
 			int max;
@@ -522,13 +538,13 @@ static void test_partial_decode_matches_full(void **state)
 			rng_init(&r, 8, 3, i, RNG_AUGMENT);
 			if (spec.kind == TRANSFORM_RANDOM_RESIZED_CROP) {
 				random_resized_crop_box(W, H, &r, &b);
-				assert_int_equal(resize_rgb(rs, full + ((size_t)b.y * W + (size_t)b.x) * 3, (uint32_t)b.w,
-							    (uint32_t)b.h, (size_t)W * 3, 0, 0, b.w, b.h, want, S, S, S * 3,
-							    b.flip),
+				assert_int_equal(resize_rgb(rs, full + ((size_t)b.y * W + (size_t)b.x) * 3,
+							    (uint32_t)b.w, (uint32_t)b.h, (size_t)W * 3, 0, 0, b.w, b.h,
+							    want, S, S, S * 3, b.flip),
 						 0);
 			} else {
 				resize_then_crop(rs, full, W, H, S, want);
-				b = (struct crop_box){ 0 };
+				b = (struct crop_box){0};
 			}
 			assert_true(mean_abs_diff(got, want, S * S * 3, &max) < 0.01);
 			assert_true(max <= 1);
@@ -552,8 +568,8 @@ static void test_partial_decode_matches_full(void **state)
  */
 static void test_dct_scaled_decode_close_to_full(void **state)
 {
-	struct jpeg j = make_jpeg(&(struct jpeg_opts){ 1200, 900, JCS_RGB, PAT_TEXTURE, { 0 }, 90, false, false, false });
-	const uint32_t sizes[] = { 224, 96 }; /* crop ~787 px: 1/2 for 224, 1/4 for 96 */
+	struct jpeg j = make_jpeg(&(struct jpeg_opts){1200, 900, JCS_RGB, PAT_TEXTURE, {0}, 90, false, false, false});
+	const uint32_t sizes[] = {224, 96}; /* crop ~787 px: 1/2 for 224, 1/4 for 96 */
 	struct pipeline *p = new_pipeline(0, 0);
 	struct resizer *rs;
 	uint32_t W, H;
@@ -566,7 +582,7 @@ static void test_dct_scaled_decode_close_to_full(void **state)
 	for (size_t s = 0; s < 4; s++) {
 		bool dct = s < 2;
 		uint32_t S = sizes[s % 2];
-		struct transform_spec spec = { .kind = TRANSFORM_CENTER_CROP, .image_size = S, .dct_scaling = dct };
+		struct transform_spec spec = {.kind = TRANSFORM_CENTER_CROP, .image_size = S, .dct_scaling = dct};
 		size_t n = (size_t)S * S * 3;
 		struct crop_box b;
 		int max;
@@ -574,9 +590,9 @@ static void test_dct_scaled_decode_close_to_full(void **state)
 
 		assert_int_equal(pipeline_run(p, j.data, j.size, &spec, NULL, got), 0);
 		center_crop_box(W, H, S, &b);
-		assert_int_equal(resize_rgb(rs, full, W, H, (size_t)W * 3, b.x, b.y, b.w, b.h, want, S, S,
-					    (size_t)S * 3, false),
-				 0);
+		assert_int_equal(
+			resize_rgb(rs, full, W, H, (size_t)W * 3, b.x, b.y, b.w, b.h, want, S, S, (size_t)S * 3, false),
+			0);
 		mad = mean_abs_diff(got, want, n, &max);
 		if (dct) {
 			assert_true(mad < 3.0);
@@ -618,7 +634,7 @@ static uint16_t reference_half(float x)
 	else if (a < 0x1p-14) /* subnormal: whole units of 2^-24; 1024 units carry into the exponent */
 		h = sign | (uint16_t)nearbyint(a * 0x1p24);
 	else {
-		frexp(a, &e); /* a = f * 2^e, f in [0.5, 1) */
+		frexp(a, &e);                    /* a = f * 2^e, f in [0.5, 1) */
 		m = nearbyint(ldexp(a, 11 - e)); /* 11 significant bits: [1024, 2048] */
 		biased = e - 1 + 15;
 		if (m == 2048) {
@@ -638,14 +654,14 @@ static uint16_t reference_half(float x)
 }
 static void test_float_outputs(void **state)
 {
-	struct jpeg j = make_jpeg(&(struct jpeg_opts){ 180, 140, JCS_RGB, PAT_TEXTURE, { 0 }, 90, false, false, false });
+	struct jpeg j = make_jpeg(&(struct jpeg_opts){180, 140, JCS_RGB, PAT_TEXTURE, {0}, 90, false, false, false});
 	const uint32_t S = 40;
 	const size_t n = (size_t)S * S;
 	const struct {
 		float mean[3], std[3];
 	} norms[] = {
-		{ { 0.485f, 0.456f, 0.406f }, { 0.229f, 0.224f, 0.225f } }, /* ImageNet */
-		{ { 0, 0, 0 }, { 1e-6f, 1e4f, -2.5f } }, /* float16 overflow, subnormals, a negative std */
+		{{0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}}, /* ImageNet */
+		{{0, 0, 0}, {1e-6f, 1e4f, -2.5f}},                    /* float16 overflow, subnormals, a negative std */
 	};
 	struct pipeline *p = new_pipeline(0, 0);
 	uint8_t *u8 = malloc(n * 3), *f = malloc(n * 3 * 4 + 16);
@@ -656,8 +672,9 @@ static void test_float_outputs(void **state)
 	for (size_t k = 0; k < sizeof(norms) / sizeof(norms[0]); k++)
 		for (int dt = DTYPE_FLOAT32; dt <= DTYPE_FLOAT16; dt++)
 			for (uint64_t i = 0; i < 3; i++) {
-				struct transform_spec spec = { .kind = TRANSFORM_RANDOM_RESIZED_CROP, .image_size = S,
-							       .dct_scaling = true };
+				struct transform_spec spec = {.kind = TRANSFORM_RANDOM_RESIZED_CROP,
+							      .image_size = S,
+							      .dct_scaling = true};
 				size_t elem = dt == DTYPE_FLOAT32 ? 4 : 2;
 				struct rng r;
 
@@ -672,7 +689,8 @@ static void test_float_outputs(void **state)
 				assert_int_equal(pipeline_run(p, j.data, j.size, &spec, &r, f), 0);
 				for (int c = 0; c < 3; c++)
 					for (size_t q = 0; q < n; q++) {
-						float want = ((float)u8[q * 3 + c] / 255.0f - spec.mean[c]) / spec.std[c];
+						float want =
+							((float)u8[q * 3 + c] / 255.0f - spec.mean[c]) / spec.std[c];
 
 						if (dt == DTYPE_FLOAT32) {
 							assert_memory_equal(f + ((size_t)c * n + q) * 4, &want, 4);
@@ -687,8 +705,11 @@ static void test_float_outputs(void **state)
 
 	/* a zero or non-finite std, a non-finite mean, an unknown dtype */
 	{
-		struct transform_spec bad = { .kind = TRANSFORM_CENTER_CROP, .image_size = S, .dtype = DTYPE_FLOAT32,
-					      .mean = { 0, 0, 0 }, .std = { 1, 0, 1 } };
+		struct transform_spec bad = {.kind = TRANSFORM_CENTER_CROP,
+					     .image_size = S,
+					     .dtype = DTYPE_FLOAT32,
+					     .mean = {0, 0, 0},
+					     .std = {1, 0, 1}};
 
 		assert_int_equal(pipeline_run(p, j.data, j.size, &bad, NULL, f), -EINVAL);
 		bad.std[1] = INFINITY;
@@ -712,9 +733,9 @@ static void test_float_outputs(void **state)
 static void test_decoder_regions(void **state)
 {
 	const struct jpeg_opts opts[] = {
-		{ 213, 157, JCS_RGB, PAT_TEXTURE, { 0 }, 90, false, false, false },
-		{ 150, 190, JCS_RGB, PAT_TEXTURE, { 0 }, 80, true, false, true },
-		{ 99, 101, JCS_GRAYSCALE, PAT_TEXTURE, { 0 }, 90, true, false, false },
+		{213, 157, JCS_RGB, PAT_TEXTURE, {0}, 90, false, false, false},
+		{150, 190, JCS_RGB, PAT_TEXTURE, {0}, 80, true, false, true},
+		{99, 101, JCS_GRAYSCALE, PAT_TEXTURE, {0}, 90, true, false, false},
 	};
 	struct decoder *d;
 
@@ -730,7 +751,8 @@ static void test_decoder_regions(void **state)
 
 			for (int it = 0; it < 25; it++) {
 				uint32_t x0 = (uint32_t)rand() % W, y0 = (uint32_t)rand() % H;
-				uint32_t x1 = x0 + 1 + (uint32_t)rand() % (W - x0), y1 = y0 + 1 + (uint32_t)rand() % (H - y0);
+				uint32_t x1 = x0 + 1 + (uint32_t)rand() % (W - x0),
+					 y1 = y0 + 1 + (uint32_t)rand() % (H - y0);
 				struct decoded_region reg;
 
 				assert_int_equal(decoder_open(d, j.data, j.size, &w, &h), 0);

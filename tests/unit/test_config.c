@@ -177,7 +177,7 @@ static void test_layers_all(void **state)
 					 "max_scans = 5\n");
 	write_file(STOKER_ADMIN_CONFIG_DIR "/stoker.conf", "[stokerd]\nworkers = 2\nmax_batch_size = 200\n");
 	write_file(STOKER_ADMIN_CONFIG_DIR "/stoker.conf.d/a.conf", "[stokerd]\nworkers = 3\nprefetch = 2\n"
-								  "max_frame_bytes = 4096\n");
+								    "max_frame_bytes = 4096\n");
 	write_file(STOKER_ADMIN_CONFIG_DIR "/stoker.conf.d/b.conf", "[stokerd]\nprefetch = 3\n");
 	snprintf(vendor, sizeof(vendor), "%s%s", root, STOKER_VENDOR_CONFIG);
 	snprintf(admin, sizeof(admin), "%s%s/stoker.conf", root, STOKER_ADMIN_CONFIG_DIR);

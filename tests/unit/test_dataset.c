@@ -93,10 +93,10 @@ static void test_image_folder_order(void **state)
  * YOLO directories take Ultralytics' IMG_FORMATS that stoker decodes. */
 static void test_image_extensions(void **state)
 {
-	static const char *const taken[] = {"a/0.jpg", "a/1.JPEG", "a/2.png", "a/3.PPM", "a/4.bmp",
-					    "a/5.pgm", "a/6.Tif", "a/7.tiff", "a/8.webp", "a/9.x.WebP"};
-	static const char *const skipped[] = {"a/gif.gif", "a/heic.heic", "a/mpo.mpo", "a/png", "a/notes.txt",
-					      "a/x.jpg.bak", "a/avif.avif"};
+	static const char *const taken[] = {"a/0.jpg", "a/1.JPEG", "a/2.png",  "a/3.PPM",  "a/4.bmp",
+					    "a/5.pgm", "a/6.Tif",  "a/7.tiff", "a/8.webp", "a/9.x.WebP"};
+	static const char *const skipped[] = {"a/gif.gif",   "a/heic.heic", "a/mpo.mpo",  "a/png",
+					      "a/notes.txt", "a/x.jpg.bak", "a/avif.avif"};
 	struct dataset *ds;
 	char err[256] = "";
 

@@ -85,7 +85,7 @@ static int fake_load(void *ctx, uint64_t index, uint32_t side, struct detect_sam
 	if ((f->fail_all_after_first && f->calls++ > 0) || f->fail[index])
 		return -f->fail_errno;
 	if (f->raw) {
-		*out = (struct detect_sample){ f->raw, f->raw_w, f->raw_h, NULL, 0, 0, 0, false };
+		*out = (struct detect_sample){f->raw, f->raw_w, f->raw_h, NULL, 0, 0, 0, false};
 		return 0;
 	}
 	s = &f->s[index];
@@ -104,11 +104,11 @@ static int fake_load(void *ctx, uint64_t index, uint32_t side, struct detect_sam
 		for (long y = y1; y < y2; y++)
 			for (long x = x1; x < x2; x++)
 				memcpy(f->pix + ((size_t)y * w + (size_t)x) * 3, c, 3);
-		f->boxes[k] = (struct detect_box){ rect_class(index, k), (float)((x1 + x2) / 2.0 / w),
-						   (float)((y1 + y2) / 2.0 / h), (float)((double)(x2 - x1) / w),
-						   (float)((double)(y2 - y1) / h) };
+		f->boxes[k] = (struct detect_box){rect_class(index, k), (float)((x1 + x2) / 2.0 / w),
+						  (float)((y1 + y2) / 2.0 / h), (float)((double)(x2 - x1) / w),
+						  (float)((double)(y2 - y1) / h)};
 	}
-	*out = (struct detect_sample){ f->pix, w, h, f->boxes, (uint32_t)s->nrect, 0, 0, false };
+	*out = (struct detect_sample){f->pix, w, h, f->boxes, (uint32_t)s->nrect, 0, 0, false};
 	return 0;
 }
 
@@ -173,8 +173,8 @@ struct out {
 	uint64_t dropped;
 };
 
-static int run(struct detect *d, enum detect_transform t, const struct detect_params *p, uint64_t seed,
-	       uint64_t index, struct fake *f, struct out *o)
+static int run(struct detect *d, enum detect_transform t, const struct detect_params *p, uint64_t seed, uint64_t index,
+	       struct fake *f, struct out *o)
 {
 	struct rng rng;
 
@@ -331,7 +331,7 @@ static int placing_load(void *ctx, uint64_t index, uint32_t side, struct detect_
  * to be placed that are not the output's, refused. */
 static void test_letterbox_placed(void **state)
 {
-	static const uint32_t shapes[][2] = { { SIZE, SIZE }, { 192, 192 } };
+	static const uint32_t shapes[][2] = {{SIZE, SIZE}, {192, 192}};
 	struct detect *d;
 	struct fake *f = fake_new(4);
 	struct out *a = calloc(1, sizeof(*a)), *b = calloc(1, sizeof(*b));
@@ -347,23 +347,25 @@ static void test_letterbox_placed(void **state)
 		for (uint64_t idx = 0; idx < 3; idx++) {
 			const uint32_t ow = shapes[k][0], oh = shapes[k][1];
 			struct detect_meta ma, mb;
-			struct detect_output oa = { a->image, ow, oh, a->boxes, MAX_BOXES, &a->n, &a->dropped, &ma };
-			struct detect_output ob = { b->image, ow, oh, b->boxes, MAX_BOXES, &b->n, &b->dropped, &mb };
-			struct placing pl = { f, b->image, ow, oh, false };
+			struct detect_output oa = {a->image, ow, oh, a->boxes, MAX_BOXES, &a->n, &a->dropped, &ma};
+			struct detect_output ob = {b->image, ow, oh, b->boxes, MAX_BOXES, &b->n, &b->dropped, &mb};
+			struct placing pl = {f, b->image, ow, oh, false};
 			uint32_t side = ow;
-			assert_int_equal(detect_make(d, DETECT_LETTERBOX, NULL, side, idx, f->count, NULL, fake_load, f, &oa),
-					 0);
-			memset(b->image, 0, sizeof(b->image));
 			assert_int_equal(
-				detect_make(d, DETECT_LETTERBOX, NULL, side, idx, f->count, NULL, placing_load, &pl, &ob), 0);
+				detect_make(d, DETECT_LETTERBOX, NULL, side, idx, f->count, NULL, fake_load, f, &oa),
+				0);
+			memset(b->image, 0, sizeof(b->image));
+			assert_int_equal(detect_make(d, DETECT_LETTERBOX, NULL, side, idx, f->count, NULL, placing_load,
+						     &pl, &ob),
+					 0);
 			assert_memory_equal(a->image, b->image, (size_t)ow * oh * 3);
 			assert_int_equal(a->n, b->n);
 			assert_memory_equal(a->boxes, b->boxes, a->n * DETECT_BOX_FLOATS * sizeof(float));
 			assert_memory_equal(&ma, &mb, sizeof(ma));
 			pl.elsewhere = true;
-			assert_int_equal(
-				detect_make(d, DETECT_LETTERBOX, NULL, side, idx, f->count, NULL, placing_load, &pl, &ob),
-				-EINVAL);
+			assert_int_equal(detect_make(d, DETECT_LETTERBOX, NULL, side, idx, f->count, NULL, placing_load,
+						     &pl, &ob),
+					 -EINVAL);
 		}
 	free(a);
 	free(b);
@@ -419,9 +421,10 @@ static void test_mosaic_affine_boxes(void **state)
 			/* the exact colour misses the blended edge: widen by half a pixel */
 			px[0] -= 0.5, px[1] -= 0.5, px[2] += 0.5, px[3] += 0.5;
 			if (iou(bb, px) < 0.9)
-				fail_msg("seed %llu box %u class %llu: box %.1f %.1f %.1f %.1f pixels %.1f %.1f %.1f %.1f",
-					 (unsigned long long)seed, i, (unsigned long long)cls, bb[0], bb[1], bb[2], bb[3],
-					 px[0], px[1], px[2], px[3]);
+				fail_msg("seed %llu box %u class %llu: box %.1f %.1f %.1f %.1f pixels %.1f %.1f %.1f "
+					 "%.1f",
+					 (unsigned long long)seed, i, (unsigned long long)cls, bb[0], bb[1], bb[2],
+					 bb[3], px[0], px[1], px[2], px[3]);
 			checked++;
 		}
 	}
@@ -465,7 +468,8 @@ static void test_flips(void **state)
 						    ref->image + ((size_t)sy * SIZE + sx) * 3, 3);
 			}
 		for (uint32_t i = 0; i < o->n; i++) {
-			const float *a = o->boxes + (size_t)i * DETECT_BOX_FLOATS, *b = ref->boxes + (size_t)i * DETECT_BOX_FLOATS;
+			const float *a = o->boxes + (size_t)i * DETECT_BOX_FLOATS,
+				    *b = ref->boxes + (size_t)i * DETECT_BOX_FLOATS;
 
 			assert_true(a[1] == b[1]);
 			assert_true(fabsf(a[2] - (lr ? 1 - b[2] : b[2])) < 1e-6f);
@@ -586,7 +590,8 @@ static void test_mixup(void **state)
 		assert_int_equal(run(d, DETECT_LETTERBOX, NULL, 0, partner, f, b), 0);
 		assert_int_equal(o->n, a->n + b->n);
 		assert_memory_equal(o->boxes, a->boxes, a->n * DETECT_BOX_FLOATS * sizeof(float));
-		assert_memory_equal(o->boxes + a->n * DETECT_BOX_FLOATS, b->boxes, b->n * DETECT_BOX_FLOATS * sizeof(float));
+		assert_memory_equal(o->boxes + a->n * DETECT_BOX_FLOATS, b->boxes,
+				    b->n * DETECT_BOX_FLOATS * sizeof(float));
 		for (size_t i = 0; i < sizeof(o->image); i++) {
 			int x = a->image[i], y = b->image[i], v = o->image[i];
 			int lo = x < y ? x : y, hi = x > y ? x : y;
@@ -672,8 +677,8 @@ static void test_load_failures(void **state)
 	f->fail[5] = false;
 	f->fail_all_after_first = true;
 	for (int mode = 0; mode < 2; mode++) {
-		struct detect_meta meta = { { -7, -7, -7, -7 }, { -7, -7, -7, -7 } }, before = meta;
-		struct detect_output out = { o->image, SIZE, SIZE, o->boxes, MAX_BOXES, &o->n, &o->dropped, &meta };
+		struct detect_meta meta = {{-7, -7, -7, -7}, {-7, -7, -7, -7}}, before = meta;
+		struct detect_output out = {o->image, SIZE, SIZE, o->boxes, MAX_BOXES, &o->n, &o->dropped, &meta};
 		struct rng rng;
 
 		p.mosaic = mode == 0;
@@ -704,28 +709,27 @@ static void test_max_boxes(void **state)
 	assert_non_null(image);
 	assert_int_equal(detect_new(&d), 0);
 	rng_init(&rng, 1, 0, 0, RNG_AUGMENT);
-	assert_int_equal(detect_run(d, DETECT_LETTERBOX, NULL, SIZE, 0, 2, &rng, fake_load, f, image, boxes, 2, &n,
-				    &dropped),
-			 0);
+	assert_int_equal(
+		detect_run(d, DETECT_LETTERBOX, NULL, SIZE, 0, 2, &rng, fake_load, f, image, boxes, 2, &n, &dropped),
+		0);
 	assert_int_equal(n, 2);
 	assert_int_equal(dropped, 5 + RECTS - 2);
 	assert_true(boxes[1] == rect_class(0, 0) && boxes[DETECT_BOX_FLOATS + 1] == rect_class(0, 1));
 	/* none wanted: all counted, no row written */
-	assert_int_equal(detect_run(d, DETECT_LETTERBOX, NULL, SIZE, 0, 2, &rng, fake_load, f, image, NULL, 0, &n,
-				    &dropped),
-			 0);
+	assert_int_equal(
+		detect_run(d, DETECT_LETTERBOX, NULL, SIZE, 0, 2, &rng, fake_load, f, image, NULL, 0, &n, &dropped), 0);
 	assert_int_equal(n, 0);
 	assert_int_equal(dropped, 5 + RECTS - 2 + RECTS);
 	/* bad arguments */
-	assert_int_equal(detect_run(d, DETECT_LETTERBOX, NULL, SIZE, 2, 2, &rng, fake_load, f, image, boxes, 2, &n,
-				    &dropped),
-			 -EINVAL);
-	assert_int_equal(detect_run(d, DETECT_TRAIN, NULL, SIZE, 0, 2, &rng, fake_load, f, image, boxes, 2, &n,
-				    &dropped),
-			 -EINVAL);
-	assert_int_equal(detect_run(d, DETECT_LETTERBOX, NULL, 0, 0, 2, &rng, fake_load, f, image, boxes, 2, &n,
-				    &dropped),
-			 -EINVAL);
+	assert_int_equal(
+		detect_run(d, DETECT_LETTERBOX, NULL, SIZE, 2, 2, &rng, fake_load, f, image, boxes, 2, &n, &dropped),
+		-EINVAL);
+	assert_int_equal(
+		detect_run(d, DETECT_TRAIN, NULL, SIZE, 0, 2, &rng, fake_load, f, image, boxes, 2, &n, &dropped),
+		-EINVAL);
+	assert_int_equal(
+		detect_run(d, DETECT_LETTERBOX, NULL, 0, 0, 2, &rng, fake_load, f, image, boxes, 2, &n, &dropped),
+		-EINVAL);
 	free(image);
 	fake_free(f);
 	detect_free(d);
@@ -740,11 +744,14 @@ static void test_params_check(void **state)
 		float bad;
 		const char *key;
 	} cases[] = {
-		{ &q.hsv_h, 1.5f, "hsv_h" },     { &q.hsv_s, -0.1f, "hsv_s" },      { &q.hsv_v, NAN, "hsv_v" },
-		{ &q.degrees, 181, "degrees" },  { &q.degrees, -1, "degrees" },     { &q.translate, 1, "translate" },
-		{ &q.scale, 1, "scale" },        { &q.scale, NAN, "scale" },        { &q.shear, 90, "shear" },
-		{ &q.perspective, 0.2f, "perspective" }, { &q.flipud, -0.1f, "flipud" }, { &q.fliplr, 1.01f, "fliplr" },
-		{ &q.mosaic, 2, "mosaic" },      { &q.mixup, NAN, "mixup" },        { &q.mixup, INFINITY, "mixup" },
+		{&q.hsv_h, 1.5f, "hsv_h"},     {&q.hsv_s, -0.1f, "hsv_s"},
+		{&q.hsv_v, NAN, "hsv_v"},      {&q.degrees, 181, "degrees"},
+		{&q.degrees, -1, "degrees"},   {&q.translate, 1, "translate"},
+		{&q.scale, 1, "scale"},        {&q.scale, NAN, "scale"},
+		{&q.shear, 90, "shear"},       {&q.perspective, 0.2f, "perspective"},
+		{&q.flipud, -0.1f, "flipud"},  {&q.fliplr, 1.01f, "fliplr"},
+		{&q.mosaic, 2, "mosaic"},      {&q.mixup, NAN, "mixup"},
+		{&q.mixup, INFINITY, "mixup"},
 	};
 
 	(void)state;
@@ -846,30 +853,16 @@ static void test_hsv(void **state)
 {
 	/* primaries, greys, mixtures; H, S and V away from rounding edges */
 	static const uint8_t px[][3] = {
-		{ 255, 0, 0 },     { 0, 255, 0 },    { 0, 0, 255 },    { 255, 255, 255 }, { 0, 0, 0 },
-		{ 128, 128, 128 }, { 200, 100, 50 }, { 50, 200, 100 }, { 100, 50, 200 },  { 240, 240, 10 },
-		{ 10, 240, 240 },  { 240, 10, 240 }, { 90, 60, 30 },   { 30, 90, 60 },    { 180, 150, 120 },
-		{ 12, 34, 56 },
+		{255, 0, 0},    {0, 255, 0},    {0, 0, 255},     {255, 255, 255}, {0, 0, 0},      {128, 128, 128},
+		{200, 100, 50}, {50, 200, 100}, {100, 50, 200},  {240, 240, 10},  {10, 240, 240}, {240, 10, 240},
+		{90, 60, 30},   {30, 90, 60},   {180, 150, 120}, {12, 34, 56},
 	};
 	/* cv2 5.0 on these pixels in a large image (its vector path: Ultralytics' case), as BGR2HSV, the
 	 * LUT, HSV2BGR (ours within one unit: integer, not float) with the gains drawn for seed 3: 0.2145099..., -0.3327937..., 0.3118374... */
 	static const uint8_t cv2_out[][3] = {
-		{ 209, 255, 84 },
-		{ 84, 209, 255 },
-		{ 255, 84, 209 },
-		{ 255, 255, 255 },
-		{ 0, 0, 0 },
-		{ 167, 167, 167 },
-		{ 178, 255, 127 },
-		{ 127, 178, 255 },
-		{ 255, 127, 178 },
-		{ 92, 255, 136 },
-		{ 136, 92, 255 },
-		{ 255, 136, 92 },
-		{ 77, 118, 65 },
-		{ 65, 77, 118 },
-		{ 196, 236, 184 },
-		{ 64, 34, 73 },
+		{209, 255, 84},  {84, 209, 255},  {255, 84, 209},  {255, 255, 255}, {0, 0, 0},      {167, 167, 167},
+		{178, 255, 127}, {127, 178, 255}, {255, 127, 178}, {92, 255, 136},  {136, 92, 255}, {255, 136, 92},
+		{77, 118, 65},   {65, 77, 118},   {196, 236, 184}, {64, 34, 73},
 	};
 	enum { N = sizeof(px) / sizeof(px[0]) };
 	struct detect *d;
@@ -898,8 +891,8 @@ static void test_hsv(void **state)
 		uint64_t dropped = 0;
 
 		rng_init(&rng, 3, 0, 1, RNG_AUGMENT);
-		assert_int_equal(detect_run(d, DETECT_TRAIN, &p, N, 1, f->count, &rng, fake_load, f, image, boxes, 1, &n,
-					    &dropped),
+		assert_int_equal(detect_run(d, DETECT_TRAIN, &p, N, 1, f->count, &rng, fake_load, f, image, boxes, 1,
+					    &n, &dropped),
 				 0);
 		drawn_gains(3, 1, f->count, &p, g);
 		for (int x = 0; x < 256; x++) {
@@ -956,8 +949,8 @@ static bool isa_pair(struct detect **scalar, struct detect **avx2)
 }
 
 /* detect_run of `index` at `size` by both detects: the same bytes and boxes. */
-static void same_bytes(struct detect *a, struct detect *b, const struct detect_params *p, uint32_t size,
-		       uint64_t seed, uint64_t index, struct fake *f, uint8_t *ia, uint8_t *ib)
+static void same_bytes(struct detect *a, struct detect *b, const struct detect_params *p, uint32_t size, uint64_t seed,
+		       uint64_t index, struct fake *f, uint8_t *ia, uint8_t *ib)
 {
 	float ba[MAX_BOXES * DETECT_BOX_FLOATS], bb[MAX_BOXES * DETECT_BOX_FLOATS];
 	uint32_t na, nb;
@@ -965,12 +958,12 @@ static void same_bytes(struct detect *a, struct detect *b, const struct detect_p
 	struct rng r;
 
 	rng_init(&r, seed, 0, index, RNG_AUGMENT);
-	assert_int_equal(detect_run(a, DETECT_TRAIN, p, size, index, f->count, &r, fake_load, f, ia, ba, MAX_BOXES,
-				    &na, &dropped),
+	assert_int_equal(detect_run(a, DETECT_TRAIN, p, size, index, f->count, &r, fake_load, f, ia, ba, MAX_BOXES, &na,
+				    &dropped),
 			 0);
 	rng_init(&r, seed, 0, index, RNG_AUGMENT);
-	assert_int_equal(detect_run(b, DETECT_TRAIN, p, size, index, f->count, &r, fake_load, f, ib, bb, MAX_BOXES,
-				    &nb, &dropped),
+	assert_int_equal(detect_run(b, DETECT_TRAIN, p, size, index, f->count, &r, fake_load, f, ib, bb, MAX_BOXES, &nb,
+				    &dropped),
 			 0);
 	for (size_t i = 0; i < (size_t)size * size * 3; i++)
 		if (ia[i] != ib[i])
@@ -1030,7 +1023,7 @@ out:
  */
 static void test_isa_transform(void **state)
 {
-	static const uint32_t sizes[] = { 256, 203, 64, 13 };
+	static const uint32_t sizes[] = {256, 203, 64, 13};
 	struct detect *a, *b;
 	struct fake *f = fake_new(8);
 	uint8_t *raw = malloc(256 * 256 * 3), *ia = malloc(256 * 256 * 3), *ib = malloc(256 * 256 * 3);

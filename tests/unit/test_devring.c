@@ -53,7 +53,7 @@ struct fake_gpu {
 	uint8_t device[SLOTS][BATCH * PIXELS * 3 * 4];
 	enum sample_dtype dtype;
 	union transform_lut lut;
-	int queued[SLOTS]; /* count, 0: none */
+	int queued[SLOTS];      /* count, 0: none */
 	uint64_t words[SLOTS];  /* the release words (host memory both sides map) */
 	uint64_t target[SLOTS]; /* what the queued copy waits for */
 	int unblocks;
@@ -332,8 +332,11 @@ static void test_same_bytes_as_cpu_float_path(void **state)
 	fclose(f);
 	assert_int_equal(pipeline_new(&lim, &p), 0);
 	for (int dt = DTYPE_FLOAT32; dt <= DTYPE_FLOAT16; dt++) {
-		struct transform_spec spec = {.kind = TRANSFORM_CENTER_CROP, .image_size = 96, .dtype = DTYPE_UINT8,
-					      .mean = {0.5f, 0.25f, 0.125f}, .std = {0.3f, 0.7f, 0.11f}};
+		struct transform_spec spec = {.kind = TRANSFORM_CENTER_CROP,
+					      .image_size = 96,
+					      .dtype = DTYPE_UINT8,
+					      .mean = {0.5f, 0.25f, 0.125f},
+					      .std = {0.3f, 0.7f, 0.11f}};
 		union transform_lut lut;
 		size_t plane = 96 * 96;
 

@@ -229,7 +229,9 @@ static void test_too_many_fds(void **state)
 	} control;
 	int fds[N], before, after;
 	struct iovec iov = {.iov_base = (void *)"abcd", .iov_len = 4};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+	struct msghdr mh = {.msg_iov = &iov,
+			    .msg_iovlen = 1,
+			    .msg_control = control.buf,
 			    .msg_controllen = sizeof(control.buf)};
 	struct cmsghdr *c;
 	struct frame_in in;

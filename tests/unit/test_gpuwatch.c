@@ -18,13 +18,18 @@
 
 #define S 1000000000ull
 
-static const struct gpuwatch_policy policy = {
-	.query_after_ns = 2 * S, .stuck_after_ns = 60 * S, .release_after_ns = 1800 * S, .callback_after_ns = 5 * S};
+static const struct gpuwatch_policy policy = {.query_after_ns = 2 * S,
+					      .stuck_after_ns = 60 * S,
+					      .release_after_ns = 1800 * S,
+					      .callback_after_ns = 5 * S};
 
 static struct gpuwatch_obs obs(uint64_t now, uint64_t oldest, bool released, int query)
 {
-	return (struct gpuwatch_obs){
-		.now_ns = now, .outstanding = true, .oldest_ns = oldest, .released = released, .query = query};
+	return (struct gpuwatch_obs){.now_ns = now,
+				     .outstanding = true,
+				     .oldest_ns = oldest,
+				     .released = released,
+				     .query = query};
 }
 
 static void test_when_to_query(void **state)
@@ -37,7 +42,7 @@ static void test_when_to_query(void **state)
 	assert_true(gpuwatch_should_query(&policy, &o));
 	o.outstanding = false;
 	assert_false(gpuwatch_should_query(&policy, &o)); /* nothing outstanding: no query at all */
-	o = obs(5 * S, 10 * S, false, 1);                  /* a clock that went back: not "old" */
+	o = obs(5 * S, 10 * S, false, 1);                 /* a clock that went back: not "old" */
 	assert_false(gpuwatch_should_query(&policy, &o));
 }
 

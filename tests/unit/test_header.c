@@ -24,8 +24,8 @@
  * length), SOF0 of 640 x 480 (w x h), EOI. */
 static size_t jpeg_with(uint8_t *out, const uint8_t *exif, size_t len)
 {
-	static const uint8_t sof[] = { 0xFF, 0xC0, 0, 17, 8, 0x01, 0xE0, 0x02, 0x80, 3,
-				       1, 0x22, 0, 2, 0x11, 1, 3, 0x11, 1, 0xFF, 0xD9 };
+	static const uint8_t sof[] = {0xFF, 0xC0, 0, 17,   8, 0x01, 0xE0, 0x02, 0x80, 3,   1,
+				      0x22, 0,    2, 0x11, 1, 3,    0x11, 1,    0xFF, 0xD9};
 	size_t n = 0;
 
 	out[n++] = 0xFF;
@@ -101,15 +101,15 @@ static void test_hostile_exif_counts_as_none(void **state)
 	size_t n;
 
 	(void)state;
-	assert_int_equal(orientation_of(e, exif_one(e, false, 0x0112, 3, 1, 9, 8)), 1);       /* no such value */
+	assert_int_equal(orientation_of(e, exif_one(e, false, 0x0112, 3, 1, 9, 8)), 1); /* no such value */
 	assert_int_equal(orientation_of(e, exif_one(e, false, 0x0112, 3, 1, 0, 8)), 1);
 	/* cv2 reads the first two value bytes whatever the type and count */
 	assert_int_equal(orientation_of(e, exif_one(e, false, 0x0112, 2, 1, 6, 8)), 6);
 	assert_int_equal(orientation_of(e, exif_one(e, true, 0x0112, 4, 0, 6, 8)), 6);
-	assert_int_equal(orientation_of(e, exif_one(e, false, 0x0110, 3, 1, 6, 8)), 1);       /* another tag */
-	assert_int_equal(orientation_of(e, exif_one(e, false, 0x0112, 3, 1, 6, 4)), 1);       /* IFD in the header */
+	assert_int_equal(orientation_of(e, exif_one(e, false, 0x0110, 3, 1, 6, 8)), 1); /* another tag */
+	assert_int_equal(orientation_of(e, exif_one(e, false, 0x0112, 3, 1, 6, 4)), 1); /* IFD in the header */
 	assert_int_equal(orientation_of(e, exif_one(e, false, 0x0112, 3, 1, 6, 0xFFFFFFF0u)), 1); /* far away */
-	assert_int_equal(orientation_of(e, exif_one(e, true, 0x0112, 3, 1, 6, 20)), 1);       /* past the segment */
+	assert_int_equal(orientation_of(e, exif_one(e, true, 0x0112, 3, 1, 6, 20)), 1);           /* past the segment */
 	/* the entry cut off by the segment's end: not read from the next marker */
 	n = exif_one(e, false, 0x0112, 3, 1, 6, 8);
 	assert_int_equal(orientation_of(e, n - 8), 1);
@@ -125,7 +125,7 @@ static void test_hostile_exif_counts_as_none(void **state)
 
 static void check_size(const uint8_t *data, size_t len, enum image_format f, uint32_t w, uint32_t h)
 {
-	struct image_header hd = { 0 };
+	struct image_header hd = {0};
 	int fd = memfd_create("header", MFD_CLOEXEC);
 
 	assert_int_equal(image_header_mem(data, len, &hd), 0);
@@ -146,22 +146,28 @@ static void check_size(const uint8_t *data, size_t len, enum image_format f, uin
 
 static void test_sizes_of_other_formats(void **state)
 {
-	static const uint8_t png[] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R',
-				       0, 0, 1, 0x2C, 0, 0, 0, 200, 8, 2, 0, 0, 0, 0, 0, 0, 0 };
-	static const uint8_t vp8[] = { 'R', 'I', 'F', 'F', 22, 0, 0, 0, 'W', 'E', 'B', 'P', 'V', 'P', '8', ' ', 10, 0, 0, 0,
-				       0, 0, 0, 0x9d, 0x01, 0x2a, 0x40, 0x01, 0xF0, 0x40 /* 320 x 240, scale bits */ };
-	static const uint8_t vp8l[] = { 'R', 'I', 'F', 'F', 18, 0, 0, 0, 'W', 'E', 'B', 'P', 'V', 'P', '8', 'L', 5, 0, 0, 0,
-					0x2f, 99, 0x40, 0x1F, 0, 0, 0, 0, 0, 0 /* 100 x 126 */ };
-	static const uint8_t vp8x[] = { 'R', 'I', 'F', 'F', 22, 0, 0, 0, 'W', 'E', 'B', 'P', 'V', 'P', '8', 'X', 10, 0, 0, 0,
-					0x08, 0, 0, 0, 0xFF, 0x0F, 0, 0x01, 0, 0 /* 4096 x 2, EXIF flag but no chunk */ };
-	static const uint8_t bmp_info[] = { 'B', 'M', 0, 0, 0, 0, 0, 0, 0, 0, 54, 0, 0, 0, 40, 0, 0, 0,
-					    33, 0, 0, 0, 0xF9, 0xFF, 0xFF, 0xFF /* 33 x -7: top-down */, 1, 0, 24, 0 };
-	static const uint8_t bmp_core[] = { 'B', 'M', 0, 0, 0, 0, 0, 0, 0, 0, 26, 0, 0, 0, 12, 0, 0, 0,
-					    5, 1, 3, 0, 1, 0, 24, 0 /* 261 x 3 */ };
-	static const uint8_t tiff_le[] = { 'I', 'I', 42, 0, 8, 0, 0, 0, 3, 0,
-					   0x00, 0x01, 3, 0, 1, 0, 0, 0, 0x20, 0x03, 0, 0,      /* width 800 SHORT */
-					   0x01, 0x01, 4, 0, 1, 0, 0, 0, 0x58, 0x02, 0, 0,      /* height 600 LONG */
-					   0x12, 0x01, 3, 0, 1, 0, 0, 0, 6, 0, 0, 0 };         /* orientation: not applied */
+	static const uint8_t png[] = {0x89, 'P', 'N',  'G', '\r', '\n', 0x1A, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R', 0,
+				      0,    1,   0x2C, 0,   0,    0,    200,  8,    2, 0, 0, 0,  0,   0,   0,   0};
+	static const uint8_t vp8[] = {
+		'R', 'I', 'F', 'F', 22, 0, 0, 0, 'W',  'E',  'B',  'P',  'V',  'P',  '8',
+		' ', 10,  0,   0,   0,  0, 0, 0, 0x9d, 0x01, 0x2a, 0x40, 0x01, 0xF0, 0x40 /* 320 x 240, scale bits */};
+	static const uint8_t vp8l[] = {
+		'R', 'I', 'F', 'F', 18, 0,    0,  0,    'W',  'E', 'B', 'P', 'V', 'P', '8',
+		'L', 5,   0,   0,   0,  0x2f, 99, 0x40, 0x1F, 0,   0,   0,   0,   0,   0 /* 100 x 126 */};
+	static const uint8_t vp8x[] = {
+		'R', 'I', 'F', 'F', 22,   0, 0, 0, 'W',  'E',  'B', 'P',  'V', 'P', '8', 'X',
+		10,  0,   0,   0,   0x08, 0, 0, 0, 0xFF, 0x0F, 0,   0x01, 0,   0 /* 4096 x 2, EXIF flag but no chunk */};
+	static const uint8_t bmp_info[] = {
+		'B', 'M', 0,  0, 0, 0,  0, 0, 0, 0,    54,   0,    0,
+		0,   40,  0,  0, 0, 33, 0, 0, 0, 0xF9, 0xFF, 0xFF, 0xFF /* 33 x -7: top-down */,
+		1,   0,   24, 0};
+	static const uint8_t bmp_core[] = {'B', 'M', 0, 0, 0, 0, 0, 0, 0, 0, 26, 0,  0,
+					   0,   12,  0, 0, 0, 5, 1, 3, 0, 1, 0,  24, 0 /* 261 x 3 */};
+	static const uint8_t tiff_le[] = {
+		'I',  'I',  42, 0, 8, 0, 0,    0,    3,    0,    0x00, 0x01,
+		3,    0,    1,  0, 0, 0, 0x20, 0x03, 0,    0,              /* width 800 SHORT */
+		0x01, 0x01, 4,  0, 1, 0, 0,    0,    0x58, 0x02, 0,    0,  /* height 600 LONG */
+		0x12, 0x01, 3,  0, 1, 0, 0,    0,    6,    0,    0,    0}; /* orientation: not applied */
 	static const uint8_t pnm[] = "P6 # a comment\n# another\n 1234\t\n567 255\n";
 
 	(void)state;
@@ -178,10 +184,10 @@ static void test_sizes_of_other_formats(void **state)
 static void test_unknown_and_sizeless(void **state)
 {
 	static const uint8_t junk[] = "GIF89a....";
-	static const uint8_t png_zero[] = { 0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n', 0, 0, 0, 13, 'I', 'H', 'D', 'R',
-					    0, 0, 0, 0, 0, 0, 0, 9 };
-	static const uint8_t jpeg_scan_first[] = { 0xFF, 0xD8, 0xFF, 0xDA, 0, 2, 0xFF, 0xD9 };
-	struct image_header h = { .width = 77 };
+	static const uint8_t png_zero[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n', 0, 0, 0, 13,
+					   'I',  'H', 'D', 'R', 0,    0,    0,    0,    0, 0, 0, 9};
+	static const uint8_t jpeg_scan_first[] = {0xFF, 0xD8, 0xFF, 0xDA, 0, 2, 0xFF, 0xD9};
+	struct image_header h = {.width = 77};
 
 	(void)state;
 	assert_int_equal(image_header_mem(junk, sizeof(junk), &h), -EBADMSG);
@@ -196,7 +202,7 @@ static void test_orient_pixels(void **state)
 	enum { W = 3, H = 2 };
 	uint8_t src[W * H * 4], *buf = NULL;
 	size_t cap = 0;
-	struct decoded_region in = { src, W * 4, W, H }, out;
+	struct decoded_region in = {src, W * 4, W, H}, out;
 
 	(void)state;
 	for (int i = 0; i < W * H; i++)
@@ -208,10 +214,9 @@ static void test_orient_pixels(void **state)
 		unsigned o, w, h;
 		uint8_t px[W * H];
 	} want[] = {
-		{ 1, 3, 2, { 1, 2, 3, 4, 5, 6 } }, { 2, 3, 2, { 3, 2, 1, 6, 5, 4 } },
-		{ 3, 3, 2, { 6, 5, 4, 3, 2, 1 } }, { 4, 3, 2, { 4, 5, 6, 1, 2, 3 } },
-		{ 5, 2, 3, { 1, 4, 2, 5, 3, 6 } }, { 6, 2, 3, { 4, 1, 5, 2, 6, 3 } },
-		{ 7, 2, 3, { 6, 3, 5, 2, 4, 1 } }, { 8, 2, 3, { 3, 6, 2, 5, 1, 4 } },
+		{1, 3, 2, {1, 2, 3, 4, 5, 6}}, {2, 3, 2, {3, 2, 1, 6, 5, 4}}, {3, 3, 2, {6, 5, 4, 3, 2, 1}},
+		{4, 3, 2, {4, 5, 6, 1, 2, 3}}, {5, 2, 3, {1, 4, 2, 5, 3, 6}}, {6, 2, 3, {4, 1, 5, 2, 6, 3}},
+		{7, 2, 3, {6, 3, 5, 2, 4, 1}}, {8, 2, 3, {3, 6, 2, 5, 1, 4}},
 	};
 	for (size_t k = 0; k < sizeof(want) / sizeof(want[0]); k++) {
 		assert_int_equal(image_orient(&in, want[k].o, &buf, &cap, &out), 0);

@@ -72,17 +72,17 @@ static void test_segment(void **state)
 /* Each bad line is one error, reported with its line; good lines stand. */
 static void test_bad_lines(void **state)
 {
-	static const char *text = "0 0.5 0.5 0.2 0.2\n"  /* 1 good */
-				  "0 0.5 0.5 0.2\n"       /* 2 four values */
-				  "x 0.5 0.5 0.2 0.2\n"   /* 3 not a number */
-				  "-1 0.5 0.5 0.2 0.2\n"  /* 4 negative class */
-				  "1.5 0.5 0.5 0.2 0.2\n" /* 5 class not an integer */
-				  "1 1.2 0.5 0.2 0.2\n"   /* 6 cx over 1 */
-				  "1 0.5 0.5 0 0.2\n"     /* 7 no width */
-				  "1 0.5 0.5 0.2 nan\n"   /* 8 NaN */
+	static const char *text = "0 0.5 0.5 0.2 0.2\n"     /* 1 good */
+				  "0 0.5 0.5 0.2\n"         /* 2 four values */
+				  "x 0.5 0.5 0.2 0.2\n"     /* 3 not a number */
+				  "-1 0.5 0.5 0.2 0.2\n"    /* 4 negative class */
+				  "1.5 0.5 0.5 0.2 0.2\n"   /* 5 class not an integer */
+				  "1 1.2 0.5 0.2 0.2\n"     /* 6 cx over 1 */
+				  "1 0.5 0.5 0 0.2\n"       /* 7 no width */
+				  "1 0.5 0.5 0.2 nan\n"     /* 8 NaN */
 				  "1 0.5 0.5 0.2 0.2 0.3\n" /* 9 six values */
 				  "1 1.0005 0.5 0.2 0.2\n"  /* 10 rounding: clamped, kept */
-				  "4 0.5 0.5 0.2 0.2\n";  /* 11 class 4 of 4 names */
+				  "4 0.5 0.5 0.2 0.2\n";    /* 11 class 4 of 4 names */
 	struct box_vec v = {0};
 	struct reports rep = {0};
 	static const unsigned long want[] = {2, 3, 4, 5, 6, 7, 8, 9, 11};
@@ -137,7 +137,8 @@ static void test_yaml_forms(void **state)
 		"path: /data/coco\ntrain: images/train\nval: images/val\nnames: [person, 'traffic light', stop sign]\n",
 		"path: /data/coco\ntrain: images/train\nval: images/val\nnames:\n  - person\n  - traffic light\n"
 		"  - stop sign\ndownload: |\n  some: script\n",
-		"path: /data/coco\ntrain: images/train\nval: images/val\nnames: {0: person, 1: traffic light, 2: stop sign}\n",
+		"path: /data/coco\ntrain: images/train\nval: images/val\nnames: {0: person, 1: traffic light, 2: stop "
+		"sign}\n",
 	};
 	char err[256];
 
@@ -201,8 +202,9 @@ static void test_yaml_errors(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_good_lines),  cmocka_unit_test(test_segment),    cmocka_unit_test(test_bad_lines),
-		cmocka_unit_test(test_labels_path), cmocka_unit_test(test_yaml_forms), cmocka_unit_test(test_yaml_errors),
+		cmocka_unit_test(test_good_lines), cmocka_unit_test(test_segment),
+		cmocka_unit_test(test_bad_lines),  cmocka_unit_test(test_labels_path),
+		cmocka_unit_test(test_yaml_forms), cmocka_unit_test(test_yaml_errors),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

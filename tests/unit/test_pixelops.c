@@ -28,7 +28,7 @@ static struct rgb_image gradient(void)
 			p[2] = (uint8_t)(70 + x + y);
 		}
 	memcpy(orig, px, sizeof(px));
-	return (struct rgb_image){ .px = px, .width = W, .height = H, .stride = W * 3 };
+	return (struct rgb_image){.px = px, .width = W, .height = H, .stride = W * 3};
 }
 
 /* Parse "key=v[,v...]" / "key=text" pairs into op_params (static storage). */
@@ -42,7 +42,7 @@ static size_t params_of(struct op_param *ps, double nums[][4], const char **kv, 
 		size_t k = 0;
 
 		snprintf(keys[i], sizeof(keys[i]), "%.*s", (int)(eq - kv[i]), kv[i]);
-		ps[i] = (struct op_param){ .key = keys[i], .numbers = nums[i] };
+		ps[i] = (struct op_param){.key = keys[i], .numbers = nums[i]};
 		for (const char *t = eq + 1; k < 4; t = end + 1) {
 			nums[i][k] = strtod(t, &end);
 			if (end == t)
@@ -133,7 +133,7 @@ static void apply_once(const char *name, size_t n, ...)
 	const char *kv[8];
 	struct pixel_scratch *s = NULL;
 	struct pixel_op *op = NULL;
-	struct rgb_image im = { .px = px, .width = W, .height = H, .stride = W * 3 };
+	struct rgb_image im = {.px = px, .width = W, .height = H, .stride = W * 3};
 	struct rng rng;
 	char err[256];
 	va_list ap;
@@ -254,18 +254,18 @@ static void test_blur_constant(void **state)
 static void test_policies_run(void **state)
 {
 	const char *cases[][3] = {
-		{ "RandAugment", "num_ops=3", "interpolation=bilinear" },
-		{ "TrivialAugmentWide", "fill=1,2,3", "interpolation=bicubic" },
-		{ "AutoAugment", "policy=imagenet", "fill=128" },
-		{ "AugMix", "severity=5", "all_ops=0" },
-		{ "AugMix", "chain_depth=2", "fill=9,8,7" },
-		{ "AugMix", "all_ops=false", "alpha=2" },
-		{ "rand_augment_transform", "config_str=rand-m9-mstd0.5-inc1", "img_mean=124,116,104" },
-		{ "rand_augment_transform", "config_str=rand-m15-n4-mstd101-mmax20", "interpolation=random" },
-		{ "auto_augment_transform", "config_str=original-mstd0.5", "interpolation=bilinear" },
-		{ "auto_augment_transform", "config_str=v0", "translate_pct=0.3" },
+		{"RandAugment", "num_ops=3", "interpolation=bilinear"},
+		{"TrivialAugmentWide", "fill=1,2,3", "interpolation=bicubic"},
+		{"AutoAugment", "policy=imagenet", "fill=128"},
+		{"AugMix", "severity=5", "all_ops=0"},
+		{"AugMix", "chain_depth=2", "fill=9,8,7"},
+		{"AugMix", "all_ops=false", "alpha=2"},
+		{"rand_augment_transform", "config_str=rand-m9-mstd0.5-inc1", "img_mean=124,116,104"},
+		{"rand_augment_transform", "config_str=rand-m15-n4-mstd101-mmax20", "interpolation=random"},
+		{"auto_augment_transform", "config_str=original-mstd0.5", "interpolation=bilinear"},
+		{"auto_augment_transform", "config_str=v0", "translate_pct=0.3"},
 	};
-	struct rgb_image im = { .px = px, .width = W, .height = H, .stride = W * 3 };
+	struct rgb_image im = {.px = px, .width = W, .height = H, .stride = W * 3};
 	struct pixel_scratch *s = NULL;
 
 	(void)state;
@@ -302,22 +302,22 @@ static void test_policies_run(void **state)
 static void test_tiny_images(void **state)
 {
 	const char *cases[][3] = {
-		{ "ColorJitter", "brightness=0.9", "hue=0.5" },
-		{ "ColorJitter", "contrast=5", "saturation=5" },
-		{ "GaussianBlur", "kernel_size=255,3", "sigma=50" },
-		{ "RandomAdjustSharpness", "sharpness_factor=100", "p=1" },
-		{ "RandomEqualize", "p=1", NULL },
-		{ "RandomAutocontrast", "p=1", NULL },
-		{ "RandAugment", "num_ops=16", "interpolation=bicubic" },
-		{ "RandAugment", "num_ops=8", "interpolation=nearest" },
-		{ "TrivialAugmentWide", "interpolation=bilinear", NULL },
-		{ "AutoAugment", "interpolation=nearest", NULL },
-		{ "AugMix", "severity=10", "mixture_width=16" },
-		{ "AugMix", "interpolation=nearest", "alpha=0.01" },
-		{ "rand_augment_transform", "config_str=rand-m30-n16-mstd101-mmax30", NULL },
-		{ "auto_augment_transform", "config_str=original-mstd5", NULL },
+		{"ColorJitter", "brightness=0.9", "hue=0.5"},
+		{"ColorJitter", "contrast=5", "saturation=5"},
+		{"GaussianBlur", "kernel_size=255,3", "sigma=50"},
+		{"RandomAdjustSharpness", "sharpness_factor=100", "p=1"},
+		{"RandomEqualize", "p=1", NULL},
+		{"RandomAutocontrast", "p=1", NULL},
+		{"RandAugment", "num_ops=16", "interpolation=bicubic"},
+		{"RandAugment", "num_ops=8", "interpolation=nearest"},
+		{"TrivialAugmentWide", "interpolation=bilinear", NULL},
+		{"AutoAugment", "interpolation=nearest", NULL},
+		{"AugMix", "severity=10", "mixture_width=16"},
+		{"AugMix", "interpolation=nearest", "alpha=0.01"},
+		{"rand_augment_transform", "config_str=rand-m30-n16-mstd101-mmax30", NULL},
+		{"auto_augment_transform", "config_str=original-mstd5", NULL},
 	};
-	const uint32_t sizes[][2] = { { 1, 1 }, { 7, 1 }, { 1, 5 }, { 2, 2 } };
+	const uint32_t sizes[][2] = {{1, 1}, {7, 1}, {1, 5}, {2, 2}};
 	struct pixel_scratch *s = NULL;
 
 	(void)state;
@@ -335,8 +335,10 @@ static void test_tiny_images(void **state)
 		for (size_t z = 0; z < sizeof(sizes) / sizeof(sizes[0]); z++)
 			for (uint64_t i = 0; i < 50; i++) {
 				/* a stride wider than the row, its padding left alone */
-				struct rgb_image im = { .px = px, .width = sizes[z][0], .height = sizes[z][1],
-							.stride = sizes[z][0] * 3 + 5 };
+				struct rgb_image im = {.px = px,
+						       .width = sizes[z][0],
+						       .height = sizes[z][1],
+						       .stride = sizes[z][0] * 3 + 5};
 				struct rng rng;
 
 				memset(px, 0xa5, sizeof(px));
@@ -360,11 +362,11 @@ static void test_deterministic(void **state)
 {
 	struct op_param ps[4];
 	double nums[4][4];
-	const char *kv[] = { "brightness=0.4", "contrast=0.4", "saturation=0.4", "hue=0.1" };
+	const char *kv[] = {"brightness=0.4", "contrast=0.4", "saturation=0.4", "hue=0.1"};
 	struct pixel_op *op = NULL;
 	struct pixel_scratch *s = NULL;
 	uint8_t a[sizeof(px)], b[sizeof(px)];
-	struct rgb_image im = { .px = px, .width = W, .height = H, .stride = W * 3 };
+	struct rgb_image im = {.px = px, .width = W, .height = H, .stride = W * 3};
 	struct rng rng;
 	char err[256];
 	int differ = 0;
@@ -398,12 +400,9 @@ static void test_deterministic(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_bounds_refused),
-		cmocka_unit_test(test_tables),
-		cmocka_unit_test(test_enhance),
-		cmocka_unit_test(test_blur_constant),
-		cmocka_unit_test(test_policies_run),
-		cmocka_unit_test(test_tiny_images),
+		cmocka_unit_test(test_bounds_refused), cmocka_unit_test(test_tables),
+		cmocka_unit_test(test_enhance),        cmocka_unit_test(test_blur_constant),
+		cmocka_unit_test(test_policies_run),   cmocka_unit_test(test_tiny_images),
 		cmocka_unit_test(test_deterministic),
 	};
 

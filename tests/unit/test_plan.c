@@ -13,8 +13,13 @@
 
 static struct plan_spec spec(uint64_t n, uint32_t rank, uint32_t world, uint32_t batch, bool shuffle, bool drop_last)
 {
-	return (struct plan_spec){.samples = n, .seed = 42, .rank = rank, .world_size = world,
-				  .batch_size = batch, .shuffle = shuffle, .drop_last = drop_last};
+	return (struct plan_spec){.samples = n,
+				  .seed = 42,
+				  .rank = rank,
+				  .world_size = world,
+				  .batch_size = batch,
+				  .shuffle = shuffle,
+				  .drop_last = drop_last};
 }
 
 static void test_unshuffled_single_rank(void **state)
@@ -163,9 +168,12 @@ static void test_repeats(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_unshuffled_single_rank), cmocka_unit_test(test_ranks_partition),
-		cmocka_unit_test(test_padding_like_torch),     cmocka_unit_test(test_shuffle_deterministic),
-		cmocka_unit_test(test_invalid),                cmocka_unit_test(test_repeats),
+		cmocka_unit_test(test_unshuffled_single_rank),
+		cmocka_unit_test(test_ranks_partition),
+		cmocka_unit_test(test_padding_like_torch),
+		cmocka_unit_test(test_shuffle_deterministic),
+		cmocka_unit_test(test_invalid),
+		cmocka_unit_test(test_repeats),
 	};
 	return cmocka_run_group_tests_name("plan", tests, NULL, NULL);
 }

@@ -175,7 +175,9 @@ static void on_done(struct batch_job *job, void *userdata)
 
 static void test_pool_stress(void **state)
 {
-	struct pool_settings ps = {.workers = 3, .queue_capacity = 256, .replace_attempts = 4,
+	struct pool_settings ps = {.workers = 3,
+				   .queue_capacity = 256,
+				   .replace_attempts = 4,
 				   .max_file_bytes = 1 << 20};
 	struct ctx *x = calloc(1, sizeof(*x));
 	char path[512], err[256];

@@ -17,13 +17,13 @@
 #include "resize_cv.h"
 
 /* widths and heights: ratios h/w 0.5, 2, 1, 0.75, unknown (square), 1.5, 0.5 */
-static const uint32_t sizes[] = { 640, 320, 100, 200, 50, 50, 400, 300, 0, 0, 200, 300, 64, 32 };
+static const uint32_t sizes[] = {640, 320, 100, 200, 50, 50, 400, 300, 0, 0, 200, 300, 64, 32};
 #define NS 7
 
 static void test_order_stable_by_ratio(void **state)
 {
 	uint64_t *o;
-	const uint64_t want[NS] = { 0, 6, 3, 2, 4, 5, 1 }; /* 0.5 0.5 0.75 1 1 1.5 2, ties by index */
+	const uint64_t want[NS] = {0, 6, 3, 2, 4, 5, 1}; /* 0.5 0.5 0.75 1 1 1.5 2, ties by index */
 
 	(void)state;
 	assert_int_equal(rect_order(sizes, NS, &o), 0);
@@ -64,12 +64,12 @@ static void test_batch_shapes(void **state)
  * ranks: [0, 4), [4, 6), [6, 7). Batch >= N: unit batches, 7 over 3 ranks. */
 static void test_contiguous_ranks(void **state)
 {
-	const uint64_t fixed[NS] = { 6, 5, 4, 3, 2, 1, 0 };
-	const uint64_t want[3][2] = { { 0, 4 }, { 4, 6 }, { 6, 7 } }, unit[3][2] = { { 0, 3 }, { 3, 5 }, { 5, 7 } };
+	const uint64_t fixed[NS] = {6, 5, 4, 3, 2, 1, 0};
+	const uint64_t want[3][2] = {{0, 4}, {4, 6}, {6, 7}}, unit[3][2] = {{0, 3}, {3, 5}, {5, 7}};
 
 	(void)state;
 	for (uint32_t r = 0; r < 3; r++) {
-		struct plan_spec s = { .samples = NS, .rank = r, .world_size = 3, .batch_size = 2, .fixed = fixed };
+		struct plan_spec s = {.samples = NS, .rank = r, .world_size = 3, .batch_size = 2, .fixed = fixed};
 		uint64_t first, end, *o;
 
 		assert_int_equal(plan_validate(&s), 0);
@@ -88,9 +88,9 @@ static void test_contiguous_ranks(void **state)
 		assert_int_equal(plan_batches_per_epoch(&s), 1);
 	}
 	/* 4 batches over 5 ranks: rank 4 gets nothing, refused */
-	struct plan_spec s = { .samples = NS, .rank = 4, .world_size = 5, .batch_size = 2, .fixed = fixed };
+	struct plan_spec s = {.samples = NS, .rank = 4, .world_size = 5, .batch_size = 2, .fixed = fixed};
 	assert_int_equal(plan_validate(&s), -22);
-	s = (struct plan_spec){ .samples = NS, .world_size = 1, .batch_size = 2, .fixed = fixed, .shuffle = true };
+	s = (struct plan_spec){.samples = NS, .world_size = 1, .batch_size = 2, .fixed = fixed, .shuffle = true};
 	assert_int_equal(plan_validate(&s), -22);
 }
 
@@ -150,26 +150,27 @@ static void check_cv(uint32_t w, uint32_t h, const uint8_t *want)
 /* cv2.resize(src, (w, h), interpolation=cv2.INTER_LINEAR) of the 7 x 5 ramp above. */
 static void test_cv_linear_matches_opencv(void **state)
 {
-	static const uint8_t down[] = { 75, 112, 149, 78, 115, 152, 81, 118, 155, 86, 123, 160, 89, 126, 163, 92,
-					129, 166, 97, 134, 171, 101, 138, 175, 104, 141, 178, 109, 146, 183, 112, 149,
-					186, 115, 152, 114 };
-	static const uint8_t wide[] = { 29, 66, 103, 184, 67, 104, 84, 121, 158, 137, 174, 57, 138, 175, 212,
-					51, 88, 125, 168, 90, 127, 106, 143, 180, 159, 158, 80, 161, 198, 184 };
+	static const uint8_t down[] = {75,  112, 149, 78,  115, 152, 81,  118, 155, 86,  123, 160,
+				       89,  126, 163, 92,  129, 166, 97,  134, 171, 101, 138, 175,
+				       104, 141, 178, 109, 146, 183, 112, 149, 186, 115, 152, 114};
+	static const uint8_t wide[] = {29, 66, 103, 184, 67, 104, 84,  121, 158, 137, 174, 57, 138, 175, 212,
+				       51, 88, 125, 168, 90, 127, 106, 143, 180, 159, 158, 80, 161, 198, 184};
 	static const uint8_t up[] = {
-		0, 37, 74, 50, 87, 124, 121, 135, 172, 192, 42, 79, 169, 43, 80, 77, 114, 151, 148, 185, 59, 148, 185,
-		36, 56, 93, 107, 104, 140, 177, 154, 191, 228, 3, 40, 77, 53, 90, 127, 124, 138, 175, 195, 45, 83, 172,
-		46, 83, 80, 117, 154, 150, 188, 62, 151, 188, 39, 59, 96, 110, 107, 143, 180, 157, 194, 231, 8, 45, 82,
-		58, 95, 132, 129, 143, 180, 200, 50, 87, 177, 51, 88, 85, 122, 159, 155, 193, 67, 156, 193, 44, 64, 101,
-		115, 112, 148, 186, 162, 199, 236, 13, 50, 87, 63, 100, 137, 134, 148, 185, 205, 55, 92, 182, 56, 93, 90,
-		127, 164, 161, 198, 72, 161, 198, 49, 69, 106, 120, 117, 153, 190, 167, 204, 241, 18, 55, 92, 68, 105,
-		142, 139, 153, 190, 210, 61, 98, 187, 61, 98, 95, 132, 169, 166, 203, 77, 166, 203, 54, 74, 111, 125,
-		122, 159, 196, 172, 209, 246, 23, 60, 97, 73, 110, 147, 144, 158, 195, 215, 65, 102, 192, 66, 103, 100,
-		137, 174, 171, 208, 82, 171, 208, 59, 79, 116, 130, 127, 163, 200, 177, 214, 251, 28, 65, 102, 78, 115,
-		152, 146, 163, 200, 199, 70, 107, 179, 71, 108, 105, 142, 179, 175, 194, 87, 176, 193, 64, 84, 119, 135,
-		132, 168, 190, 182, 219, 227, 33, 70, 107, 83, 120, 157, 138, 168, 205, 100, 75, 113, 93, 76, 113, 110,
-		147, 184, 180, 109, 92, 181, 94, 69, 89, 111, 140, 137, 173, 117, 187, 224, 90, 36, 73, 110, 86, 123,
-		160, 134, 171, 208, 41, 78, 115, 42, 79, 116, 113, 150, 187, 184, 58, 95, 184, 35, 72, 92, 106, 143, 140,
-		176, 74, 190, 227, 8,
+		0,   37,  74,  50,  87,  124, 121, 135, 172, 192, 42,  79,  169, 43,  80,  77,  114, 151, 148, 185,
+		59,  148, 185, 36,  56,  93,  107, 104, 140, 177, 154, 191, 228, 3,   40,  77,  53,  90,  127, 124,
+		138, 175, 195, 45,  83,  172, 46,  83,  80,  117, 154, 150, 188, 62,  151, 188, 39,  59,  96,  110,
+		107, 143, 180, 157, 194, 231, 8,   45,  82,  58,  95,  132, 129, 143, 180, 200, 50,  87,  177, 51,
+		88,  85,  122, 159, 155, 193, 67,  156, 193, 44,  64,  101, 115, 112, 148, 186, 162, 199, 236, 13,
+		50,  87,  63,  100, 137, 134, 148, 185, 205, 55,  92,  182, 56,  93,  90,  127, 164, 161, 198, 72,
+		161, 198, 49,  69,  106, 120, 117, 153, 190, 167, 204, 241, 18,  55,  92,  68,  105, 142, 139, 153,
+		190, 210, 61,  98,  187, 61,  98,  95,  132, 169, 166, 203, 77,  166, 203, 54,  74,  111, 125, 122,
+		159, 196, 172, 209, 246, 23,  60,  97,  73,  110, 147, 144, 158, 195, 215, 65,  102, 192, 66,  103,
+		100, 137, 174, 171, 208, 82,  171, 208, 59,  79,  116, 130, 127, 163, 200, 177, 214, 251, 28,  65,
+		102, 78,  115, 152, 146, 163, 200, 199, 70,  107, 179, 71,  108, 105, 142, 179, 175, 194, 87,  176,
+		193, 64,  84,  119, 135, 132, 168, 190, 182, 219, 227, 33,  70,  107, 83,  120, 157, 138, 168, 205,
+		100, 75,  113, 93,  76,  113, 110, 147, 184, 180, 109, 92,  181, 94,  69,  89,  111, 140, 137, 173,
+		117, 187, 224, 90,  36,  73,  110, 86,  123, 160, 134, 171, 208, 41,  78,  115, 42,  79,  116, 113,
+		150, 187, 184, 58,  95,  184, 35,  72,  92,  106, 143, 140, 176, 74,  190, 227, 8,
 	};
 
 	(void)state;
@@ -209,8 +210,8 @@ static void test_cv_half_is_area_mean(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_order_stable_by_ratio), cmocka_unit_test(test_batch_shapes),
-		cmocka_unit_test(test_contiguous_ranks),      cmocka_unit_test(test_fit_and_letterbox),
+		cmocka_unit_test(test_order_stable_by_ratio),    cmocka_unit_test(test_batch_shapes),
+		cmocka_unit_test(test_contiguous_ranks),         cmocka_unit_test(test_fit_and_letterbox),
 		cmocka_unit_test(test_cv_linear_matches_opencv), cmocka_unit_test(test_cv_half_is_area_mean),
 	};
 	return cmocka_run_group_tests_name("rect", tests, NULL, NULL);

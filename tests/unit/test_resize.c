@@ -22,8 +22,8 @@
  */
 struct ref_axis {
 	int first[1024], n[1024];
-	size_t cap;  /* taps room per output */
-	double *w;   /* out * cap */
+	size_t cap; /* taps room per output */
+	double *w;  /* out * cap */
 };
 
 static void ref_axis(struct ref_axis *a, uint32_t in, double x, double len, uint32_t out)
@@ -78,7 +78,8 @@ static void ref_resize(const uint8_t *src, uint32_t sw, uint32_t sh, double x, d
 				double s = 0;
 
 				for (int tx = 0; tx < ax->n[ox]; tx++)
-					s += ax->w[ox * ax->cap + tx] * src[((size_t)sy * sw + ax->first[ox] + tx) * 3 + c];
+					s += ax->w[ox * ax->cap + tx] *
+					     src[((size_t)sy * sw + ax->first[ox] + tx) * 3 + c];
 				tmp[((size_t)sy * dw + ox) * 3 + c] = s;
 			}
 	for (uint32_t oy = 0; oy < dh; oy++)
@@ -87,10 +88,12 @@ static void ref_resize(const uint8_t *src, uint32_t sw, uint32_t sh, double x, d
 				double s = 0;
 
 				for (int ty = 0; ty < ay->n[oy]; ty++)
-					s += ay->w[oy * ay->cap + ty] * tmp[((size_t)(ay->first[oy] + ty) * dw + ox) * 3 + c];
+					s += ay->w[oy * ay->cap + ty] *
+					     tmp[((size_t)(ay->first[oy] + ty) * dw + ox) * 3 + c];
 				s = floor(s + 0.5);
-				dst[((size_t)oy * dw + (flip ? dw - 1 - ox : ox)) * 3 + c] =
-					(uint8_t)(s < 0 ? 0 : s > 255 ? 255 : s);
+				dst[((size_t)oy * dw + (flip ? dw - 1 - ox : ox)) * 3 + c] = (uint8_t)(s < 0     ? 0
+												       : s > 255 ? 255
+														 : s);
 			}
 	ref_axis_free(ax);
 	ref_axis_free(ay);
@@ -126,7 +129,8 @@ static void ref_resize_2pass(const uint8_t *src, uint32_t sw, uint32_t sh, doubl
 					double s = 0;
 
 					for (int tx = 0; tx < ax->n[ox]; tx++)
-						s += ax->w[ox * ax->cap + tx] * src[((size_t)sy * sw + ax->first[ox] + tx) * 3 + c];
+						s += ax->w[ox * ax->cap + tx] *
+						     src[((size_t)sy * sw + ax->first[ox] + tx) * 3 + c];
 					tmp[((size_t)sy * dw + ox) * 3 + c] = round8(s);
 				}
 		for (uint32_t oy = 0; oy < dh; oy++)
@@ -135,7 +139,8 @@ static void ref_resize_2pass(const uint8_t *src, uint32_t sw, uint32_t sh, doubl
 					double s = 0;
 
 					for (int ty = 0; ty < ay->n[oy]; ty++)
-						s += ay->w[oy * ay->cap + ty] * tmp[((size_t)(ay->first[oy] + ty) * dw + ox) * 3 + c];
+						s += ay->w[oy * ay->cap + ty] *
+						     tmp[((size_t)(ay->first[oy] + ty) * dw + ox) * 3 + c];
 					dst[((size_t)oy * dw + (flip ? dw - 1 - ox : ox)) * 3 + c] = round8(s);
 				}
 	} else {
@@ -145,7 +150,8 @@ static void ref_resize_2pass(const uint8_t *src, uint32_t sw, uint32_t sh, doubl
 					double s = 0;
 
 					for (int ty = 0; ty < ay->n[oy]; ty++)
-						s += ay->w[oy * ay->cap + ty] * src[((size_t)(ay->first[oy] + ty) * sw + sx) * 3 + c];
+						s += ay->w[oy * ay->cap + ty] *
+						     src[((size_t)(ay->first[oy] + ty) * sw + sx) * 3 + c];
 					tmp[((size_t)oy * sw + sx) * 3 + c] = round8(s);
 				}
 		for (uint32_t oy = 0; oy < dh; oy++)
@@ -154,7 +160,8 @@ static void ref_resize_2pass(const uint8_t *src, uint32_t sw, uint32_t sh, doubl
 					double s = 0;
 
 					for (int tx = 0; tx < ax->n[ox]; tx++)
-						s += ax->w[ox * ax->cap + tx] * tmp[((size_t)oy * sw + ax->first[ox] + tx) * 3 + c];
+						s += ax->w[ox * ax->cap + tx] *
+						     tmp[((size_t)oy * sw + ax->first[ox] + tx) * 3 + c];
 					dst[((size_t)oy * dw + (flip ? dw - 1 - ox : ox)) * 3 + c] = round8(s);
 				}
 	}
@@ -270,8 +277,8 @@ static struct resizer *scalar;
 static void check_case(struct resizer *r, const struct rcase *k, unsigned seed)
 {
 	if (getenv("RESIZE_TEST_VERBOSE"))
-		print_message("case %ux%u (%g,%g %gx%g) -> %ux%u flip %d\n", k->sw, k->sh, k->x, k->y, k->w, k->h, k->dw,
-			      k->dh, k->flip);
+		print_message("case %ux%u (%g,%g %gx%g) -> %ux%u flip %d\n", k->sw, k->sh, k->x, k->y, k->w, k->h,
+			      k->dw, k->dh, k->flip);
 	uint8_t *src = make_image(k->sw, k->sh, seed), *src4 = to_rgbx(src, k->sw, k->sh);
 	size_t n = (size_t)k->dw * k->dh * 3;
 	uint8_t *ref = malloc(n), *got = malloc(n + 16), *got4 = malloc(n + 16), *want = malloc(n);
@@ -284,8 +291,8 @@ static void check_case(struct resizer *r, const struct rcase *k, unsigned seed)
 	memset(got + n, 0xA5, 16);
 	memset(got4 + n, 0xA5, 16);
 	ref_resize(src, k->sw, k->sh, k->x, k->y, k->w, k->h, ref, k->dw, k->dh, k->flip);
-	assert_int_equal(resize_rgb(r, src, k->sw, k->sh, (size_t)k->sw * 3, k->x, k->y, k->w, k->h, got, k->dw,
-				    k->dh, (size_t)k->dw * 3, k->flip),
+	assert_int_equal(resize_rgb(r, src, k->sw, k->sh, (size_t)k->sw * 3, k->x, k->y, k->w, k->h, got, k->dw, k->dh,
+				    (size_t)k->dw * 3, k->flip),
 			 0);
 	check_ref(0, ref, got, n);
 	ref_resize_2pass(src, k->sw, k->sh, k->x, k->y, k->w, k->h, ref, k->dw, k->dh, k->flip, vf);
@@ -294,8 +301,8 @@ static void check_case(struct resizer *r, const struct rcase *k, unsigned seed)
 				     k->dh, (size_t)k->dw * 3, k->flip, vf),
 			 0);
 	assert_memory_equal(got, got4, n);
-	assert_int_equal(resize_rgbx(scalar, src4, k->sw, k->sh, (size_t)k->sw * 4, k->x, k->y, k->w, k->h, want,
-				     k->dw, k->dh, (size_t)k->dw * 3, k->flip, vf),
+	assert_int_equal(resize_rgbx(scalar, src4, k->sw, k->sh, (size_t)k->sw * 4, k->x, k->y, k->w, k->h, want, k->dw,
+				     k->dh, (size_t)k->dw * 3, k->flip, vf),
 			 0);
 	assert_memory_equal(want, got4, n);
 	/* the other order of passes: still the filter, within the tolerance, and the same on every kernel */
@@ -304,8 +311,8 @@ static void check_case(struct resizer *r, const struct rcase *k, unsigned seed)
 			 0);
 	ref_resize_2pass(src, k->sw, k->sh, k->x, k->y, k->w, k->h, ref, k->dw, k->dh, k->flip, !vf);
 	check_ref(1, ref, got4, n);
-	assert_int_equal(resize_rgbx(scalar, src4, k->sw, k->sh, (size_t)k->sw * 4, k->x, k->y, k->w, k->h, want,
-				     k->dw, k->dh, (size_t)k->dw * 3, k->flip, !vf),
+	assert_int_equal(resize_rgbx(scalar, src4, k->sw, k->sh, (size_t)k->sw * 4, k->x, k->y, k->w, k->h, want, k->dw,
+				     k->dh, (size_t)k->dw * 3, k->flip, !vf),
 			 0);
 	assert_memory_equal(want, got4, n);
 	for (int i = 0; i < 16; i++) {
@@ -367,11 +374,11 @@ static void test_downscale(void **state)
 {
 	struct resizer *r = *state;
 	const struct rcase cases[] = {
-		{ 270, 189, 0, 0, 270, 189, 100, 70, false },    /* 2.7x both ways */
-		{ 500, 375, 0, 0, 500, 375, 224, 224, false },   /* ImageNet-like */
-		{ 300, 200, 0, 0, 300, 200, 13, 9, false },      /* 23x: many taps */
-		{ 60, 300, 0, 0, 60, 300, 50, 40, false },       /* height shrinks most: vertical pass first */
-		{ 640, 48, 0, 0, 640, 48, 224, 24, false },
+		{270, 189, 0, 0, 270, 189, 100, 70, false},  /* 2.7x both ways */
+		{500, 375, 0, 0, 500, 375, 224, 224, false}, /* ImageNet-like */
+		{300, 200, 0, 0, 300, 200, 13, 9, false},    /* 23x: many taps */
+		{60, 300, 0, 0, 60, 300, 50, 40, false},     /* height shrinks most: vertical pass first */
+		{640, 48, 0, 0, 640, 48, 224, 24, false},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
@@ -382,10 +389,10 @@ static void test_upscale(void **state)
 {
 	struct resizer *r = *state;
 	const struct rcase cases[] = {
-		{ 37, 23, 0, 0, 37, 23, 100, 80, false },
-		{ 1, 1, 0, 0, 1, 1, 5, 7, false },
-		{ 13, 9, 0, 0, 13, 9, 224, 224, false },
-		{ 50, 120, 0, 0, 50, 120, 80, 64, false }, /* up one way, down the other */
+		{37, 23, 0, 0, 37, 23, 100, 80, false},
+		{1, 1, 0, 0, 1, 1, 5, 7, false},
+		{13, 9, 0, 0, 13, 9, 224, 224, false},
+		{50, 120, 0, 0, 50, 120, 80, 64, false}, /* up one way, down the other */
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
@@ -396,10 +403,10 @@ static void test_fractional_box(void **state)
 {
 	struct resizer *r = *state;
 	const struct rcase cases[] = {
-		{ 64, 48, 3.25, 1.5, 40.7, 30.3, 50, 33, false },
-		{ 500, 375, 85.0439882697947, 23.4375, 328.445747800587, 328.125, 224, 224, false },
-		{ 100, 100, 0.1, 99.0, 0.5, 0.75, 3, 4, false }, /* a sliver, upscaled */
-		{ 90, 70, 10.5, 20.25, 77.5, 40.0, 31, 17, true },
+		{64, 48, 3.25, 1.5, 40.7, 30.3, 50, 33, false},
+		{500, 375, 85.0439882697947, 23.4375, 328.445747800587, 328.125, 224, 224, false},
+		{100, 100, 0.1, 99.0, 0.5, 0.75, 3, 4, false}, /* a sliver, upscaled */
+		{90, 70, 10.5, 20.25, 77.5, 40.0, 31, 17, true},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
@@ -416,7 +423,8 @@ static void test_identity(void **state)
 	/* the whole image at its own size: an exact copy */
 	assert_int_equal(resize_rgb(r, src, w, h, (size_t)w * 3, 0, 0, w, h, out, w, h, (size_t)w * 3, false), 0);
 	assert_memory_equal(out, src, (size_t)w * h * 3);
-	assert_int_equal(resize_rgbx(r, src4, w, h, (size_t)w * 4, 0, 0, w, h, out, w, h, (size_t)w * 3, false, false), 0);
+	assert_int_equal(resize_rgbx(r, src4, w, h, (size_t)w * 4, 0, 0, w, h, out, w, h, (size_t)w * 3, false, false),
+			 0);
 	assert_memory_equal(out, src, (size_t)w * h * 3);
 
 	/* an integer window at its own size: exactly that window */
@@ -435,9 +443,9 @@ static void test_flip(void **state)
 {
 	struct resizer *r = *state;
 	const struct rcase cases[] = {
-		{ 270, 189, 0, 0, 270, 189, 100, 70, true },
-		{ 37, 23, 0, 0, 37, 23, 100, 80, true },
-		{ 57, 41, 0, 0, 57, 41, 57, 41, true }, /* identity geometry, mirrored */
+		{270, 189, 0, 0, 270, 189, 100, 70, true},
+		{37, 23, 0, 0, 37, 23, 100, 80, true},
+		{57, 41, 0, 0, 57, 41, 57, 41, true}, /* identity geometry, mirrored */
 	};
 	const uint32_t w = 31, h = 5;
 	uint8_t *src = make_image(w, h, 9), *out = malloc((size_t)w * h * 3);
@@ -471,7 +479,8 @@ static void test_strides(void **state)
 	memset(b, 0x5A, ds * dh);
 	for (uint32_t y = 0; y < sh; y++)
 		memcpy(wide + y * ss, tight + (size_t)y * sw * 3, (size_t)sw * 3);
-	assert_int_equal(resize_rgb(r, tight, sw, sh, (size_t)sw * 3, 1.5, 2, 40, 30, a, dw, dh, (size_t)dw * 3, true), 0);
+	assert_int_equal(resize_rgb(r, tight, sw, sh, (size_t)sw * 3, 1.5, 2, 40, 30, a, dw, dh, (size_t)dw * 3, true),
+			 0);
 	assert_int_equal(resize_rgb(r, wide, sw, sh, ss, 1.5, 2, 40, 30, b, dw, dh, ds, true), 0);
 	for (uint32_t y = 0; y < dh; y++) {
 		assert_memory_equal(a + (size_t)y * dw * 3, b + y * ds, (size_t)dw * 3);
@@ -489,7 +498,8 @@ static void test_cache(void **state)
 {
 	struct resizer *r = *state;
 	const uint32_t w = 120, h = 90;
-	uint8_t *src = make_image(w, h, 4), *a = malloc(50 * 40 * 3), *b = malloc(50 * 40 * 3), *c = malloc(64 * 64 * 3);
+	uint8_t *src = make_image(w, h, 4), *a = malloc(50 * 40 * 3), *b = malloc(50 * 40 * 3),
+		*c = malloc(64 * 64 * 3);
 
 	assert_non_null(a);
 	assert_non_null(b);
@@ -523,8 +533,8 @@ static void test_span(void **state)
 	assert_true(y0 <= floor(y) && y1 >= ceil(y + ch) && y1 <= h);
 	assert_true(x0 > 0 && x1 < w); /* or this test proves nothing */
 	assert_int_equal(resize_rgb(r, src, w, h, w * 3, x, y, cw, ch, a, ow, oh, ow * 3, false), 0);
-	assert_int_equal(resize_rgb(r, src + ((size_t)y0 * w + x0) * 3, x1 - x0, y1 - y0, w * 3, x - x0, y - y0, cw,
-				    ch, b, ow, oh, ow * 3, false),
+	assert_int_equal(resize_rgb(r, src + ((size_t)y0 * w + x0) * 3, x1 - x0, y1 - y0, w * 3, x - x0, y - y0, cw, ch,
+				    b, ow, oh, ow * 3, false),
 			 0);
 	assert_true(max_diff(a, b, ow * oh * 3) <= 1);
 	free(src);
@@ -548,7 +558,7 @@ static void test_pass_order(void **state)
 static void test_bad_args(void **state)
 {
 	struct resizer *r = *state;
-	uint8_t src[10 * 10 * 3] = { 0 }, dst[10 * 10 * 3];
+	uint8_t src[10 * 10 * 3] = {0}, dst[10 * 10 * 3];
 	uint32_t f, e;
 
 	assert_int_equal(resize_rgb(NULL, src, 10, 10, 30, 0, 0, 10, 10, dst, 5, 5, 15, false), -EINVAL);
@@ -594,18 +604,18 @@ static void test_tiny(void **state)
 {
 	struct resizer *r = *state;
 	const struct rcase cases[] = {
-		{ 1, 1, 0, 0, 1, 1, 1, 1, false },
-		{ 1, 1, 0, 0, 1, 1, 7, 3, true },
-		{ 2, 2, 0, 0, 2, 2, 1, 1, false },
-		{ 3, 1, 0, 0, 3, 1, 2, 5, true },
-		{ 3, 3, 0, 0, 3, 3, 1, 1, false },   /* 3 taps of 3 pixels */
-		{ 5, 5, 0.5, 0.5, 0.1, 0.1, 1, 1, false },
-		{ 9, 9, 0, 0, 9, 9, 1, 1, true },    /* 9 taps */
-		{ 1, 300, 0, 0, 1, 300, 1, 13, false },
-		{ 300, 1, 0, 0, 300, 1, 13, 1, true },
-		{ 7, 5, 1.5, 0.25, 5, 4.5, 33, 17, true },
-		{ 11, 13, 0, 0, 11, 13, 5, 6, false }, /* rows of 15 and 33 bytes: shorter than a vector */
-		{ 4, 4, 0, 0, 4, 4, 3, 3, true },
+		{1, 1, 0, 0, 1, 1, 1, 1, false},
+		{1, 1, 0, 0, 1, 1, 7, 3, true},
+		{2, 2, 0, 0, 2, 2, 1, 1, false},
+		{3, 1, 0, 0, 3, 1, 2, 5, true},
+		{3, 3, 0, 0, 3, 3, 1, 1, false}, /* 3 taps of 3 pixels */
+		{5, 5, 0.5, 0.5, 0.1, 0.1, 1, 1, false},
+		{9, 9, 0, 0, 9, 9, 1, 1, true}, /* 9 taps */
+		{1, 300, 0, 0, 1, 300, 1, 13, false},
+		{300, 1, 0, 0, 300, 1, 13, 1, true},
+		{7, 5, 1.5, 0.25, 5, 4.5, 33, 17, true},
+		{11, 13, 0, 0, 11, 13, 5, 6, false}, /* rows of 15 and 33 bytes: shorter than a vector */
+		{4, 4, 0, 0, 4, 4, 3, 3, true},
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
@@ -617,10 +627,10 @@ static void test_extreme(void **state)
 {
 	struct resizer *r = *state;
 	const struct rcase cases[] = {
-		{ 2400, 3, 0, 0, 2400, 3, 3, 2, false },     /* 800x */
-		{ 3, 2000, 0.5, 0, 2, 2000, 2, 1, true },    /* 2000x */
-		{ 600, 400, 0, 0, 600, 400, 3, 2, true },    /* 200x both ways */
-		{ 2, 2, 0, 0, 2, 2, 300, 300, false },       /* 150x up */
+		{2400, 3, 0, 0, 2400, 3, 3, 2, false},  /* 800x */
+		{3, 2000, 0.5, 0, 2, 2000, 2, 1, true}, /* 2000x */
+		{600, 400, 0, 0, 600, 400, 3, 2, true}, /* 200x both ways */
+		{2, 2, 0, 0, 2, 2, 300, 300, false},    /* 150x up */
 	};
 
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
@@ -631,7 +641,7 @@ static void test_extreme(void **state)
 static void test_flat(void **state)
 {
 	struct resizer *r = *state;
-	const uint8_t levels[] = { 0, 1, 77, 128, 254, 255 };
+	const uint8_t levels[] = {0, 1, 77, 128, 254, 255};
 
 	lcg_state = 777;
 	for (unsigned i = 0; i < 40; i++) {
@@ -648,8 +658,8 @@ static void test_flat(void **state)
 		assert_non_null(out);
 		memset(src, v, (size_t)k.sw * k.sh * 4);
 		for (int order = 0; order < 2; order++) {
-			assert_int_equal(resize_rgbx(r, src, k.sw, k.sh, (size_t)k.sw * 4, k.x, k.y, k.w, k.h, out, k.dw, k.dh,
-						     (size_t)k.dw * 3, k.flip, order),
+			assert_int_equal(resize_rgbx(r, src, k.sw, k.sh, (size_t)k.sw * 4, k.x, k.y, k.w, k.h, out,
+						     k.dw, k.dh, (size_t)k.dw * 3, k.flip, order),
 					 0);
 			for (size_t j = 0; j < n; j++)
 				assert_int_equal(out[j], v);
@@ -682,8 +692,8 @@ static void test_rgbx_strides(void **state)
 			assert_int_equal(resize_rgbx(r, tight, sw, sh, (size_t)sw * 4, 2.5, 1, 78, 59.5, a, dw, dh,
 						     (size_t)dw * 3, flip, order),
 					 0);
-			assert_int_equal(resize_rgbx(r, wide, sw, sh, ss, 2.5, 1, 78, 59.5, b, dw, dh, (size_t)dw * 3, flip,
-						     order),
+			assert_int_equal(resize_rgbx(r, wide, sw, sh, ss, 2.5, 1, 78, 59.5, b, dw, dh, (size_t)dw * 3,
+						     flip, order),
 					 0);
 			assert_memory_equal(a, b, (size_t)dw * dh * 3);
 		}
@@ -733,21 +743,21 @@ static int teardown(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_downscale), cmocka_unit_test(test_upscale),      cmocka_unit_test(test_fractional_box),
-		cmocka_unit_test(test_identity),  cmocka_unit_test(test_flip),         cmocka_unit_test(test_strides),
-		cmocka_unit_test(test_cache),     cmocka_unit_test(test_span),         cmocka_unit_test(test_pass_order),
-		cmocka_unit_test(test_bad_args),  cmocka_unit_test(test_random),       cmocka_unit_test(test_tiny),
-		cmocka_unit_test(test_extreme),   cmocka_unit_test(test_flat),         cmocka_unit_test(test_rgbx_strides),
+		cmocka_unit_test(test_downscale), cmocka_unit_test(test_upscale), cmocka_unit_test(test_fractional_box),
+		cmocka_unit_test(test_identity),  cmocka_unit_test(test_flip),    cmocka_unit_test(test_strides),
+		cmocka_unit_test(test_cache),     cmocka_unit_test(test_span),    cmocka_unit_test(test_pass_order),
+		cmocka_unit_test(test_bad_args),  cmocka_unit_test(test_random),  cmocka_unit_test(test_tiny),
+		cmocka_unit_test(test_extreme),   cmocka_unit_test(test_flat),    cmocka_unit_test(test_rgbx_strides),
 		cmocka_unit_test(test_isa),
 	};
 	const struct {
 		enum resize_isa isa;
 		const char *name;
 	} isas[] = {
-		{ RESIZE_ISA_SCALAR, "resize (portable kernels)" },
-		{ RESIZE_ISA_SSE2, "resize (SSE2 kernels)" },
-		{ RESIZE_ISA_AVX2, "resize (AVX2 kernels)" },
-		{ RESIZE_ISA_AVX512, "resize (AVX-512 kernels)" },
+		{RESIZE_ISA_SCALAR, "resize (portable kernels)"},
+		{RESIZE_ISA_SSE2, "resize (SSE2 kernels)"},
+		{RESIZE_ISA_AVX2, "resize (AVX2 kernels)"},
+		{RESIZE_ISA_AVX512, "resize (AVX-512 kernels)"},
 	};
 	int failed = 0;
 
@@ -764,7 +774,8 @@ int main(void)
 	resize_force_isa(RESIZE_ISA_AUTO);
 	resizer_free(scalar);
 	printf("max |diff|, and mean |diff| (average, worst), of %u resizes against the one-step double-precision\n"
-	       "reference: %d, %.4f, %.4f; of %u against Pillow's two-pass algorithm in double precision: %d, %.4f, %.4f\n",
+	       "reference: %d, %.4f, %.4f; of %u against Pillow's two-pass algorithm in double precision: %d, %.4f, "
+	       "%.4f\n",
 	       stats.n[0], stats.max[0], stats.n[0] ? stats.mean_sum[0] / stats.n[0] : 0.0, stats.mean_worst[0],
 	       stats.n[1], stats.max[1], stats.n[1] ? stats.mean_sum[1] / stats.n[1] : 0.0, stats.mean_worst[1]);
 	return failed;

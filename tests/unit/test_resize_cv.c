@@ -25,7 +25,7 @@
 #include "resize_cv.h"
 #include "rng.h"
 
-static const enum resize_isa vector_isas[] = { RESIZE_ISA_AVX2, RESIZE_ISA_AVX512 };
+static const enum resize_isa vector_isas[] = {RESIZE_ISA_AVX2, RESIZE_ISA_AVX512};
 #define NISA (sizeof(vector_isas) / sizeof(vector_isas[0]))
 
 /* A resizer with `isa`'s kernels, or NULL where this CPU has none. */
@@ -66,13 +66,11 @@ static void test_isa_pick(void **state)
 /* Every source size below and every output size: the vector kernels give the portable bytes. */
 static void test_edge_sizes(void **state)
 {
-	static const uint32_t src_sizes[][2] = { { 1, 1 },   { 1, 9 },    { 9, 1 },   { 2, 2 },   { 3, 7 },
-						 { 7, 3 },   { 17, 5 },   { 31, 33 }, { 64, 48 }, { 65, 47 },
-						 { 127, 3 }, { 200, 150 }, { 333, 1 }, { 1, 333 } };
-	static const uint32_t dst_sizes[][2] = { { 1, 1 },  { 1, 5 },   { 5, 1 },   { 2, 3 },   { 7, 7 },
-						 { 8, 8 },  { 15, 9 },  { 16, 16 }, { 17, 2 }, { 31, 31 },
-						 { 32, 5 }, { 33, 33 }, { 63, 20 }, { 64, 1 }, { 65, 64 },
-						 { 100, 75 }, { 129, 3 }, { 250, 190 }, { 400, 300 } };
+	static const uint32_t src_sizes[][2] = {{1, 1},   {1, 9},   {9, 1},   {2, 2},   {3, 7},     {7, 3},   {17, 5},
+						{31, 33}, {64, 48}, {65, 47}, {127, 3}, {200, 150}, {333, 1}, {1, 333}};
+	static const uint32_t dst_sizes[][2] = {{1, 1},   {1, 5},    {5, 1},   {2, 3},     {7, 7},    {8, 8},   {15, 9},
+						{16, 16}, {17, 2},   {31, 31}, {32, 5},    {33, 33},  {63, 20}, {64, 1},
+						{65, 64}, {100, 75}, {129, 3}, {250, 190}, {400, 300}};
 	struct cv_resizer *scalar = resizer_for(RESIZE_ISA_SCALAR), *vec[NISA];
 	struct rng g;
 	uint8_t *src = malloc(400 * 400 * 4 + 64), *want = malloc(1300 * 300), *got = malloc(1300 * 300);
@@ -96,16 +94,18 @@ static void test_edge_sizes(void **state)
 				size_t sstride = (size_t)sw * bpp + 5, dstride = (size_t)dw * 3 + 7;
 
 				memset(want, 0xa5, dstride * dh);
-				assert_int_equal(cv_resize_linear(scalar, src, sw, sh, sstride, bpp, want, dw, dh, dstride), 0);
+				assert_int_equal(
+					cv_resize_linear(scalar, src, sw, sh, sstride, bpp, want, dw, dh, dstride), 0);
 				for (size_t i = 0; i < NISA; i++) {
 					if (!vec[i])
 						continue;
 					memset(got, 0xa5, dstride * dh);
-					assert_int_equal(cv_resize_linear(vec[i], src, sw, sh, sstride, bpp, got, dw, dh, dstride),
+					assert_int_equal(cv_resize_linear(vec[i], src, sw, sh, sstride, bpp, got, dw,
+									  dh, dstride),
 							 0);
 					if (memcmp(want, got, dstride * dh)) {
-						fprintf(stderr, "isa %d: %ux%u (bpp %u) -> %ux%u differs\n", vector_isas[i], sw,
-							sh, bpp, dw, dh);
+						fprintf(stderr, "isa %d: %ux%u (bpp %u) -> %ux%u differs\n",
+							vector_isas[i], sw, sh, bpp, dw, dh);
 						fail();
 					}
 					compared++;
@@ -118,12 +118,14 @@ static void test_edge_sizes(void **state)
 		for (unsigned bpp = 3; bpp <= 4; bpp++) {
 			size_t sstride = (size_t)2 * w * bpp, dstride = (size_t)w * 3;
 
-			assert_int_equal(cv_resize_linear(scalar, src, 2 * w, 2 * w, sstride, bpp, want, w, w, dstride), 0);
+			assert_int_equal(cv_resize_linear(scalar, src, 2 * w, 2 * w, sstride, bpp, want, w, w, dstride),
+					 0);
 			for (size_t i = 0; i < NISA; i++) {
 				if (!vec[i])
 					continue;
-				assert_int_equal(cv_resize_linear(vec[i], src, 2 * w, 2 * w, sstride, bpp, got, w, w, dstride),
-						 0);
+				assert_int_equal(
+					cv_resize_linear(vec[i], src, 2 * w, 2 * w, sstride, bpp, got, w, w, dstride),
+					0);
 				assert_memory_equal(want, got, dstride * w);
 				compared++;
 			}
@@ -162,7 +164,7 @@ static uint8_t *read_file(const char *path, size_t *len)
 static struct pipeline *pipeline_for(enum resize_isa isa, const uint8_t *file, size_t len)
 {
 	struct decode_limits lim = {.max_pixels = 1ull << 26};
-	struct fit_request req = { 8, 0, 0, FIT_CV2, false };
+	struct fit_request req = {8, 0, 0, FIT_CV2, false};
 	struct fit_result res;
 	struct pipeline *p;
 	uint8_t out[8 * 8 * 3];
@@ -178,9 +180,9 @@ static struct pipeline *pipeline_for(enum resize_isa isa, const uint8_t *file, s
 /* Each photo as a detection sample at several long sides (up and down), letterboxed into boxes too. */
 static void test_photos(void **state)
 {
-	static const char *const photos[] = { "rocket.jpg", "hubble_deep_field.jpg", "astronaut.png", "chelsea.png",
-					      "coffee.png", "camera.png" };
-	static const uint32_t sides[] = { 640, 320, 500, 333, 129, 1000, 1283 };
+	static const char *const photos[] = {
+		"rocket.jpg", "hubble_deep_field.jpg", "astronaut.png", "chelsea.png", "coffee.png", "camera.png"};
+	static const uint32_t sides[] = {640, 320, 500, 333, 129, 1000, 1283};
 	unsigned compared = 0;
 
 	(void)state;
@@ -197,7 +199,7 @@ static void test_photos(void **state)
 			vec[i] = pipeline_for(vector_isas[i], file, len);
 		for (size_t s = 0; s < sizeof(sides) / sizeof(sides[0]); s++) {
 			for (int boxed = 0; boxed < 2; boxed++) {
-				struct fit_request req = { sides[s], boxed ? 320 : 0, boxed ? 256 : 0, FIT_CV2, false };
+				struct fit_request req = {sides[s], boxed ? 320 : 0, boxed ? 256 : 0, FIT_CV2, false};
 				struct fit_result a, b;
 				size_t bytes = (size_t)sides[s] * sides[s] * 3;
 				uint8_t *want = malloc(bytes), *got = malloc(bytes);
@@ -212,8 +214,8 @@ static void test_photos(void **state)
 					assert_int_equal(a.width, b.width);
 					assert_int_equal(a.height, b.height);
 					if (memcmp(want, got, (size_t)a.width * a.height * 3)) {
-						fprintf(stderr, "isa %d: %s at %u%s differs\n", vector_isas[i], photos[f],
-							sides[s], boxed ? " boxed" : "");
+						fprintf(stderr, "isa %d: %s at %u%s differs\n", vector_isas[i],
+							photos[f], sides[s], boxed ? " boxed" : "");
 						fail();
 					}
 					compared++;
@@ -236,9 +238,12 @@ static void test_photos(void **state)
  * with DETECT_PAD around it, for both resamplers, square and rectangular boxes, up and down. */
 static void test_fit_in_box(void **state)
 {
-	static const char *const photos[] = { "rocket.jpg", "hubble_deep_field.jpg", "chelsea.png" };
-	static const uint32_t boxes[][3] = { { 640, 640, 640 }, { 320, 320, 256 }, { 640, 640, 352 },
-					     { 256, 192, 256 }, { 1000, 1000, 1000 } };
+	static const char *const photos[] = {"rocket.jpg", "hubble_deep_field.jpg", "chelsea.png"};
+	static const uint32_t boxes[][3] = {{640, 640, 640},
+					    {320, 320, 256},
+					    {640, 640, 352},
+					    {256, 192, 256},
+					    {1000, 1000, 1000}};
 	struct decode_limits lim = {.max_pixels = 1ull << 26};
 	struct pipeline *p;
 
@@ -254,7 +259,7 @@ static void test_fit_in_box(void **state)
 		for (size_t b = 0; b < sizeof(boxes) / sizeof(boxes[0]); b++)
 			for (int rs = FIT_ANTIALIAS; rs <= FIT_CV2; rs++) {
 				const uint32_t side = boxes[b][0], bw = boxes[b][1], bh = boxes[b][2];
-				struct fit_request req = { side, bw, bh, (enum fit_resample)rs, false };
+				struct fit_request req = {side, bw, bh, (enum fit_resample)rs, false};
 				struct fit_result a, c;
 				struct detect_letterbox g;
 				uint8_t *alone = malloc((size_t)side * side * 3), *want = malloc((size_t)bw * bh * 3);
@@ -280,7 +285,7 @@ static void test_fit_in_box(void **state)
 	}
 	/* a box of 0 with in_box is a bad request */
 	{
-		struct fit_request req = { 64, 0, 0, FIT_CV2, true };
+		struct fit_request req = {64, 0, 0, FIT_CV2, true};
 		struct fit_result res;
 		uint8_t out[64 * 64 * 3];
 		size_t len;

@@ -44,13 +44,13 @@ static void test_key_parts_matter(void **state)
 		uint64_t seed, epoch, index;
 		enum rng_purpose purpose;
 	} keys[] = {
-		{ 43, 3, 12345, RNG_AUGMENT },              /* seed */
-		{ 42, 4, 12345, RNG_AUGMENT },              /* epoch */
-		{ 42, 3, 12346, RNG_AUGMENT },              /* index */
-		{ 42, 3, 12345 + (1ull << 32), RNG_AUGMENT }, /* high half of the index */
-		{ 42, 3 + (1ull << 32), 12345, RNG_AUGMENT }, /* high half of the epoch */
-		{ 42, 3, 12345, RNG_PERMUTATION },          /* purpose */
-		{ 42, 3, 12345, RNG_REPLACE },
+		{43, 3, 12345, RNG_AUGMENT},                /* seed */
+		{42, 4, 12345, RNG_AUGMENT},                /* epoch */
+		{42, 3, 12346, RNG_AUGMENT},                /* index */
+		{42, 3, 12345 + (1ull << 32), RNG_AUGMENT}, /* high half of the index */
+		{42, 3 + (1ull << 32), 12345, RNG_AUGMENT}, /* high half of the epoch */
+		{42, 3, 12345, RNG_PERMUTATION},            /* purpose */
+		{42, 3, 12345, RNG_REPLACE},
 	};
 
 	(void)state;
@@ -67,8 +67,8 @@ static void test_key_parts_matter(void **state)
 
 static void test_below_range_and_uniform(void **state)
 {
-	const uint64_t ns[] = { 1, 2, 3, 7, 10, 1000, (1ull << 33) + 5, UINT64_MAX };
-	unsigned counts[10] = { 0 };
+	const uint64_t ns[] = {1, 2, 3, 7, 10, 1000, (1ull << 33) + 5, UINT64_MAX};
+	unsigned counts[10] = {0};
 	const int draws = 100000;
 	struct rng r;
 	double chi2 = 0;

@@ -17,9 +17,10 @@
 
 static void clear_env(void)
 {
-	static const char *const names[] = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
-					    "AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_ENDPOINT_URL",
-					    "AWS_ENDPOINT_URL_S3", "AWS_REGION", "AWS_DEFAULT_REGION"};
+	static const char *const names[] = {
+		"AWS_ACCESS_KEY_ID",           "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",   "AWS_PROFILE",
+		"AWS_SHARED_CREDENTIALS_FILE", "AWS_ENDPOINT_URL",      "AWS_ENDPOINT_URL_S3", "AWS_REGION",
+		"AWS_DEFAULT_REGION"};
 
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		unsetenv(names[i]);
@@ -272,12 +273,9 @@ static void test_list_url(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_split_and_urls),
-		cmocka_unit_test(test_credentials),
-		cmocka_unit_test(test_error_text),
-		cmocka_unit_test(test_list_page),
-		cmocka_unit_test(test_encode),
-		cmocka_unit_test(test_list_url),
+		cmocka_unit_test(test_split_and_urls), cmocka_unit_test(test_credentials),
+		cmocka_unit_test(test_error_text),     cmocka_unit_test(test_list_page),
+		cmocka_unit_test(test_encode),         cmocka_unit_test(test_list_url),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

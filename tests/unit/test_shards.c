@@ -65,7 +65,10 @@ static void header(struct buf *b, const char *name, char type, uint64_t size, co
 	memcpy(h + 100, "0000644", 7);
 	snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)size);
 	h[156] = (uint8_t)type;
-	memcpy(h + 257, "ustar\0" "00", 8);
+	memcpy(h + 257,
+	       "ustar\0"
+	       "00",
+	       8);
 	if (prefix)
 		memcpy(h + 345, prefix, strlen(prefix));
 	checksum(h);
@@ -115,9 +118,9 @@ static void test_tar_formats(void **state)
 
 	(void)state;
 	member(&b, "a/x.jpg", "JPEGDATA");
-	header(&b, "a/", '5', 0, NULL);              /* a directory: skipped */
-	header(&b, "link.jpg", '2', 700, NULL);      /* a symlink: skipped, its size field ignored */
-	header(&b, "x.cls", '0', 1, "some/prefix");  /* ustar prefix joined */
+	header(&b, "a/", '5', 0, NULL);             /* a directory: skipped */
+	header(&b, "link.jpg", '2', 700, NULL);     /* a symlink: skipped, its size field ignored */
+	header(&b, "x.cls", '0', 1, "some/prefix"); /* ustar prefix joined */
 	put(&b, "7", 1);
 	pad(&b);
 	memset(longname, 'n', sizeof(longname));
@@ -348,7 +351,7 @@ static void write_shards(void)
 	member(&b, "__meta__/x.txt", "skip");
 	member(&b, "k1.JPEG", "IMG1"); /* extension lower-cased: jpeg */
 	member(&b, "k1.json", "{\"other\": {\"label\": 9}, \"label\": 1}");
-	member(&b, "only.cls", "5");   /* no image: skipped */
+	member(&b, "only.cls", "5"); /* no image: skipped */
 	end(&b);
 	write_file("d-000.tar", b.p, b.n);
 	free(b.p);
@@ -458,8 +461,8 @@ static void test_shard_dataset(void **state)
 	{
 		char cmd[2048];
 
-		snprintf(cmd, sizeof(cmd), "mkdir %s/p0 %s/p1 && cp %s/d-000.tar %s/p0/ && cp %s/d-000.tar %s/p1/", root,
-			 root, root, root, root, root);
+		snprintf(cmd, sizeof(cmd), "mkdir %s/p0 %s/p1 && cp %s/d-000.tar %s/p0/ && cp %s/d-000.tar %s/p1/",
+			 root, root, root, root, root, root);
 		assert_int_equal(system(cmd), 0);
 		snprintf(pattern, sizeof(pattern), "%s/p{0,1}/d-000.tar", root);
 		assert_int_equal(dataset_open(pattern, 1000, &ds, err, sizeof(err)), 0);
@@ -538,8 +541,14 @@ static void test_shard_errors(void **state)
 static void test_shard_order_plan(void **state)
 {
 	static const uint64_t starts[] = {0, 7, 7, 20, 33, 50}; /* one empty shard */
-	struct plan_spec s = {.samples = 50, .seed = 5, .world_size = 3, .batch_size = 4, .shuffle = true,
-			      .shard_starts = starts, .shards = 5, .shuffle_buffer = 6};
+	struct plan_spec s = {.samples = 50,
+			      .seed = 5,
+			      .world_size = 3,
+			      .batch_size = 4,
+			      .shuffle = true,
+			      .shard_starts = starts,
+			      .shards = 5,
+			      .shuffle_buffer = 6};
 
 	(void)state;
 	for (int drop = 0; drop < 2; drop++) {
