@@ -7,9 +7,11 @@
 /*
  * torch's fused multiply-adds are fmaf here: one libm call each on a
  * baseline x86-64, one instruction in the clone gcc makes for CPUs with
- * FMA (chosen at load; the same correctly rounded results).
+ * FMA (chosen at load; the same correctly rounded results). Not under
+ * ThreadSanitizer: the clones' resolver runs during relocation, before its
+ * runtime is up, and crashes every program that links this file.
  */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
 #define FMA_CLONES __attribute__((target_clones("fma", "default")))
 #else
 #define FMA_CLONES
