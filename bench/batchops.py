@@ -22,14 +22,11 @@ timed epoch after a warm-up, and the ratios.
 import argparse
 import math
 import os
-import subprocess
 import sys
-import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from cpu_per_image import BUILD, children, cpu_seconds  # noqa: E402
+from cpu_per_image import children, cpu_seconds, scratch_daemon  # noqa: E402
 from transforms import MEAN, STD, timed  # noqa: E402
 
 REPEATS = 4
@@ -76,27 +73,16 @@ def main():
     nc = len([e for e in os.scandir(a.dataset) if e.is_dir()])
     mix = v2.RandomChoice([v2.MixUp(alpha=0.2, num_classes=nc), v2.CutMix(alpha=1.0, num_classes=nc)])
     rows = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        sock = os.path.join(tmp, "s.sock")
-        d = subprocess.Popen([os.path.join(BUILD, "stokerd"), "--socket", sock, "--workers", str(a.workers),
-                              "--set", "cache_bytes=0"], stderr=subprocess.DEVNULL)
-        try:
-            for _ in range(400):
-                if os.path.exists(sock):
-                    break
-                time.sleep(0.025)
-            for name, bt in (("stoker", mix), ("stoker, no batch op", None)):
-                with stoker.torch.Loader(a.dataset, socket=sock, batch_size=a.batch_size, transform=compose,
-                                         batch_transform=bt, aug_repeats=REPEATS, aug_selected_round=0,
-                                         dct_scaling=False, drop_last=True) as ld:
-                    def epoch(e, ld=ld):
-                        ld.set_epoch(e)
-                        return sum(len(t) for _, t in ld)
+    with scratch_daemon(a.workers) as (sock, daemon_pid):
+        for name, bt in (("stoker", mix), ("stoker, no batch op", None)):
+            with stoker.torch.Loader(a.dataset, socket=sock, batch_size=a.batch_size, transform=compose,
+                                     batch_transform=bt, aug_repeats=REPEATS, aug_selected_round=0,
+                                     dct_scaling=False, drop_last=True) as ld:
+                def epoch(e, ld=ld):
+                    ld.set_epoch(e)
+                    return sum(len(t) for _, t in ld)
 
-                    rows[name] = timed(epoch, lambda: [d.pid, os.getpid()], a.epochs)
-        finally:
-            d.terminate()
-            d.wait()
+                rows[name] = timed(epoch, lambda: [daemon_pid, os.getpid()], a.epochs)
 
     def collate(batch):
         return mix(*torch.utils.data.default_collate(batch))

@@ -12,6 +12,7 @@ the ratio. docs/performance.md quotes it for PNG data.
 """
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -43,6 +44,25 @@ def children(pid):
         return []
 
 
+@contextlib.contextmanager
+def scratch_daemon(workers):
+    """A stokerd of this build with no cache on a socket in a scratch
+    directory, for one bench: yields (socket path, its pid); stopped after."""
+    with tempfile.TemporaryDirectory() as tmp:
+        sock = os.path.join(tmp, "s.sock")
+        d = subprocess.Popen([os.path.join(BUILD, "stokerd"), "--socket", sock, "--workers", str(workers),
+                              "--set", "cache_bytes=0"], stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(400):
+                if os.path.exists(sock):
+                    break
+                time.sleep(0.025)
+            yield sock, d.pid
+        finally:
+            d.terminate()
+            d.wait()
+
+
 def timed(name, epochs, run_epoch, pids):
     """Per timed epoch: images, CPU ms per image, images/s."""
     run_epoch(0)
@@ -65,25 +85,14 @@ def main():
     a = ap.parse_args()
     import stoker
 
-    with tempfile.TemporaryDirectory() as tmp:
-        sock = os.path.join(tmp, "s.sock")
-        d = subprocess.Popen([os.path.join(BUILD, "stokerd"), "--socket", sock, "--workers", str(a.workers),
-                              "--set", "cache_bytes=0"], stderr=subprocess.DEVNULL)
-        try:
-            for _ in range(400):
-                if os.path.exists(sock):
-                    break
-                time.sleep(0.025)
-            with stoker.Loader(a.dataset, socket=sock, batch_size=256, image_size=224,
-                               transform="random_resized_crop") as ld:
-                def epoch(e):
-                    ld.set_epoch(e)
-                    return sum(len(labels) for _, labels in ld)
+    with scratch_daemon(a.workers) as (sock, daemon_pid):
+        with stoker.Loader(a.dataset, socket=sock, batch_size=256, image_size=224,
+                           transform="random_resized_crop") as ld:
+            def epoch(e):
+                ld.set_epoch(e)
+                return sum(len(labels) for _, labels in ld)
 
-                s = timed("stoker", a.epochs, epoch, lambda: [d.pid, os.getpid()])
-        finally:
-            d.terminate()
-            d.wait()
+            s = timed("stoker", a.epochs, epoch, lambda: [daemon_pid, os.getpid()])
 
     import torch
     from torchvision import datasets, transforms as T

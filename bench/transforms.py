@@ -19,14 +19,12 @@ compare (throughput depends on the share of the CPUs each side gets).
 
 import argparse
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from cpu_per_image import BUILD, children, cpu_seconds  # noqa: E402
+from cpu_per_image import children, cpu_seconds, scratch_daemon  # noqa: E402
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
@@ -68,26 +66,15 @@ def main():
     from torchvision import datasets
 
     rows = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        sock = os.path.join(tmp, "s.sock")
-        d = subprocess.Popen([os.path.join(BUILD, "stokerd"), "--socket", sock, "--workers", str(a.workers),
-                              "--set", "cache_bytes=0"], stderr=subprocess.DEVNULL)
-        try:
-            for _ in range(400):
-                if os.path.exists(sock):
-                    break
-                time.sleep(0.025)
-            for name, compose in pipelines().items():
-                with stoker.torch.Loader(a.dataset, socket=sock, batch_size=a.batch_size, transform=compose,
-                                         dct_scaling=False) as ld:
-                    def epoch(e, ld=ld):
-                        ld.set_epoch(e)
-                        return sum(len(labels) for _, labels in ld)
+    with scratch_daemon(a.workers) as (sock, daemon_pid):
+        for name, compose in pipelines().items():
+            with stoker.torch.Loader(a.dataset, socket=sock, batch_size=a.batch_size, transform=compose,
+                                     dct_scaling=False) as ld:
+                def epoch(e, ld=ld):
+                    ld.set_epoch(e)
+                    return sum(len(labels) for _, labels in ld)
 
-                    rows[("stoker", name)] = timed(epoch, lambda: [d.pid, os.getpid()], a.epochs)
-        finally:
-            d.terminate()
-            d.wait()
+                rows[("stoker", name)] = timed(epoch, lambda: [daemon_pid, os.getpid()], a.epochs)
 
     for name, compose in pipelines().items():
         torch.manual_seed(0)
