@@ -141,3 +141,13 @@ def test_private_headers_stay_in_their_folder():
         for h, layer in privs.items():
             if '#include "%s"' % h in text:
                 assert path.parent == ROOT / "daemon" / layer, "%s includes %s/%s" % (path, layer, h)
+
+
+def test_architecture_table_is_the_makefile():
+    """docs/ARCHITECTURE.md's "may use" table says what the build enforces."""
+    doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    table = {}
+    for m in re.finditer(r"^\| `(\w+)/` \| ([^|]+) \|$", doc, re.M):
+        uses = [] if m.group(2).strip() == "—" else [u.strip() for u in m.group(2).split(",")]
+        table[m.group(1)] = sorted(uses)
+    assert table == {layer: sorted(u for u in USES[layer] if u != layer) for layer in LAYERS}
