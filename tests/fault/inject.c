@@ -19,6 +19,10 @@
  *                                    PROC_FD_OPEN, SENDMSG (ENOMEM, EMFILE,
  *                                    ENFILE, ENOBUFS, EAGAIN, ENOSPC, EPIPE)
  *   STOKER_INJECT_LOG=PATH           append "what call-number" per failure
+ *   STOKER_INJECT_ARMED_BY=PATH      no call counts until PATH exists: a test
+ *                                    arms the shim at the moment it chooses,
+ *                                    so a spec never depends on calls made
+ *                                    before (a readiness probe, say)
  *
  * The malloc family is reached through glibc's __libc_* entry points (no
  * dlsym, which itself allocates). Under AddressSanitizer its allocator
@@ -60,6 +64,7 @@ static size_t sendmsg_max;
 static uint64_t sendmsg_eagain;
 static _Atomic uint64_t sendmsg_calls;
 static int log_fd = -1;
+static const char *armed_by;
 static bool ready;
 
 static int errno_by_name(const char *s, int dflt)
@@ -103,6 +108,7 @@ __attribute__((constructor)) static void inject_init(void)
 		sendmsg_max = strtoull(v, NULL, 10);
 	if ((v = getenv("STOKER_INJECT_SENDMSG_EAGAIN")))
 		sendmsg_eagain = strtoull(v, NULL, 10);
+	armed_by = getenv("STOKER_INJECT_ARMED_BY");
 	if ((v = getenv("STOKER_INJECT_LOG")))
 		log_fd = open(v, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
 	ready = true;
@@ -114,6 +120,8 @@ static bool hit(struct trigger *t)
 	uint64_t n;
 
 	if (!ready || !t->first)
+		return false;
+	if (armed_by && access(armed_by, F_OK) != 0)
 		return false;
 	n = atomic_fetch_add(&t->calls, 1) + 1;
 	if (n < t->first || (t->count && n >= t->first + t->count))

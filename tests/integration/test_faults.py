@@ -434,12 +434,15 @@ def test_accept_emfile(daemon, dataset, tmp_path, spare):
     the daemon pauses accepting for a tick (it does not spin on the
     listening socket) and then serves the client. The attached client and
     later connections are served; the condition is logged once."""
-    # Connection 1 is the fixture's readiness probe, 2 the first client; 3
-    # fails, and with no-spare-fd the daemon's retry (4) too.
-    d, log = inject_daemon(daemon, tmp_path, accept4="3" if spare else "3,2")
+    # Counting starts once the first client is served (the arm file), so the
+    # spec names the next connection whatever came before it (the fixture's
+    # readiness probe): 1 fails, and with no-spare-fd the daemon's retry (2) too.
+    arm = tmp_path / "armed"
+    d, log = inject_daemon(daemon, tmp_path, accept4="1" if spare else "1,2", armed_by=arm)
     with stoker.Loader(dataset, socket=d.socket, **SMALL) as first:
         it = iter(first)
         got = [int(i) for i in next(it).indices]
+        arm.touch()
         if spare:
             with pytest.raises(stoker.StokerError) as e:
                 stoker.Loader(dataset, socket=d.socket, **SMALL)
@@ -449,7 +452,7 @@ def test_accept_emfile(daemon, dataset, tmp_path, spare):
         got += [int(i) for b in it for i in b.indices]
     assert sorted(got) == list(range(64))
     full_epoch(d, dataset)
-    assert injected(log) == (["accept4 3"] if spare else ["accept4 3", "accept4 4"])
+    assert injected(log) == (["accept4 1"] if spare else ["accept4 1", "accept4 2"])
     err = d.stderr()
     assert err.count("cannot accept clients") == 1, err  # logged once, not once per loop turn
     report(f"inject_accept4_emfile_{'spare' if spare else 'nospare'}", injected=len(injected(log)),
