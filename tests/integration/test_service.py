@@ -48,7 +48,7 @@ def ctl(sock, *args, user=None, check=True):
     return r
 
 
-def wait_for(cond, what, attempts=400, step=0.025):
+def wait_for(cond, what, attempts=2400, step=0.025):
     """Poll cond() a bounded number of times (no wall-clock assertion)."""
     for _ in range(attempts):
         v = cond()
@@ -193,7 +193,7 @@ class NotifySocket:
         self.path = str(path)
         self.sock = pysocket.socket(pysocket.AF_UNIX, pysocket.SOCK_DGRAM)
         self.sock.bind(self.path)
-        self.sock.settimeout(30)
+        self.sock.settimeout(90)
         self.seen = []
 
     def until(self, pred, what, limit=2000):
