@@ -150,6 +150,18 @@ int conn_send2(struct conn *c, const Stoker__Message *msg, int fd, int fd2)
 	return 0;
 }
 
+/* An Error message in msg, its text formatted into text (which, with err,
+ * must outlive msg): the one shape of every Error the daemon sends. */
+static void error_message(Stoker__Message *msg, Stoker__Error *err, Stoker__ErrorCode code, char *text,
+			  size_t text_size, const char *fmt, va_list ap)
+{
+	vsnprintf(text, text_size, fmt, ap);
+	err->code = code;
+	err->message = text;
+	msg->body_case = STOKER__MESSAGE__BODY_ERROR;
+	msg->error = err;
+}
+
 int conn_send_error(struct conn *c, Stoker__ErrorCode code, const char *fmt, ...)
 {
 	Stoker__Message msg = STOKER__MESSAGE__INIT;
@@ -158,12 +170,8 @@ int conn_send_error(struct conn *c, Stoker__ErrorCode code, const char *fmt, ...
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(text, sizeof(text), fmt, ap);
+	error_message(&msg, &err, code, text, sizeof(text), fmt, ap);
 	va_end(ap);
-	err.code = code;
-	err.message = text;
-	msg.body_case = STOKER__MESSAGE__BODY_ERROR;
-	msg.error = &err;
 	return conn_send(c, &msg, -1);
 }
 
@@ -510,12 +518,8 @@ static void refuse(int fd, Stoker__ErrorCode code, const char *fmt, ...)
 	va_list ap;
 
 	va_start(ap, fmt);
-	vsnprintf(text, sizeof(text), fmt, ap);
+	error_message(&msg, &err, code, text, sizeof(text), fmt, ap);
 	va_end(ap);
-	err.code = code;
-	err.message = text;
-	msg.body_case = STOKER__MESSAGE__BODY_ERROR;
-	msg.error = &err;
 	body = stoker__message__get_packed_size(&msg);
 	if (body <= sizeof(frame) - FRAME_HEADER_BYTES) {
 		frame[0] = (uint8_t)body;
