@@ -58,6 +58,9 @@ struct stoker_batch {
 	void *stream; /* device batches: the CUstream of stoker_batch_wait() */
 };
 
+/* kpt_shape's points and flip_idx's entries at most (the daemon's INSTANCES_MAX_KPT). */
+#define OPT_MAX_KPT 1024u
+
 struct stoker_opts {
 	Stoker__Attach attach;
 	float mean[3], std[3];        /* attach.mean/std point here once set */
@@ -73,6 +76,7 @@ struct stoker_opts {
 	char s3_id[256], s3_secret[256], s3_token[4096];
 	Stoker__TransformOp **ops; /* attach.transforms points here once set */
 	size_t n_ops;
+	uint32_t flip_idx[OPT_MAX_KPT]; /* detect.flip_idx points here once set */
 };
 
 struct stoker {
@@ -798,6 +802,10 @@ _Static_assert(STOKER__TRANSFORM__RANDOM_RESIZED_CROP == 0 && STOKER__TRANSFORM_
 		       STOKER__TRANSFORM__LETTERBOX == 2 && STOKER__TRANSFORM__MOSAIC == 3,
 	       "transform");
 _Static_assert(STOKER__TASK__CLASSIFY == 0 && STOKER__TASK__DETECT == 1, "task");
+_Static_assert(STOKER__YOLO_TASK__YOLO_DETECT == 0 && STOKER__YOLO_TASK__YOLO_SEGMENT == 1 &&
+		       STOKER__YOLO_TASK__YOLO_POSE == 2 && STOKER__YOLO_TASK__YOLO_OBB == 3 &&
+		       sizeof(Stoker__YoloTask) == sizeof(int),
+	       "yolo_task");
 _Static_assert(STOKER__RESAMPLE__RESAMPLE_DEFAULT == 0 && STOKER__RESAMPLE__RESAMPLE_ANTIALIAS == 1 &&
 		       STOKER__RESAMPLE__RESAMPLE_CV2 == 2,
 	       "resample");
@@ -814,6 +822,8 @@ static int opt_set_resume(struct stoker_opts *o, const struct opt_key *k, const 
 static int opt_set_split(struct stoker_opts *o, const struct opt_key *k, const char *value);
 static int opt_set_transforms(struct stoker_opts *o, const struct opt_key *k, const char *value);
 static int opt_set_batch_transform(struct stoker_opts *o, const struct opt_key *k, const char *value);
+static int opt_set_kpt_shape(struct stoker_opts *o, const struct opt_key *k, const char *value);
+static int opt_set_flip_idx(struct stoker_opts *o, const struct opt_key *k, const char *value);
 
 static const struct opt_key opt_keys[] = {
 	KEY(batch_size, OPT_U32, batch_size, "u32"),
@@ -866,6 +876,9 @@ static const struct opt_key opt_keys[] = {
 	DKEY(bgr, OPT_FLOAT, "number"),
 	DKEY(resample, OPT_CHOICE, "default|antialias|cv2"),
 	CUSTOM(split, true, "text", opt_set_split),
+	DKEY(yolo_task, OPT_CHOICE, "detect|segment|pose|obb"),
+	CUSTOM(kpt_shape, true, "u32,u32", opt_set_kpt_shape),
+	CUSTOM(flip_idx, true, "u32list", opt_set_flip_idx),
 };
 
 #undef A
@@ -977,6 +990,62 @@ static int opt_set_transforms(struct stoker_opts *o, const struct opt_key *k, co
 	o->n_ops = n;
 	o->attach.transforms = ops;
 	o->attach.n_transforms = n;
+	return 0;
+}
+
+/* Up to `max` unsigned integers, separated by commas or spaces (Python's
+ * list text: brackets and parentheses allowed); -EINVAL for anything else. */
+static int parse_u32_list(const char *p, uint32_t *v, size_t max, size_t *count)
+{
+	size_t n = 0;
+
+	while (*p) {
+		char *end;
+		unsigned long x;
+
+		while (*p == ' ' || *p == '[' || *p == ']' || *p == ',' || *p == '(' || *p == ')')
+			p++;
+		if (!*p)
+			break;
+		if (*p < '0' || *p > '9' || n == max)
+			return -EINVAL;
+		errno = 0;
+		x = strtoul(p, &end, 10);
+		if (errno || x > UINT32_MAX)
+			return -EINVAL;
+		v[n++] = (uint32_t)x;
+		p = end;
+	}
+	*count = n;
+	return 0;
+}
+
+/* "N,D": Ultralytics' kpt_shape [N, D]; the daemon checks the bounds. */
+static int opt_set_kpt_shape(struct stoker_opts *o, const struct opt_key *k, const char *value)
+{
+	uint32_t v[2];
+	size_t n;
+
+	(void)k;
+	if (parse_u32_list(value, v, 2, &n) < 0 || n != 2)
+		return -EINVAL;
+	o->detect.kpt_points = v[0];
+	o->detect.kpt_dims = v[1];
+	o->detect.has_kpt_points = o->detect.has_kpt_dims = true;
+	return 0;
+}
+
+/* Up to OPT_MAX_KPT keypoint indices (data.yaml's flip_idx); the daemon
+ * checks them against kpt_shape. */
+static int opt_set_flip_idx(struct stoker_opts *o, const struct opt_key *k, const char *value)
+{
+	size_t n;
+
+	(void)k;
+	if (parse_u32_list(value, o->flip_idx, OPT_MAX_KPT, &n) < 0 || n == 0)
+		return -EINVAL;
+	o->detect.flip_idx = o->flip_idx;
+	o->detect.n_flip_idx = n;
 	return 0;
 }
 

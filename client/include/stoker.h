@@ -233,7 +233,12 @@ int stoker_pinned(const struct stoker *s);
  * first max(1, round(N * fraction)) images (round half to even), or its
  * first `images` (Ultralytics' integer fraction); the session's data set is
  * that prefix (its order, rect batches, stand-ins, dataset_samples); bgr
- * (0..1, mosaic): P(a sample's channels stay BGR), Ultralytics' bgr. Images
+ * (0..1, mosaic): P(a sample's channels stay BGR), Ultralytics' bgr;
+ * yolo_task=detect|segment|pose|obb: Ultralytics' task the label files are
+ * read for (segment, pose, obb: each file as its verify_image_label reads
+ * it, a corrupt one dropping its image, counted in stoker_label_errors;
+ * transform letterbox only for now), kpt_shape=N,D and flip_idx=i,j,...
+ * (pose: data.yaml's, checked by the daemon). Images
  * are uint8 [count, size, size, 3] (rect: each batch's own height and
  * width); the labels array holds each image's box count.
  */

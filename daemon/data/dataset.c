@@ -229,6 +229,9 @@ void dataset_unref(struct dataset *ds)
 	free(ds->key);
 	free(ds->boxes);
 	free(ds->box_off);
+	free(ds->seg_off);
+	free(ds->seg);
+	free(ds->kpt);
 	for (uint32_t i = 0; ds->class_names && i < ds->num_classes; i++)
 		free(ds->class_names[i]);
 	free(ds->class_names);

@@ -81,7 +81,19 @@ struct dataset {
 	uint64_t *box_off;     /* [count + 1] */
 	uint64_t label_errors; /* objects dropped from label files */
 	uint64_t label_files_missing;
-	char **class_names; /* [num_classes] from the yaml, else NULL */
+	/* Segment, OBB and pose data sets (dataset_open_detect with an
+	 * instances spec): object k of boxes[] has the polygon
+	 * seg[seg_off[k] .. seg_off[k + 1]) (points of x, y normalised; NULL
+	 * when no object has one: Ultralytics' rule drops every segment of a
+	 * data set whose objects do not all have one) and the keypoints
+	 * kpt[k][nkpt][3] (x, y normalised, visibility; NULL but for pose). */
+	bool instances;
+	uint64_t *seg_off; /* [objects + 1] */
+	float *seg;
+	float *kpt;
+	uint32_t nkpt;
+	uint64_t label_files_corrupt; /* images dropped for their label file (instances) */
+	char **class_names;           /* [num_classes] from the yaml, else NULL */
 	/* Tar shards (shards.h): samples are members; NULL for files. */
 	struct shardset *shards;
 	/* [count][2] each image's width and height from its header, for
@@ -101,9 +113,26 @@ int dataset_open(const char *path, uint64_t max_samples, struct dataset **out, c
  * Scan a detection data set at `path` (a directory, a .txt list of images
  * or a data.yaml, whose split `split` is taken) and read every label file.
  * Label errors go to `report` (may be NULL) and are counted.
+ *
+ * `spec` NULL: detect's labels (labels.h), each bad line dropped on its
+ * own. Else each file is read as Ultralytics' verify_image_label reads it
+ * for the spec's task (instances.h; its num_classes is the yaml's, or
+ * LABELS_MAX_CLASSES without names): a corrupt or unreadable file is
+ * reported, counted in label_files_corrupt, and its image dropped from the
+ * data set, as Ultralytics drops it; segments and keypoints are kept
+ * (their floats bounded by DATASET_MAX_INSTANCE_FLOATS). Tar shards take
+ * no spec (-EINVAL).
  */
-int dataset_open_detect(const char *path, const char *split, uint64_t max_samples, label_report_fn report,
-			void *report_ctx, struct dataset **out, char *errbuf, size_t errlen);
+struct instances_spec;
+int dataset_open_detect(const char *path, const char *split, const struct instances_spec *spec, uint64_t max_samples,
+			label_report_fn report, void *report_ctx, struct dataset **out, char *errbuf, size_t errlen);
+
+/* The floats of segment points and keypoints one data set may hold (2 GiB). */
+#define DATASET_MAX_INSTANCE_FLOATS (1ull << 29)
+
+/* A YOLO data set's key (dataset->key): its task's labels, split and path:
+ * "detect:SPLIT:PATH", "segment:...", "pose17x3:...". -ENAMETOOLONG. */
+int dataset_yolo_key(const struct instances_spec *spec, const char *split, const char *path, char *out, size_t size);
 /*
  * Open a remote data set at `url`:
  *   a brace pattern of tar shards or one .tar (s3:// or http(s)://):
@@ -128,9 +157,10 @@ int dataset_open_remote(const char *url, uint64_t max_samples, struct fetch *f, 
  * applied to its URL, fetched a bounded window at a time: a 404
  * is no objects, other failures are label errors (reported, counted).
  */
-int dataset_open_remote_detect(const char *url, const char *split, uint64_t max_samples, struct fetch *f,
-			       const struct s3_config *s3, label_report_fn report, void *report_ctx,
-			       struct dataset **out, char *errbuf, size_t errlen);
+int dataset_open_remote_detect(const char *url, const char *split, const struct instances_spec *spec,
+			       uint64_t max_samples, struct fetch *f, const struct s3_config *s3,
+			       label_report_fn report, void *report_ctx, struct dataset **out, char *errbuf,
+			       size_t errlen);
 /* Sample `index`'s HTTP URL (for a tar shard's member, the shard's), and
  * the byte range to ask for (length 0: the whole object). -ENAMETOOLONG. */
 int dataset_url(const struct dataset *ds, uint64_t index, char *out, size_t size);

@@ -103,9 +103,11 @@ bool ds_is_yolo_image(const char *name);
  * f (named `path` in messages). */
 int ds_scan_image_list_stream(FILE *f, const char *path, struct builder *b, char *errbuf, size_t errlen);
 
-/* Every sample's objects, in sample order. */
-int ds_read_labels(struct dataset *ds, ds_label_read_fn read_fn, void *read_ctx, label_report_fn report, void *ctx,
-		   char *errbuf, size_t errlen);
+/* Every sample's objects, in sample order: detect's labels (spec NULL), or
+ * read as instances.h reads them, the images of corrupt files dropped
+ * (dataset_open_detect). */
+int ds_read_labels(struct dataset *ds, const struct instances_spec *spec, ds_label_read_fn read_fn, void *read_ctx,
+		   label_report_fn report, void *ctx, char *errbuf, size_t errlen);
 
 /* A detection data set of shards just opened (ds, dropped on failure): its
  * key says "detect", the split and `name` (what was opened: a remote yaml

@@ -274,7 +274,8 @@ static int64_t label_read_remote(void *ctx, const struct dataset *ds, uint64_t i
 }
 
 /* ds_read_labels over the network: a 404 is a missing label file. */
-static int remote_read_labels(struct dataset *ds, label_report_fn report, void *ctx, char *errbuf, size_t errlen)
+static int remote_read_labels(struct dataset *ds, const struct instances_spec *spec, label_report_fn report, void *ctx,
+			      char *errbuf, size_t errlen)
 {
 	struct label_fetches lf = {.rm = ds->remote};
 	int r;
@@ -288,7 +289,7 @@ static int remote_read_labels(struct dataset *ds, label_report_fn report, void *
 	pthread_cond_init(&lf.cond, NULL);
 	for (uint64_t k = 0; k < LABEL_FETCH_WINDOW && k < ds->count; k++)
 		label_submit(&lf, ds, k);
-	r = ds_read_labels(ds, label_read_remote, &lf, report, ctx, errbuf, errlen);
+	r = ds_read_labels(ds, spec, label_read_remote, &lf, report, ctx, errbuf, errlen);
 	/* Requests still out when ds_read_labels stopped early point into lf. */
 	pthread_mutex_lock(&lf.lock);
 	for (uint32_t k = 0; k < LABEL_FETCH_WINDOW; k++)
@@ -303,9 +304,10 @@ static int remote_read_labels(struct dataset *ds, label_report_fn report, void *
 	return r;
 }
 
-int dataset_open_remote_detect(const char *url, const char *split, uint64_t max_samples, struct fetch *f,
-			       const struct s3_config *s3, label_report_fn report, void *report_ctx,
-			       struct dataset **out, char *errbuf, size_t errlen)
+int dataset_open_remote_detect(const char *url, const char *split, const struct instances_spec *spec,
+			       uint64_t max_samples, struct fetch *f, const struct s3_config *s3,
+			       label_report_fn report, void *report_ctx, struct dataset **out, char *errbuf,
+			       size_t errlen)
 {
 	struct builder b = {.max = max_samples};
 	struct data_yaml yaml = {0};
@@ -334,6 +336,11 @@ int dataset_open_remote_detect(const char *url, const char *split, uint64_t max_
 			rm->is_signed = r > 0;
 		}
 	}
+	if (shards_url_spec(images) && spec) {
+		set_err(errbuf, errlen, "dataset %s: segment, pose and OBB labels are not read from tar shards", url);
+		r = -EINVAL;
+		goto fail;
+	}
 	if (shards_url_spec(images)) {
 		struct shard_detect det = {.num_classes = yaml.nnames, .report = report, .report_ctx = report_ctx};
 
@@ -346,7 +353,10 @@ int dataset_open_remote_detect(const char *url, const char *split, uint64_t max_
 	r = scan_remote_images(rm, images, &b, &sizes, errbuf, errlen);
 	if (r < 0)
 		goto fail;
-	snprintf(key, sizeof(key), "detect:%s:%s", split, url);
+	if (dataset_yolo_key(spec, split, url, key, sizeof(key)) < 0) {
+		r = -ENAMETOOLONG;
+		goto fail;
+	}
 	r = ds_remote_finish(rm, &b, &sizes, images, key, yaml.nnames, &ds, errbuf, errlen);
 	if (r < 0)
 		goto fail;
@@ -355,7 +365,7 @@ int dataset_open_remote_detect(const char *url, const char *split, uint64_t max_
 	ds->class_names = yaml.names;
 	yaml.names = NULL;
 	yaml.nnames = 0;
-	r = remote_read_labels(ds, report, report_ctx, errbuf, errlen);
+	r = remote_read_labels(ds, spec, report, report_ctx, errbuf, errlen);
 	if (r < 0)
 		goto fail;
 	data_yaml_clear(&yaml);

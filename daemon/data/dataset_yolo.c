@@ -19,6 +19,8 @@
 #include "dataset.h"
 #include "dataset_priv.h"
 #include "errtext.h"
+#include "grow.h"
+#include "instances.h"
 #include "labels.h"
 #include "shards.h"
 #include "strvec.h"
@@ -136,8 +138,181 @@ static int64_t label_read_file(void *ctx, const struct dataset *ds, uint64_t i, 
 	return len;
 }
 
-int ds_read_labels(struct dataset *ds, ds_label_read_fn read_fn, void *read_ctx, label_report_fn report, void *ctx,
-		   char *errbuf, size_t errlen)
+/* Room for `need` elements, doubling (grow.h's rule, amortised). */
+static int grow_to(void *p, size_t *cap, size_t need, size_t elem)
+{
+	return grow((void **)p, cap, need > *cap && need < 2 * *cap ? 2 * *cap : need, elem);
+}
+
+/* What read_instances accumulates over the files. */
+struct inst_acc {
+	struct box_vec boxes;
+	uint64_t *seg_off; /* [boxes.n + 1] point offsets */
+	size_t seg_off_cap;
+	float *seg, *kpt;
+	size_t nseg, seg_cap, nkpt, kpt_cap; /* floats */
+	uint64_t with_segment;               /* objects with a polygon */
+};
+
+/* One file's instances appended; -EFBIG past DATASET_MAX_INSTANCE_FLOATS. */
+static int inst_append(struct inst_acc *a, const struct instances *in, uint32_t nkpt)
+{
+	size_t pts = in->seg_off ? in->seg_off[in->n] : 0, kf = in->kpt ? (size_t)in->n * nkpt * 3 : 0;
+
+	if (a->nseg + a->nkpt + 2 * pts + kf > DATASET_MAX_INSTANCE_FLOATS)
+		return -EFBIG;
+	if (grow_to(&a->boxes.v, &a->boxes.cap, a->boxes.n + in->n, sizeof(*a->boxes.v)) < 0 ||
+	    grow_to(&a->seg_off, &a->seg_off_cap, a->boxes.n + in->n + 1, sizeof(*a->seg_off)) < 0 ||
+	    grow_to(&a->seg, &a->seg_cap, a->nseg + 2 * pts, sizeof(*a->seg)) < 0 ||
+	    grow_to(&a->kpt, &a->kpt_cap, a->nkpt + kf, sizeof(*a->kpt)) < 0)
+		return -ENOMEM;
+	for (uint32_t k = 0; k < in->n; k++) {
+		const float *b = in->box + (size_t)k * 4;
+
+		a->seg_off[a->boxes.n] = a->nseg / 2;
+		a->boxes.v[a->boxes.n++] = (struct detect_box){in->cls[k], b[0], b[1], b[2], b[3]};
+		if (in->seg_off) {
+			size_t np = in->seg_off[k + 1] - in->seg_off[k];
+
+			memcpy(a->seg + a->nseg, in->seg + (size_t)in->seg_off[k] * 2, np * 2 * sizeof(float));
+			a->nseg += np * 2;
+			a->with_segment += np > 0;
+		}
+	}
+	a->seg_off[a->boxes.n] = a->nseg / 2;
+	if (kf) {
+		memcpy(a->kpt + a->nkpt, in->kpt, kf * sizeof(float));
+		a->nkpt += kf;
+	}
+	return 0;
+}
+
+/* The samples whose label file was corrupt dropped from the data set, in
+ * place (they have no objects); the count left. */
+static uint64_t drop_samples(struct dataset *ds, const uint8_t *dropped)
+{
+	uint64_t j = 0;
+
+	for (uint64_t i = 0; i < ds->count; i++) {
+		if (dropped[i])
+			continue;
+		ds->name_off[j] = ds->name_off[i];
+		if (ds->labels)
+			ds->labels[j] = ds->labels[i];
+		if (ds->remote && ds->remote->sizes)
+			ds->remote->sizes[j] = ds->remote->sizes[i];
+		ds->box_off[j] = ds->box_off[i];
+		j++;
+	}
+	ds->box_off[j] = ds->box_off[ds->count];
+	ds->count = j;
+	return j;
+}
+
+/* ds_read_labels with a spec: instances.h's reading, Ultralytics' rules. */
+static int read_instances(struct dataset *ds, const struct instances_spec *spec_in, ds_label_read_fn read_fn,
+			  void *read_ctx, label_report_fn report, void *ctx, char *errbuf, size_t errlen)
+{
+	struct instances_spec spec = *spec_in;
+	struct inst_acc a = {0};
+	uint8_t *dropped = NULL, *text = NULL;
+	size_t cap = 0;
+	int64_t len;
+	int r = 0;
+
+	spec.num_classes = ds->class_names ? ds->num_classes : LABELS_MAX_CLASSES;
+	ds->box_off = calloc(ds->count + 1, sizeof(*ds->box_off));
+	dropped = calloc(ds->count + 1, 1);
+	if (!ds->box_off || !dropped)
+		goto nomem;
+	for (uint64_t i = 0; i < ds->count; i++) {
+		char label[PATH_MAX * 2] = "", why[512] = "";
+		struct instances in = {0};
+
+		ds->box_off[i] = a.boxes.n;
+		len = read_fn(read_ctx, ds, i, label, sizeof(label), &text, &cap, why, sizeof(why));
+		if (len == -ENOENT) {
+			ds->label_files_missing++; /* no objects */
+			continue;
+		}
+		if (len == -ENOMEM)
+			goto nomem;
+		if (len >= 0)
+			r = instances_parse((const char *)text, (size_t)len, &spec, &in, why, sizeof(why));
+		if (len >= 0 && r == -ENOMEM)
+			goto nomem;
+		if (len < 0 || r < 0) {
+			/* verify_image_label's exception: the image is dropped */
+			if (report)
+				report(ctx, label, 0,
+				       len == -ENAMETOOLONG ? "the label file's path is too long"
+				       : len == -EFBIG      ? "larger than 4 MiB: not a label file"
+							    : why);
+			ds->label_files_corrupt++;
+			ds->label_errors++;
+			dropped[i] = 1;
+			r = 0;
+			continue;
+		}
+		r = inst_append(&a, &in, spec.nkpt);
+		instances_clear(&in);
+		if (r == -EFBIG) {
+			set_err(errbuf, errlen, "dataset %s: its segments and keypoints exceed %llu floats (%s)",
+				ds->root, (unsigned long long)DATASET_MAX_INSTANCE_FLOATS, label);
+			goto out;
+		}
+		if (r < 0)
+			goto nomem;
+	}
+	ds->box_off[ds->count] = a.boxes.n;
+	if (drop_samples(ds, dropped) == 0) {
+		set_err(errbuf, errlen, "dataset %s: every image's label file is corrupt (%llu)", ds->root,
+			(unsigned long long)ds->label_files_corrupt);
+		r = -EINVAL;
+		goto out;
+	}
+	ds->instances = true;
+	ds->boxes = a.boxes.v;
+	a.boxes.v = NULL;
+	if (!ds->boxes && !(ds->boxes = malloc(sizeof(*ds->boxes))))
+		goto nomem;
+	/* YOLODataset.get_labels: segments only if every object has one */
+	if (a.with_segment && a.with_segment == ds->box_off[ds->count]) {
+		ds->seg_off = a.seg_off;
+		ds->seg = a.seg;
+		a.seg_off = NULL;
+		a.seg = NULL;
+	}
+	if (!ds->class_names) {
+		ds->num_classes = 0;
+		for (uint64_t k = 0; k < ds->box_off[ds->count]; k++)
+			if (ds->boxes[k].cls + 1 > ds->num_classes)
+				ds->num_classes = (uint32_t)ds->boxes[k].cls + 1;
+	}
+	if (spec.keypoint) {
+		ds->kpt = a.kpt ? a.kpt : malloc(sizeof(float));
+		if (!ds->kpt)
+			goto nomem;
+		a.kpt = NULL;
+		ds->nkpt = spec.nkpt;
+	}
+	r = 0;
+	goto out;
+nomem:
+	r = -ENOMEM;
+	set_err(errbuf, errlen, "dataset %s: out of memory reading its labels", ds->root);
+out:
+	free(a.boxes.v);
+	free(a.seg_off);
+	free(a.seg);
+	free(a.kpt);
+	free(dropped);
+	free(text);
+	return r;
+}
+
+int ds_read_labels(struct dataset *ds, const struct instances_spec *spec, ds_label_read_fn read_fn, void *read_ctx,
+		   label_report_fn report, void *ctx, char *errbuf, size_t errlen)
 {
 	struct box_vec boxes = {0};
 	uint8_t *text = NULL;
@@ -146,6 +321,8 @@ int ds_read_labels(struct dataset *ds, ds_label_read_fn read_fn, void *read_ctx,
 	int64_t len;
 	int r = 0;
 
+	if (spec)
+		return read_instances(ds, spec, read_fn, read_ctx, report, ctx, errbuf, errlen);
 	ds->box_off = calloc(ds->count + 1, sizeof(*ds->box_off));
 	if (!ds->box_off)
 		goto nomem;
@@ -232,8 +409,21 @@ static int detect_shards(const char *path, const char *split, struct data_yaml *
 	return ds_detect_shards_keyed(ds, path, split, ds->key, yaml, out, errbuf, errlen);
 }
 
-int dataset_open_detect(const char *path, const char *split, uint64_t max_samples, label_report_fn report,
-			void *report_ctx, struct dataset **out, char *errbuf, size_t errlen)
+int dataset_yolo_key(const struct instances_spec *spec, const char *split, const char *path, char *out, size_t size)
+{
+	int n;
+
+	if (!spec)
+		n = snprintf(out, size, "detect:%s:%s", split, path);
+	else if (spec->keypoint)
+		n = snprintf(out, size, "pose%ux%u:%s:%s", spec->nkpt, spec->ndim, split, path);
+	else
+		n = snprintf(out, size, "segment:%s:%s", split, path);
+	return n < 0 || (size_t)n >= size ? -ENAMETOOLONG : 0;
+}
+
+int dataset_open_detect(const char *path, const char *split, const struct instances_spec *spec, uint64_t max_samples,
+			label_report_fn report, void *report_ctx, struct dataset **out, char *errbuf, size_t errlen)
 {
 	struct builder b = {.max = max_samples};
 	struct data_yaml yaml = {0};
@@ -243,6 +433,10 @@ int dataset_open_detect(const char *path, const char *split, uint64_t max_sample
 	struct stat st;
 	int r, dirfd = -1;
 
+	if (spec && (shards_spec(path))) {
+		set_err(errbuf, errlen, "dataset %s: segment, pose and OBB labels are not read from tar shards", path);
+		return -EINVAL;
+	}
 	if (shards_spec(path))
 		return detect_shards(path, split, &yaml, max_samples, report, report_ctx, out, errbuf, errlen);
 	if (!realpath(path, real)) {
@@ -256,6 +450,12 @@ int dataset_open_detect(const char *path, const char *split, uint64_t max_sample
 		r = data_yaml_load(real, split, &yaml, errbuf, errlen);
 		if (r < 0)
 			return r;
+		if (shards_spec(yaml.split_path) && spec) {
+			set_err(errbuf, errlen, "dataset %s: segment, pose and OBB labels are not read from tar shards",
+				path);
+			data_yaml_clear(&yaml);
+			return -EINVAL;
+		}
 		if (shards_spec(yaml.split_path)) {
 			r = detect_shards(yaml.split_path, split, &yaml, max_samples, report, report_ctx, out, errbuf,
 					  errlen);
@@ -296,7 +496,11 @@ int dataset_open_detect(const char *path, const char *split, uint64_t max_sample
 		if (slash && slash != images)
 			*slash = '\0';
 	}
-	snprintf(key, sizeof(key), "detect:%s:%s", split, real);
+	if (dataset_yolo_key(spec, split, real, key, sizeof(key)) < 0) {
+		r = -ENAMETOOLONG;
+		set_err(errbuf, errlen, "dataset %s: %s", path, strerror(-r));
+		goto fail;
+	}
 	r = ds_make(&b, images, key, dirfd, yaml.nnames, &ds);
 	if (r < 0) {
 		set_err(errbuf, errlen, "dataset %s: out of memory", path);
@@ -307,7 +511,7 @@ int dataset_open_detect(const char *path, const char *split, uint64_t max_sample
 	ds->class_names = yaml.names;
 	yaml.names = NULL;
 	yaml.nnames = 0;
-	r = ds_read_labels(ds, label_read_file, NULL, report, report_ctx, errbuf, errlen);
+	r = ds_read_labels(ds, spec, label_read_file, NULL, report, report_ctx, errbuf, errlen);
 	if (r < 0)
 		goto fail;
 	data_yaml_clear(&yaml);

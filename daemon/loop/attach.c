@@ -22,6 +22,7 @@
 #include "dataset.h"
 #include "detect.h"
 #include "errtext.h"
+#include "instances.h"
 #include "log.h"
 #include "rect.h"
 #include "ring.h"
@@ -56,6 +57,10 @@ struct attach_request {
 	bool rect;
 	uint32_t stride;
 	double pad;
+	/* Ultralytics' segment, pose and OBB labels (yolo_task): how the
+	 * label files are read; has_inst false for detect's. */
+	struct instances_spec inst;
+	bool has_inst;
 	enum fit_resample resample;
 	struct transform_spec spec; /* the host ring's (attach_start) */
 	uint32_t rect_side;         /* rect: the largest shape's side */
@@ -213,6 +218,42 @@ static int validate_task(const Stoker__Attach *a, char *errbuf, size_t errlen)
 	if (o && (o->has_images || (o->has_fraction && o->fraction < 1)) && a->shard_order) {
 		set_err(errbuf, errlen, "fraction takes the data set's first images: not with order=shards");
 		return -EINVAL;
+	}
+	if (o && (o->yolo_task < STOKER__YOLO_TASK__YOLO_DETECT || o->yolo_task > STOKER__YOLO_TASK__YOLO_OBB)) {
+		set_err(errbuf, errlen, "unknown yolo_task %d", (int)o->yolo_task);
+		return -EINVAL;
+	}
+	if (o && o->yolo_task != STOKER__YOLO_TASK__YOLO_DETECT && a->transform != STOKER__TRANSFORM__LETTERBOX) {
+		set_err(errbuf, errlen,
+			"yolo_task %s: the training transforms (mosaic) do not carry segments and "
+			"keypoints yet; transform letterbox",
+			o->yolo_task == STOKER__YOLO_TASK__YOLO_POSE  ? "pose"
+			: o->yolo_task == STOKER__YOLO_TASK__YOLO_OBB ? "obb"
+								      : "segment");
+		return -EINVAL;
+	}
+	if (o && o->yolo_task == STOKER__YOLO_TASK__YOLO_POSE &&
+	    (o->kpt_points == 0 || o->kpt_points > INSTANCES_MAX_KPT || o->kpt_dims < 2 || o->kpt_dims > 3)) {
+		set_err(errbuf, errlen, "yolo_task pose takes kpt_shape [1..%u, 2 or 3], not [%u, %u]",
+			INSTANCES_MAX_KPT, o->kpt_points, o->kpt_dims);
+		return -EINVAL;
+	}
+	if (o && o->yolo_task != STOKER__YOLO_TASK__YOLO_POSE && (o->kpt_points || o->kpt_dims || o->n_flip_idx)) {
+		set_err(errbuf, errlen, "kpt_shape and flip_idx are options of yolo_task pose");
+		return -EINVAL;
+	}
+	if (o && o->n_flip_idx) {
+		if (o->n_flip_idx != o->kpt_points) {
+			set_err(errbuf, errlen, "flip_idx has %zu entries for kpt_shape's %u keypoints", o->n_flip_idx,
+				o->kpt_points);
+			return -EINVAL;
+		}
+		for (size_t i = 0; i < o->n_flip_idx; i++)
+			if (o->flip_idx[i] >= o->kpt_points) {
+				set_err(errbuf, errlen, "flip_idx[%zu] = %u is not a keypoint below %u", i,
+					o->flip_idx[i], o->kpt_points);
+				return -EINVAL;
+			}
 	}
 	if (o && o->split && (!o->split[0] || strlen(o->split) > ATTACH_MAX_SPLIT_LEN || strchr(o->split, '/'))) {
 		set_err(errbuf, errlen, "split '%.40s' is not a data.yaml key", o->split);
@@ -833,6 +874,7 @@ fail:
 struct label_log {
 	const char *dataset;
 	uint64_t errors;
+	bool instances; /* a bad file drops its image, not only its objects */
 };
 
 /* label_report_fn: the first few errors of a scan, each with file and line. */
@@ -844,7 +886,8 @@ static void log_label_error(void *ctx, const char *path, unsigned long line, con
 		if (line)
 			log_warning("data set %s: %s:%lu: %s; object dropped", l->dataset, path, line, why);
 		else
-			log_warning("data set %s: %s: %s; its objects dropped", l->dataset, path, why);
+			log_warning("data set %s: %s: %s; %s", l->dataset, path, why,
+				    l->instances ? "its image dropped (Ultralytics' rule)" : "its objects dropped");
 	}
 }
 
@@ -865,7 +908,7 @@ static void log_shards(const struct attach_request *req)
 static void attach_scan_data(uv_work_t *w)
 {
 	struct attach_request *req = w->data;
-	struct label_log l = {.dataset = req->path};
+	struct label_log l = {.dataset = req->path, .instances = req->has_inst};
 	const struct dataset *ds = req->existing;
 
 	if (!ds && url_is_remote(req->path) && req->params.task != STOKER__TASK__DETECT) {
@@ -882,21 +925,23 @@ static void attach_scan_data(uv_work_t *w)
 	}
 	if (!ds) {
 		if (url_is_remote(req->path))
-			req->err = dataset_open_remote_detect(req->path, req->split, ATTACH_MAX_SAMPLES, req->d->fetch,
-							      &req->s3, log_label_error, &l, &req->result, req->errbuf,
-							      sizeof(req->errbuf));
+			req->err =
+				dataset_open_remote_detect(req->path, req->split, req->has_inst ? &req->inst : NULL,
+							   ATTACH_MAX_SAMPLES, req->d->fetch, &req->s3, log_label_error,
+							   &l, &req->result, req->errbuf, sizeof(req->errbuf));
 		else
-			req->err = dataset_open_detect(req->path, req->split, ATTACH_MAX_SAMPLES, log_label_error, &l,
-						       &req->result, req->errbuf, sizeof(req->errbuf));
+			req->err = dataset_open_detect(req->path, req->split, req->has_inst ? &req->inst : NULL,
+						       ATTACH_MAX_SAMPLES, log_label_error, &l, &req->result,
+						       req->errbuf, sizeof(req->errbuf));
 		log_shards(req);
 		if (req->err < 0)
 			return;
 		ds = req->result;
 		log_info("data set %s: %llu images, %llu objects, %u classes; %llu without a label file, %llu label "
-			 "errors%s",
+			 "errors (%llu images dropped for a corrupt label file)%s",
 			 req->path, (unsigned long long)ds->count, (unsigned long long)ds->box_off[ds->count],
 			 ds->num_classes, (unsigned long long)ds->label_files_missing,
-			 (unsigned long long)ds->label_errors,
+			 (unsigned long long)ds->label_errors, (unsigned long long)ds->label_files_corrupt,
 			 l.errors > ATTACH_MAX_LABEL_LOGS ? " (only the first ones logged)" : "");
 	}
 	if (req->rect) {
@@ -1200,7 +1245,13 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 				: o && o->resample == STOKER__RESAMPLE__RESAMPLE_ANTIALIAS ? FIT_ANTIALIAS
 				: a->transform == STOKER__TRANSFORM__LETTERBOX             ? FIT_CV2
 											   : FIT_ANTIALIAS;
-		snprintf(req->key, sizeof(req->key), "detect:%s:%s", req->split, real);
+		req->has_inst = o && o->yolo_task != STOKER__YOLO_TASK__YOLO_DETECT;
+		req->inst = (struct instances_spec){.keypoint = o && o->yolo_task == STOKER__YOLO_TASK__YOLO_POSE};
+		if (req->inst.keypoint) {
+			req->inst.nkpt = o->kpt_points;
+			req->inst.ndim = o->kpt_dims;
+		}
+		dataset_yolo_key(req->has_inst ? &req->inst : NULL, req->split, real, req->key, sizeof(req->key));
 	} else {
 		snprintf(req->key, sizeof(req->key), "%s", real);
 	}

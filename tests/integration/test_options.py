@@ -24,6 +24,8 @@ GOOD = {
     "token": [TOKEN, TOKEN + " repeats=4 selected_round=256 selected_ratio=0", TOKEN + " order=shards shuffle_buffer=1000", TOKEN + " rect=1 stride=32 pad=0.5"],
     "text": ["val", "x" * 63],
     "text1024": ["MixUp(alpha=0.2)", "x" * 1024],
+    "u32,u32": ["17,3", "[17, 3]", "(4, 2)", "0,0"],
+    "u32list": ["0", "1,0,3,2", "[1, 0, 3, 2]", ",".join(["0"] * 1024)],
     "pipeline": ["RandomHorizontalFlip(p=0.5)", "RandomResizedCrop(size=176); RandomHorizontalFlip()",
                  "Resize(size=256)", "RandomResizedCrop(size=176, scale=(0.08, 1)); RandomHorizontalFlip(p=0.5)",
                  'RandomErasing(p=0.1, value="random")', "; ".join(["Resize(size=1)"] * 32)],
@@ -39,6 +41,8 @@ BAD = {
     "token": ["garbage", TOKEN + " repeats=1 selected_round=256 selected_ratio=0", TOKEN + " repeats=3", TOKEN.replace("world_size=2", "world_size=0"), TOKEN + " trailing", ""],
     "text": ["", "x" * 64],
     "text1024": ["", "x" * 1025],
+    "u32,u32": ["", "17", "17,3,1", "17,-3", "17,3x", "a,b", "17,4294967296"],
+    "u32list": ["", "[]", "1,-1", "1,x", ",".join(["0"] * 1025), "4294967296"],
     "pipeline": ["", "Bogus(", "x" * 5000, ";", "(", "Resize(size=", "Resize size=1", "Resize(=1)",
                  'Resize(size="x)', "; ".join(["Resize(size=1)"] * 33)],
 }
@@ -75,7 +79,7 @@ def test_table_lists_every_key_once():
     assert {"batch_size", "image_size", "dtype", "device", "resume", "task", "transform"} <= {
         k for k, (t, _) in keys.items() if t == ""}
     assert {"hsv_h", "mosaic", "mixup", "close_mosaic", "max_boxes", "split", "rect", "stride", "pad",
-            "resample"} <= {k for k, (t, _) in keys.items() if t == "detect"}
+            "resample", "yolo_task", "kpt_shape", "flip_idx"} <= {k for k, (t, _) in keys.items() if t == "detect"}
 
 
 @pytest.mark.parametrize("name", sorted(stoker.option_keys()))

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "dataset.h"
+#include "instances.h"
 
 #define SCRATCH_NAME "dataset"
 #include "scratch_dir.h"
@@ -114,7 +115,7 @@ static void test_image_extensions(void **state)
 
 	/* YOLO: bmp jpeg jpg mpo png tif tiff webp, any case; not pgm/ppm, nor
 	 * heic/avif. A name without a dot is its own extension (rpartition). */
-	assert_int_equal(dataset_open_detect(root, NULL, 1000, NULL, NULL, &ds, err, sizeof(err)), 0);
+	assert_int_equal(dataset_open_detect(root, NULL, NULL, 1000, NULL, NULL, &ds, err, sizeof(err)), 0);
 	assert_int_equal(ds->count, 10);
 	assert_string_equal(name(ds, 0), "a/0.jpg");
 	assert_string_equal(name(ds, 2), "a/2.png");
@@ -123,6 +124,79 @@ static void test_image_extensions(void **state)
 	assert_string_equal(name(ds, 8), "a/mpo.mpo");
 	assert_string_equal(name(ds, 9), "a/png");
 	dataset_unref(ds);
+}
+
+/* Segment and pose data sets: instances.h's reading per file, a corrupt
+ * file's image dropped (its name, objects and order closed up), polygons
+ * and keypoints kept per object, the data set's keys apart. */
+static void test_instance_labels(void **state)
+{
+	struct instances_spec seg = {0}, pose = {.keypoint = true, .nkpt = 2, .ndim = 3};
+	struct dataset *ds;
+	char err[256] = "", key[256];
+
+	(void)state;
+	mkd("images");
+	mkd("labels");
+	touch("images/a.jpg", "x");
+	touch("images/b.jpg", "x");
+	touch("images/c.jpg", "x");
+	touch("images/d.jpg", "x");
+	touch("labels/a.txt", "0 0.1 0.1 0.5 0.1 0.3 0.5\n1 0.6 0.6 0.8 0.6 0.8 0.8 0.6 0.8\n");
+	touch("labels/b.txt", "0 0.1 0.1 0.5 0.1 1.5 0.5\n"); /* corrupt: above 1.01 */
+	/* c: no label file; d: one triangle */
+	touch("labels/d.txt", "2 0.2 0.2 0.4 0.2 0.3 0.4\n");
+	assert_int_equal(dataset_open_detect(root, "train", &seg, 1000, NULL, NULL, &ds, err, sizeof(err)), 0);
+	assert_int_equal(ds->count, 3);
+	assert_string_equal(name(ds, 0), "images/a.jpg");
+	assert_string_equal(name(ds, 1), "images/c.jpg");
+	assert_string_equal(name(ds, 2), "images/d.jpg");
+	assert_int_equal(ds->label_files_corrupt, 1);
+	assert_int_equal(ds->label_files_missing, 1);
+	assert_int_equal(ds->box_off[0], 0);
+	assert_int_equal(ds->box_off[1], 2);
+	assert_int_equal(ds->box_off[2], 2);
+	assert_int_equal(ds->box_off[3], 3);
+	assert_non_null(ds->seg_off);
+	assert_int_equal(ds->seg_off[0], 0);
+	assert_int_equal(ds->seg_off[1], 3);
+	assert_int_equal(ds->seg_off[2], 7);
+	assert_int_equal(ds->seg_off[3], 10);
+	assert_true(ds->seg[2 * 7] == 0.2f && ds->seg[2 * 9 + 1] == 0.4f);
+	assert_true(ds->boxes[2].cls == 2.0f && ds->boxes[2].w == 0.4f - 0.2f);
+	assert_null(ds->kpt);
+	assert_non_null(strstr(ds->key, "segment:train:"));
+	dataset_unref(ds);
+
+	/* a box row among polygons: Ultralytics keeps boxes only, for every image */
+	touch("labels/d.txt", "2 0.3 0.3 0.2 0.2\n");
+	assert_int_equal(dataset_open_detect(root, "train", &seg, 1000, NULL, NULL, &ds, err, sizeof(err)), 0);
+	assert_int_equal(ds->count, 3);
+	assert_null(ds->seg_off);
+	assert_int_equal(ds->box_off[3], 3);
+	dataset_unref(ds);
+
+	touch("labels/a.txt", "0 0.5 0.5 0.2 0.2 0.45 0.45 2 0.55 0.45 1\n");
+	touch("labels/d.txt", "0 0.5 0.5 0.2 0.2 0.45 0.45 2\n"); /* corrupt: rows of 11 values expected */
+	assert_int_equal(dataset_open_detect(root, "val", &pose, 1000, NULL, NULL, &ds, err, sizeof(err)), 0);
+	assert_int_equal(ds->count, 2); /* b and d corrupt, c without a file */
+	assert_int_equal(ds->label_files_corrupt, 2);
+	assert_string_equal(name(ds, 0), "images/a.jpg");
+	assert_string_equal(name(ds, 1), "images/c.jpg");
+	dataset_unref(ds);
+	touch("labels/d.txt", "0 0.5 0.5 0.2 0.2 0.45 0.45 2 0.55 0.45 1\n0 0.5 0.5 0.2 0.2 0.4 0.4 0 0.6 0.4 2\n");
+	assert_int_equal(dataset_open_detect(root, "val", &pose, 1000, NULL, NULL, &ds, err, sizeof(err)), 0);
+	assert_int_equal(ds->count, 3);
+	assert_int_equal(ds->nkpt, 2);
+	assert_int_equal(ds->box_off[3], 3);
+	assert_true(ds->kpt[0] == 0.45f && ds->kpt[2] == 2.0f && ds->kpt[5] == 1.0f);
+	assert_null(ds->seg_off);
+	assert_non_null(strstr(ds->key, "pose2x3:val:"));
+	dataset_unref(ds);
+
+	assert_int_equal(dataset_yolo_key(NULL, "train", "/p", key, sizeof(key)), 0);
+	assert_string_equal(key, "detect:train:/p");
+	assert_int_equal(dataset_yolo_key(&seg, "train", "/p", key, 8), -ENAMETOOLONG);
 }
 
 static void test_empty_class_refused(void **state)
@@ -187,6 +261,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_image_folder_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_image_extensions, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_instance_labels, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_empty_class_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_list_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_list_file_errors, setup, teardown),
