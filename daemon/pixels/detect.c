@@ -31,19 +31,28 @@
 
 #include "detect.h"
 #include "grow.h"
+#include "resize.h"
 
 /*
- * The HSV pass and the separable warp's blends have AVX2 kernels, picked at
- * detect_new() where the CPU has AVX2. They do the portable code's integer
- * arithmetic (divisions and tables replaced by exact stand-ins, checked over
- * every input they see), so the bytes do not depend on the CPU. The portable
- * code finishes what a kernel leaves (row ends, the last pixels).
+ * The HSV pass and the separable warp's blends have AVX2 kernels, the warp
+ * an AVX-512 one too, picked at detect_new() by resize.c's rule
+ * (resize_default_isa: AVX-512 where the CPU runs 512-bit work without
+ * slowing its clock, or STOKER_RESIZE_ISA asks; else AVX2 where the CPU has
+ * it). The AVX-512 kernel needs AVX512VBMI too (a byte permute packs RGB);
+ * without it AVX2 runs. HSV stays on AVX2 there: its multiplies, shifts and
+ * conversions all go to one port on 512-bit vectors, and a 16-lane version
+ * of it measured 1.4x slower than the 8-lane one (docs/performance.md). They
+ * do the portable code's integer arithmetic (divisions and tables replaced
+ * by exact stand-ins, checked over every input they see), so the bytes do
+ * not depend on the CPU. The portable code finishes what a kernel leaves
+ * (row ends, the last pixels).
  */
 #if defined(__x86_64__) && defined(__GNUC__)
 #define DETECT_X86 1
 #include <immintrin.h>
 #define TARGET_AVX2 __attribute__((target("avx2")))
 #define INLINE_AVX2 static inline __attribute__((always_inline, target("avx2")))
+#define TARGET_AVX512 __attribute__((target("avx2,avx512f,avx512bw,avx512vbmi")))
 #else
 #define DETECT_X86 0
 #endif
@@ -52,6 +61,7 @@
 #define ISA_AUTO 0
 #define ISA_SCALAR 1
 #define ISA_AVX2 2
+#define ISA_AVX512 3
 
 #define PAD DETECT_PAD
 /* Partners tried (the drawn one, then the next indices) before giving up. */
@@ -74,6 +84,7 @@ struct detect {
 	/* OpenCV's RGB2HSV_b division tables (hsv_shift 12) */
 	int sdiv[256], hdiv[256];
 	bool avx2;      /* the AVX2 kernels */
+	bool avx512;    /* the AVX-512 warp kernel (avx2 set too: HSV runs on AVX2) */
 	uint64_t *prof; /* detect_profile()'s counters, or NULL */
 };
 
@@ -160,8 +171,8 @@ int detect_params_check(const struct detect_params *p, char *why, size_t whylen)
 /*
  * Test hooks, declared here and by the unit test (not the daemon's
  * interface, so not in detect.h). detect_force_isa: detects created from
- * now on use the portable code (ISA_SCALAR) or the AVX2 kernels (ISA_AVX2);
- * ISA_AUTO restores the default. -ENOTSUP where the CPU cannot run them; not
+ * now on use the portable code (ISA_SCALAR), the AVX2 kernels (ISA_AVX2) or
+ * the AVX-512 ones (ISA_AVX512); ISA_AUTO restores the default. -ENOTSUP where the CPU cannot run them; not
  * thread safe against a concurrent detect_new(). detect_check_arith: see
  * its definition.
  */
@@ -180,9 +191,31 @@ static bool avx2_runs(void)
 #endif
 }
 
+static bool avx512_runs(void)
+{
+#if DETECT_X86
+	__builtin_cpu_init();
+	return avx2_runs() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	       __builtin_cpu_supports("avx512vbmi");
+#else
+	return false;
+#endif
+}
+
+/* The kernels resize.c's rule picks, where this CPU runs ours. */
+static int default_isa(void)
+{
+	switch (resize_default_isa()) {
+	case RESIZE_ISA_AVX512: return avx512_runs() ? ISA_AVX512 : avx2_runs() ? ISA_AVX2 : ISA_SCALAR;
+	case RESIZE_ISA_AVX2: return avx2_runs() ? ISA_AVX2 : ISA_SCALAR;
+	default: return ISA_SCALAR;
+	}
+}
+
 int detect_force_isa(int isa)
 {
-	if (isa != ISA_AUTO && isa != ISA_SCALAR && !(isa == ISA_AVX2 && avx2_runs()))
+	if (isa != ISA_AUTO && isa != ISA_SCALAR && !(isa == ISA_AVX2 && avx2_runs()) &&
+	    !(isa == ISA_AVX512 && avx512_runs()))
 		return -ENOTSUP;
 	forced_isa = isa;
 	return 0;
@@ -201,6 +234,7 @@ static void div_tables(int sdiv[256], int hdiv[256])
 int detect_new(struct detect **out)
 {
 	struct detect *d;
+	int isa;
 
 	if (!out)
 		return -EINVAL;
@@ -208,7 +242,9 @@ int detect_new(struct detect **out)
 	if (!d)
 		return -ENOMEM;
 	div_tables(d->sdiv, d->hdiv);
-	d->avx2 = forced_isa == ISA_AUTO ? avx2_runs() : forced_isa == ISA_AVX2;
+	isa = forced_isa == ISA_AUTO ? default_isa() : forced_isa;
+	d->avx2 = isa == ISA_AVX2 || isa == ISA_AVX512;
+	d->avx512 = isa == ISA_AVX512;
 	*out = d;
 	return 0;
 }
@@ -799,6 +835,65 @@ TARGET_AVX2 static void sep_row_avx2(const struct sep *t, const uint8_t *a, cons
 	}
 	sep_hblend(t, j, o);
 }
+
+/*
+ * sep_row_avx2 twice as wide: 32 vertical blends and 16 output pixels a
+ * step, one pixel per 128-bit lane with the same arithmetic; a byte
+ * permute takes the lanes' interleaved pixels back to 48 RGB bytes.
+ */
+TARGET_AVX512 static void sep_row_avx512(const struct sep *t, const uint8_t *a, const uint8_t *b, uint16_t *v, size_t n,
+					 uint32_t wy, uint8_t *o)
+{
+	const __m512i w0 = _mm512_set1_epi16((short)((1 << WY_BITS) - wy)), w1 = _mm512_set1_epi16((short)wy);
+	const __m512i pairs = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11, 0, 1, 6, 7));
+	const __m512i first =
+		_mm512_broadcast_i32x4(_mm_setr_epi8(0, 1, -1, -1, 2, 3, -1, -1, 4, 5, -1, -1, -1, -1, -1, -1));
+	const __m512i bias = _mm512_set1_epi16(-32768), round = _mm512_set1_epi32(1 << (WX_BITS + WY_BITS - 1));
+	const __m512i lanes = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+	const __mmask64 bytes48 = ((__mmask64)1 << 48) - 1;
+	uint8_t idx[64];
+	__m512i order;
+	size_t k = 0;
+	uint32_t j = 0;
+
+	/* after the packs, lane L's 4-byte slot m is pixel 4 m + L */
+	for (int q = 0; q < 64; q++) {
+		const int px = q / 3;
+
+		idx[q] = (uint8_t)(q < 48 ? 16 * (px % 4) + 4 * (px / 4) + q % 3 : 0);
+	}
+	order = _mm512_loadu_si512(idx);
+
+	for (; k + 32 <= n; k += 32) {
+		__m512i x = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(a + k)));
+		__m512i y = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(b + k)));
+
+		_mm512_storeu_si512(v + k, _mm512_add_epi16(_mm512_mullo_epi16(x, w0), _mm512_mullo_epi16(y, w1)));
+	}
+	sep_vblend(a, b, v, k, n, wy);
+
+	for (; j + 16 <= t->size; j += 16) {
+		__m512i px[4], p;
+
+		for (int m = 0; m < 4; m++) {
+			const uint32_t i = j + 4 * (uint32_t)m;
+			__m512i x = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(t->vrow + t->col[i])));
+			__m512i w = _mm512_permutexvar_epi32(
+				lanes, _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(t->colw + i))));
+			__m512i d, sum;
+
+			x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i *)(t->vrow + t->col[i + 1])), 1);
+			x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i *)(t->vrow + t->col[i + 2])), 2);
+			x = _mm512_inserti32x4(x, _mm_loadu_si128((const __m128i *)(t->vrow + t->col[i + 3])), 3);
+			d = _mm512_madd_epi16(_mm512_xor_si512(_mm512_shuffle_epi8(x, pairs), bias), w);
+			sum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_shuffle_epi8(x, first), WX_BITS), d);
+			px[m] = _mm512_srli_epi32(_mm512_add_epi32(sum, round), WX_BITS + WY_BITS);
+		}
+		p = _mm512_packus_epi16(_mm512_packs_epi32(px[0], px[1]), _mm512_packs_epi32(px[2], px[3]));
+		_mm512_mask_storeu_epi8(o + 3 * (size_t)j, bytes48, _mm512_permutexvar_epi8(order, p));
+	}
+	sep_hblend(t, j, o);
+}
 #endif
 
 /*
@@ -870,6 +965,10 @@ static int warp_separable(struct detect *d, const struct source *s, const int64_
 		a = iy >= 0 ? s->pix + (size_t)iy * s->stride + (size_t)c0 * 3 : padrow;
 		b = iy + 1 < s->h ? s->pix + (size_t)(iy + 1) * s->stride + (size_t)c0 * 3 : padrow;
 #if DETECT_X86
+		if (d->avx512) {
+			sep_row_avx512(&t, a, b, v, n, wy, o);
+			continue;
+		}
 		if (d->avx2) {
 			sep_row_avx2(&t, a, b, v, n, wy, o);
 			continue;

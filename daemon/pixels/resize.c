@@ -24,9 +24,10 @@
  *
  * The kernels are picked once, at resizer_new(): AVX2 where the CPU has it,
  * else SSE2 (every x86-64), else (other CPUs) portable C written for the
- * compiler to vectorise. AVX-512 (four rows a vector) only when asked for
- * (resize_force_isa(), STOKER_RESIZE_ISA=avx512): its gain is small here
- * and on some CPUs 512-bit work lowers the clock of the whole core.
+ * compiler to vectorise. AVX-512 (four rows a vector) where the CPU has
+ * AVX512_VBMI2 too (Ice Lake and later, Zen 4: no clock penalty for 512-bit
+ * work), else only when asked for (resize_force_isa(), STOKER_RESIZE_ISA=
+ * avx512): on Skylake-SP 512-bit work lowers the clock of the whole core.
  *
  * Every output of an axis gets the same number of taps (padded with zero
  * weights, shifted inwards at the image edge; even, unless the source is
@@ -973,7 +974,16 @@ enum resize_isa resize_default_isa(void)
 		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 			if (!strcmp(env, names[i].name) && isa_runs(names[i].isa))
 				return names[i].isa;
-	/* AVX-512 only where asked for: on some CPUs (Skylake-SP) it slows the cores' clocks for the decoder too */
+				/*
+	 * AVX-512 where the CPU runs it at full clock: Skylake-SP and Cascade
+	 * Lake lower the whole core's clock for 512-bit work (the decoder's
+	 * too); Ice Lake and later and Zen 4 do not, and they are the ones with
+	 * AVX512_VBMI2, so that is the marker. Elsewhere only where asked for.
+	 */
+#if RESIZE_X86
+	if (isa_runs(RESIZE_ISA_AVX512) && __builtin_cpu_supports("avx512vbmi2"))
+		return RESIZE_ISA_AVX512;
+#endif
 	if (isa_runs(RESIZE_ISA_AVX2))
 		return RESIZE_ISA_AVX2;
 	if (isa_runs(RESIZE_ISA_SSE2))

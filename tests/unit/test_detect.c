@@ -17,6 +17,9 @@
 #define ISA_AUTO 0
 #define ISA_SCALAR 1
 #define ISA_AVX2 2
+#define ISA_AVX512 3
+
+static int isa_avx2 = ISA_AVX2, isa_avx512 = ISA_AVX512;
 int detect_force_isa(int isa);
 long detect_check_arith(void);
 
@@ -931,14 +934,20 @@ static void test_hsv(void **state)
 	detect_free(d);
 }
 
-/* ---- the AVX2 kernels against the portable code ---- */
+/* ---- the AVX2 and AVX-512 kernels against the portable code ---- */
 
-/* A detect with the portable code and one with the AVX2 kernels; false (test skipped) without AVX2. */
-static bool isa_pair(struct detect **scalar, struct detect **avx2)
+/*
+ * A detect with the portable code and one with the kernels of the test's
+ * state (ISA_AVX2 or ISA_AVX512); false (test skipped) where the CPU lacks them.
+ */
+static bool isa_pair(void **state, struct detect **scalar, struct detect **avx2)
 {
+	const int isa = *(const int *)*state;
+
 	assert_int_equal(detect_force_isa(ISA_SCALAR), 0);
 	assert_int_equal(detect_new(scalar), 0);
-	if (detect_force_isa(ISA_AVX2) < 0) {
+	if (detect_force_isa(isa) < 0) {
+		printf("[ SKIPPED  ] the CPU has no %s\n", isa == ISA_AVX512 ? "AVX-512 (F, BW, VBMI)" : "AVX2");
 		detect_free(*scalar);
 		assert_int_equal(detect_force_isa(ISA_AUTO), 0);
 		return false;
@@ -967,14 +976,14 @@ static void same_bytes(struct detect *a, struct detect *b, const struct detect_p
 			 0);
 	for (size_t i = 0; i < (size_t)size * size * 3; i++)
 		if (ia[i] != ib[i])
-			fail_msg("size %u seed %llu: byte %zu portable %d, AVX2 %d", size, (unsigned long long)seed, i,
-				 ia[i], ib[i]);
+			fail_msg("size %u seed %llu: byte %zu portable %d, kernels %d", size, (unsigned long long)seed,
+				 i, ia[i], ib[i]);
 	assert_int_equal(na, nb);
 	assert_memory_equal(ba, bb, na * DETECT_BOX_FLOATS * sizeof(float));
 }
 
 /*
- * HSV, the AVX2 kernel against the portable code: every RGB colour (a
+ * HSV, the AVX2 or AVX-512 kernel against the portable code: every RGB colour (a
  * 4096 x 4096 image, which the letterbox copies unwarped) under several
  * drawn gains, full range.
  */
@@ -989,10 +998,8 @@ static void test_isa_hsv(void **state)
 
 	(void)state;
 	assert_true(raw && ia && ib);
-	if (!isa_pair(&a, &b)) {
-		printf("[ SKIPPED  ] no AVX2\n");
+	if (!isa_pair(state, &a, &b))
 		goto out;
-	}
 	for (size_t i = 0; i < (size_t)side * side; i++) {
 		raw[3 * i] = (uint8_t)(i >> 16);
 		raw[3 * i + 1] = (uint8_t)(i >> 8);
@@ -1017,7 +1024,7 @@ out:
 }
 
 /*
- * The whole transform, the AVX2 kernels (separable warp, HSV) against the
+ * The whole transform, the AVX2 or AVX-512 kernels (separable warp, HSV) against the
  * portable code on noise: mosaics and letterboxes, zoomed in and out,
  * flipped, mixed up, at sizes that leave the kernels a remainder.
  */
@@ -1031,10 +1038,8 @@ static void test_isa_transform(void **state)
 
 	(void)state;
 	assert_true(raw && ia && ib);
-	if (!isa_pair(&a, &b)) {
-		printf("[ SKIPPED  ] no AVX2\n");
+	if (!isa_pair(state, &a, &b))
 		goto out;
-	}
 	for (size_t i = 0; i < 256 * 256 * 3; i++) {
 		st = st * 1103515245u + 12345u;
 		raw[i] = (uint8_t)(st >> 16);
@@ -1094,8 +1099,10 @@ int main(void)
 		cmocka_unit_test(test_params_check),
 		cmocka_unit_test(test_letterbox_placed),
 		cmocka_unit_test(test_hsv),
-		cmocka_unit_test(test_isa_hsv),
-		cmocka_unit_test(test_isa_transform),
+		{"test_isa_hsv_avx2", test_isa_hsv, NULL, NULL, &isa_avx2},
+		{"test_isa_hsv_avx512", test_isa_hsv, NULL, NULL, &isa_avx512},
+		{"test_isa_transform_avx2", test_isa_transform, NULL, NULL, &isa_avx2},
+		{"test_isa_transform_avx512", test_isa_transform, NULL, NULL, &isa_avx512},
 		cmocka_unit_test(test_isa_arith),
 	};
 
