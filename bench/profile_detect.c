@@ -19,8 +19,15 @@
  * detect_make()'s stages come from detect_profile(). Flips are folded into
  * the warp and the copy, and detect_make() writes straight into the
  * caller's buffer (the daemon's slot): neither has a pass of its own.
- * `--isa` runs the whole profile once per resize kernel set
- * (resize_force_isa; the other detection kernels stay on their default).
+ * The letterbox is made as the daemon makes it: the fit straight into the
+ * output at LetterBox's offset (fit_request.in_box), 114 around it, and
+ * detect_make() on that placed sample (boxes only); its "copy + pad" row is
+ * what the in-box fit costs over the plain one. Each epoch runs every fit
+ * variant and the decode limit once in turn, so that a shared machine's
+ * load falls on all of them alike; every clock is the thread's CPU time
+ * (CLOCK_THREAD_CPUTIME_ID), not the wall's.
+ * `--isa` runs the whole profile once per kernel set (resize_force_isa,
+ * which detect.c's warp and HSV kernels follow too).
  *
  * Prints a table of milliseconds per sample and shares, then one JSON line.
  */
@@ -56,7 +63,7 @@ static const char *const row_names[ROWS] = {
 	"loader call",
 	"mosaic canvas + 114",
 	"warp (RandomPerspective)",
-	"letterbox copy + pad 114",
+	"letterbox pad 114 (in-box fit)",
 	"mixup",
 	"HSV",
 	"boxes and labels",
@@ -73,6 +80,7 @@ struct fitted {
 struct loader {
 	const struct fitted *fits;
 	size_t n;
+	uint8_t *placed; /* letterbox: the output, already holding the in-box fit (as the daemon's slot); else NULL */
 };
 
 static int load(void *ctx, uint64_t index, uint32_t side, struct detect_sample *out)
@@ -81,12 +89,26 @@ static int load(void *ctx, uint64_t index, uint32_t side, struct detect_sample *
 	const struct fitted *f = &l->fits[index % l->n];
 
 	(void)side;
-	*out = (struct detect_sample){.pixels = f->pixels,
+	*out = (struct detect_sample){.pixels = l->placed ? l->placed : f->pixels,
 				      .width = f->res.width,
 				      .height = f->res.height,
 				      .orig_width = f->res.full_width,
-				      .orig_height = f->res.full_height};
+				      .orig_height = f->res.full_height,
+				      .placed = l->placed != NULL};
 	return 0;
+}
+
+/*
+ * The profile's clock: this thread's CPU time, as detect_profile()'s stage
+ * clocks, so that what other processes take from a shared machine is not
+ * counted (they still share its caches and memory bandwidth).
+ */
+static double cpu_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 static void die(const char *what)
@@ -95,38 +117,76 @@ static void die(const char *what)
 	exit(1);
 }
 
-/* Seconds of the fit's parts over all files: [0] whole fits, [1] turns, [2] resizes; [3] whole fits
- * with resample="antialias" (DCT-reduced decode where it can, resize.c's filter), for comparison. */
+/*
+ * Seconds of the fit's parts over all files, each epoch running every
+ * variant once in turn (so that a shared machine's load falls on all of
+ * them alike): [0] whole fits (cv2), [1] turns, [2] resizes, [3] whole fits
+ * with resample="antialias" (DCT-reduced decode where it can, resize.c's
+ * filter), [4] the letterbox as the daemon makes it (fit_request.in_box:
+ * the cv2 fit straight into the size x size output, 114 around it), [5] the
+ * same with "antialias", [6] the decode limit (tjDecompress2 to RGB, as
+ * jpeg_limit; 0 for a list with other formats).
+ */
+#define FIT_TIMES 7
 static void time_fits(const struct bench_file *files, size_t n, int epochs, uint32_t size, struct fitted *fits,
-		      double t[4])
+		      double t[FIT_TIMES])
 {
 	struct decode_limits lim = {.max_pixels = 0, .max_scans = 0};
-	struct fit_request req = {size, 0, 0, FIT_CV2, false};
 	struct pipeline *p;
 	struct cv_resizer *cv;
 	tjhandle tj = tjInitDecompress();
 	uint8_t *rgbx = NULL, *turned = NULL;
-	size_t cap = 0, tcap = 0;
+	unsigned char *rgb = NULL;
+	size_t cap = 0, tcap = 0, rgb_cap = 0;
+	/*
+	 * pass k: its request and where its time goes. Every pass writes each
+	 * file's own buffer, as the daemon writes each batch position's slot or
+	 * fit entry (not one buffer kept in cache); the plain cv2 fit last, so
+	 * that fits[] ends with its pixels.
+	 */
+	const struct {
+		struct fit_request req;
+		int slot;
+	} pass[4] = {{{size, 0, 0, FIT_ANTIALIAS, false}, 3},
+		     {{size, size, size, FIT_ANTIALIAS, true}, 5},
+		     {{size, size, size, FIT_CV2, true}, 4},
+		     {{size, 0, 0, FIT_CV2, false}, 0}};
 
 	if (pipeline_new(&lim, &p) < 0 || cv_resizer_new(&cv) < 0 || !tj)
 		die("setup failed");
-	t[0] = t[1] = t[2] = t[3] = 0;
-	for (int k = 1; k >= 0; k--) {
-		/* antialias first, so that fits[] ends with the cv2 pixels; one untimed pass each (caches, buffers) */
-		req.resample = k ? FIT_ANTIALIAS : FIT_CV2;
-		for (size_t i = 0; i < n; i++)
-			if (pipeline_fit(p, files[i].data, files[i].len, &req, fits[i].pixels, &fits[i].res) < 0)
-				die(pipeline_error(p));
-		for (int e = 0; e < epochs; e++) {
-			double t0 = bench_now();
+	for (int k = 0; k < FIT_TIMES; k++)
+		t[k] = 0;
+	/* one untimed pass of each (caches, buffers) */
+	for (int k = 0; k < 4; k++)
+		for (size_t i = 0; i < n; i++) {
+			struct fit_result res;
 
-			for (size_t i = 0; i < n; i++)
-				if (pipeline_fit(p, files[i].data, files[i].len, &req, fits[i].pixels, &fits[i].res) <
-				    0)
-					die(pipeline_error(p));
-			t[k ? 3 : 0] += bench_now() - t0;
+			if (pipeline_fit(p, files[i].data, files[i].len, &pass[k].req, fits[i].pixels,
+					 pass[k].req.in_box ? &res : &fits[i].res) < 0)
+				die(pipeline_error(p));
 		}
+	for (int e = 0; e < epochs; e++) {
+		double t0;
+
+		for (int k = 0; k < 4; k++) {
+			t0 = cpu_now();
+			for (size_t i = 0; i < n; i++) {
+				struct fit_result res;
+
+				if (pipeline_fit(p, files[i].data, files[i].len, &pass[k].req, fits[i].pixels,
+						 pass[k].req.in_box ? &res : &fits[i].res) < 0)
+					die(pipeline_error(p));
+			}
+			t[pass[k].slot] += cpu_now() - t0;
+		}
+		t0 = cpu_now();
+		if (t[6] >= 0 && bench_decode_all(tj, files, n, &rgb, &rgb_cap, "profile_detect") < 0)
+			t[6] = -1; /* not all JPEGs: no limit */
+		else if (t[6] >= 0)
+			t[6] += cpu_now() - t0;
 	}
+	if (t[6] < 0)
+		t[6] = 0;
 	/* the turn and the resize alone, on a decoded copy (a JPEG's; others count in decode) */
 	for (size_t i = 0; i < n; i++) {
 		int w, h, ss, cs;
@@ -146,19 +206,20 @@ static void time_fits(const struct bench_file *files, size_t n, int epochs, uint
 		image_header_mem(files[i].data, files[i].len, &hd);
 		reg = (struct decoded_region){rgbx, (size_t)w * 4, (uint32_t)w, (uint32_t)h};
 		for (int e = 0; e < epochs; e++) {
-			double t0 = bench_now(), t1;
+			double t0 = cpu_now(), t1;
 
 			if (image_orient(&reg, hd.orientation, &turned, &tcap, &up) < 0)
 				die("out of memory");
-			t1 = bench_now();
+			t1 = cpu_now();
 			if (cv_resize_linear(cv, up.pixels, up.width, up.height, up.stride, 4, fits[i].pixels,
 					     fits[i].res.width, fits[i].res.height, (size_t)fits[i].res.width * 3) < 0)
 				die("resize failed");
 			t[1] += t1 - t0;
-			t[2] += bench_now() - t1;
+			t[2] += cpu_now() - t1;
 		}
 	}
 	free(rgbx);
+	free(rgb);
 	free(turned);
 	tjDestroy(tj);
 	cv_resizer_free(cv);
@@ -169,10 +230,10 @@ static void time_fits(const struct bench_file *files, size_t n, int epochs, uint
 static double time_transform(enum detect_transform t, const struct fitted *fits, size_t n, int epochs, uint32_t size,
 			     uint64_t ns[DETECT_STAGES])
 {
-	struct loader l = {fits, n};
+	uint8_t *out = malloc((size_t)size * size * 3);
+	struct loader l = {fits, n, t == DETECT_LETTERBOX ? out : NULL};
 	struct detect_params prm;
 	struct detect *d;
-	uint8_t *out = malloc((size_t)size * size * 3);
 	float boxes[64 * DETECT_BOX_FLOATS];
 	double t0;
 
@@ -180,7 +241,7 @@ static double time_transform(enum detect_transform t, const struct fitted *fits,
 		die("setup failed");
 	detect_params_default(&prm);
 	detect_profile(d, ns);
-	t0 = bench_now();
+	t0 = cpu_now();
 	for (int e = 0; e < epochs; e++)
 		for (size_t i = 0; i < n; i++) {
 			uint32_t count = 0;
@@ -191,34 +252,16 @@ static double time_transform(enum detect_transform t, const struct fitted *fits,
 			if (detect_run(d, t, &prm, size, i, n, &rng, load, &l, out, boxes, 64, &count, &dropped) < 0)
 				die("detect_run failed");
 		}
-	t0 = bench_now() - t0;
+	t0 = cpu_now() - t0;
 	detect_free(d);
 	free(out);
 	return t0;
 }
 
-/* ms per file of a full libturbojpeg decode to RGB (jpeg_limit's, the decode limit), or 0 for non-JPEG lists. */
-static double decode_limit_ms(const struct bench_file *files, size_t n, int epochs)
-{
-	tjhandle tj = tjInitDecompress();
-	unsigned char *buf = NULL;
-	size_t cap = 0;
-	double t0 = bench_now();
-	long long px = 0;
-
-	for (int e = 0; e < epochs && px >= 0; e++)
-		px = tj ? bench_decode_all(tj, files, n, &buf, &cap, "profile_detect") : -1;
-	t0 = bench_now() - t0;
-	if (tj)
-		tjDestroy(tj);
-	free(buf);
-	return px < 0 ? 0 : t0 / ((double)n * epochs) * 1e3;
-}
-
 static void profile(const struct bench_file *files, size_t n, int epochs, uint32_t size, const char *isa, bool first)
 {
 	struct fitted *fits = calloc(n, sizeof(*fits));
-	double images = (double)n * epochs, fit[4], ms[2][ROWS] = {{0}}, total[2], aa[2];
+	double images = (double)n * epochs, fit[FIT_TIMES], ms[2][ROWS] = {{0}}, total[2], aa[2], limit;
 	uint64_t ns[2][DETECT_STAGES] = {{0}};
 	static const int stage_row[DETECT_STAGES] = {ROW_LOAD_CALL, ROW_CANVAS, ROW_WARP, ROW_COPY,
 						     ROW_MIXUP,     ROW_HSV,    ROW_BOXES};
@@ -229,7 +272,7 @@ static void profile(const struct bench_file *files, size_t n, int epochs, uint32
 		if (!(fits[i].pixels = malloc((size_t)size * size * 3)))
 			die("out of memory");
 	time_fits(files, n, epochs, size, fits, fit);
-	double limit = decode_limit_ms(files, n, epochs);
+	limit = fit[6] / images * 1e3;
 	for (int k = 0; k < 2; k++) {
 		double staged = 0,
 		       dm = time_transform(k ? DETECT_TRAIN : DETECT_LETTERBOX, fits, n, epochs, size, ns[k]);
@@ -242,8 +285,17 @@ static void profile(const struct bench_file *files, size_t n, int epochs, uint32
 			staged += (double)ns[k][s] * 1e-9;
 		}
 		ms[k][ROW_OTHER] = (dm - staged) / images * 1e3;
-		total[k] = (fit[0] + dm) / images * 1e3;
-		aa[k] = (fit[3] + dm) / images * 1e3;
+		if (k == 0) {
+			/* the daemon's letterbox: the in-box fit, whose extra over the plain fit is the 114 border */
+			double pad = (fit[4] - fit[0]) / images * 1e3;
+
+			ms[0][pad > 0 ? ROW_COPY : ROW_OTHER] += pad;
+			total[0] = (fit[4] + dm) / images * 1e3;
+			aa[0] = (fit[5] + dm) / images * 1e3;
+		} else {
+			total[1] = (fit[0] + dm) / images * 1e3;
+			aa[1] = (fit[3] + dm) / images * 1e3;
+		}
 	}
 	printf("\nresize kernels: %s; %zu files x %d epochs, %ux%u, one thread\n", isa, n, epochs, size, size);
 	printf("%-30s %14s %6s %14s %6s\n", "stage", "letterbox ms", "share", "mosaic ms", "share");

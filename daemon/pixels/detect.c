@@ -255,14 +255,14 @@ void detect_profile(struct detect *d, uint64_t *ns)
 		d->prof = ns;
 }
 
-/* The profile's clock: 0 when it is off. */
+/* The profile's clock, the thread's CPU time: 0 when it is off. */
 static uint64_t prof_now(const struct detect *d)
 {
 	struct timespec ts;
 
 	if (!d->prof)
 		return 0;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 

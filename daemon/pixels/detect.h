@@ -159,7 +159,9 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 
 /*
  * For bench/profile_detect.c: with `ns` non-NULL, detect_make() adds the
- * nanoseconds it spends in each stage to ns[stage] (DETECT_STAGES entries,
+ * nanoseconds of the calling thread's CPU time (CLOCK_THREAD_CPUTIME_ID:
+ * time other processes take from a shared machine is not counted) it
+ * spends in each stage to ns[stage] (DETECT_STAGES entries,
  * the caller's to zero); NULL (the default) turns the clock off. Flips have
  * no stage: they are folded into the warp and the letterbox copy.
  */
