@@ -10,9 +10,9 @@
 
 /*
  * The kernels: portable C (the reference), AVX2 and AVX-512 (F + BW), picked
- * at cv_resizer_new() by resize.c's rule (resize_default_isa(): AVX2 where
- * the CPU has it, AVX-512 only when asked for, STOKER_RESIZE_ISA=scalar
- * forces the portable code). Every kernel does the portable code's integer
+ * at cv_resizer_new() by resize.c's rule (resize_default_isa(): AVX-512
+ * where the CPU also has AVX512_VBMI2, else AVX2 where it has that,
+ * STOKER_RESIZE_ISA=scalar|avx2|avx512 chooses). Every kernel does the portable code's integer
  * arithmetic lane for lane, so the bytes never depend on the CPU; the
  * portable code finishes what a kernel leaves (row ends, edge columns).
  */
