@@ -113,6 +113,8 @@ FAULT_BINS   += $(B)/tests/tpipe
 FAULT_BINS   += $(B)/tests/batchmix
 # A label file read as Ultralytics reads it, every task (tests/ultralytics/test_labels.py).
 FAULT_BINS   += $(B)/tests/labeldump
+# Segment masks and resampling as Ultralytics makes them (tests/ultralytics/test_instmask.py).
+FAULT_BINS   += $(B)/tests/instmask
 
 LIB_SO       := $(B)/libstoker.so.$(SOVERSION)
 # The GPU tests' programs (tests/gpu/run.sh runs them on a GPU; `make`
@@ -278,6 +280,11 @@ $(B)/tests/batchmix: tests/tools/batchmix.c $(B)/libstokerd.a
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 
 $(B)/tests/pixelop: tests/tools/pixelop.c $(B)/libstokerd.a
+	@mkdir -p $(dir $@)
+	$(call say,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
+
+$(B)/tests/instmask: tests/tools/instmask.c $(B)/libstokerd.a
 	@mkdir -p $(dir $@)
 	$(call say,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)

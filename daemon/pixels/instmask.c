@@ -1,0 +1,527 @@
+/* SPDX-License-Identifier: MIT */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grow.h"
+#include "instmask.h"
+
+/* cv2's drawing fixed point (modules/imgproc/src/drawing.cpp). */
+#define XY_SHIFT 16
+#define XY_ONE (1 << XY_SHIFT)
+
+struct edge {
+	int y0, y1;
+	int64_t x, dx;
+	struct edge *next;
+};
+
+struct instmask {
+	struct edge *edges;
+	size_t edges_cap;
+	int32_t *ipts;
+	size_t ipts_cap;
+	uint8_t *full; /* w x h */
+	size_t full_cap;
+	uint8_t *small; /* (w / ratio) x (h / ratio) */
+	size_t small_cap;
+	uint64_t *area;
+	size_t area_cap;
+};
+
+int instmask_new(struct instmask **out)
+{
+	*out = calloc(1, sizeof(**out));
+	return *out ? 0 : -ENOMEM;
+}
+
+void instmask_free(struct instmask *m)
+{
+	if (!m)
+		return;
+	free(m->edges);
+	free(m->ipts);
+	free(m->full);
+	free(m->small);
+	free(m->area);
+	free(m);
+}
+
+/* ---- resample_segments ---- */
+
+uint32_t instmask_resample_count(uint32_t longest)
+{
+	return longest > INSTMASK_SEGMENT_POINTS ? longest + 1 : INSTMASK_SEGMENT_POINTS;
+}
+
+/* The closed polygon's points at x: (x, y) from the n points and the first again. */
+static void at(const float *xy, uint32_t n, double x, float *out)
+{
+	/* the closed polygon, as a strided view: point n is point 0 */
+	uint32_t len = n + 1, j;
+	double v[2];
+
+	for (int c = 0; c < 2; c++) {
+		double last = (double)(len - 1), slope, f0, f1;
+
+		if (x >= last) {
+			v[c] = xy[c]; /* point n: the first */
+			continue;
+		}
+		if (x <= 0) {
+			v[c] = xy[c];
+			continue;
+		}
+		j = (uint32_t)x;
+		f0 = xy[(size_t)j * 2 + c];
+		if ((double)j == x) {
+			v[c] = f0;
+			continue;
+		}
+		f1 = j + 1 == n ? xy[c] : xy[(size_t)(j + 1) * 2 + c];
+		slope = (f1 - f0) / 1.0;
+		v[c] = slope * (x - (double)j) + f0;
+	}
+	out[0] = (float)v[0];
+	out[1] = (float)v[1];
+}
+
+void instmask_resample(const float *xy, uint32_t n, uint32_t m, float *out)
+{
+	uint32_t len = n + 1, num, k = 0, i = 0, o = 0;
+	double step, stop;
+
+	if (n == m) {
+		memcpy(out, xy, (size_t)n * 2 * sizeof(float));
+		return;
+	}
+	stop = (double)(len - 1);
+	num = len < m ? m - len : m;
+	step = num > 1 ? stop / (double)(num - 1) : 0;
+	/* linspace(0, len - 1, num) merged with 0 .. len - 1 when len < m
+	 * (np.insert at searchsorted: each integer before equal values) */
+	while (o < m) {
+		double x;
+
+		if (len < m && k < len) {
+			double xi = i < num ? (i + 1 == num && num > 1 ? stop : (double)i * step) : INFINITY;
+
+			if ((double)k <= xi) {
+				x = (double)k++;
+			} else {
+				x = xi;
+				i++;
+			}
+		} else {
+			x = i + 1 == num && num > 1 ? stop : (double)i * step;
+			i++;
+		}
+		at(xy, n, x, out + (size_t)o * 2);
+		o++;
+	}
+}
+
+/* ---- LetterBox on instances ---- */
+
+void instmask_letterbox(float *pts, size_t n, uint32_t stride, uint32_t w, uint32_t h, double r, int left, int top)
+{
+	const float fw = (float)w, fh = (float)h, fr = (float)r, fl = (float)left, ft = (float)top;
+
+	for (size_t i = 0; i < n; i++) {
+		float *p = pts + i * stride;
+		float x = p[0] * fw, y = p[1] * fh;
+
+		x = x * fr;
+		y = y * fr;
+		p[0] = x + fl;
+		p[1] = y + ft;
+	}
+}
+
+/* ---- cv2.fillPoly ---- */
+
+/* clipLine(Size2l, Point2l&, Point2l&): false when the line misses the image. */
+static bool clip_line(int64_t w, int64_t h, int64_t *x1, int64_t *y1, int64_t *x2, int64_t *y2)
+{
+	int64_t right = w - 1, bottom = h - 1;
+	int c1, c2;
+
+	if (w <= 0 || h <= 0)
+		return false;
+	c1 = (*x1 < 0) + (*x1 > right) * 2 + (*y1 < 0) * 4 + (*y1 > bottom) * 8;
+	c2 = (*x2 < 0) + (*x2 > right) * 2 + (*y2 < 0) * 4 + (*y2 > bottom) * 8;
+	if ((c1 & c2) == 0 && (c1 | c2) != 0) {
+		int64_t a;
+
+		if (c1 & 12) {
+			a = c1 < 8 ? 0 : bottom;
+			*x1 += (a - *y1) * (*x2 - *x1) / (*y2 - *y1);
+			*y1 = a;
+			c1 = (*x1 < 0) + (*x1 > right) * 2;
+		}
+		if (c2 & 12) {
+			a = c2 < 8 ? 0 : bottom;
+			*x2 += (a - *y2) * (*x2 - *x1) / (*y2 - *y1);
+			*y2 = a;
+			c2 = (*x2 < 0) + (*x2 > right) * 2;
+		}
+		if ((c1 & c2) == 0 && (c1 | c2) != 0) {
+			if (c1) {
+				a = c1 == 1 ? 0 : right;
+				*y1 += (a - *x1) * (*y2 - *y1) / (*x2 - *x1);
+				*x1 = a;
+				c1 = 0;
+			}
+			if (c2) {
+				a = c2 == 1 ? 0 : right;
+				*y2 += (a - *x2) * (*y2 - *y1) / (*x2 - *x1);
+				*x2 = a;
+				c2 = 0;
+			}
+		}
+	}
+	return (c1 | c2) == 0;
+}
+
+/* cv2's Line(): LineIterator's 8-connected Bresenham, left to right, clipped. */
+static void line8(uint8_t *img, int w, int h, int x1, int y1, int x2, int y2)
+{
+	int dx, dy, sy, err, count, major_x;
+
+	if ((unsigned)x1 >= (unsigned)w || (unsigned)x2 >= (unsigned)w || (unsigned)y1 >= (unsigned)h ||
+	    (unsigned)y2 >= (unsigned)h) {
+		int64_t a = x1, b = y1, c = x2, d = y2;
+
+		if (!clip_line(w, h, &a, &b, &c, &d))
+			return;
+		x1 = (int)a;
+		y1 = (int)b;
+		x2 = (int)c;
+		y2 = (int)d;
+	}
+	dx = x2 - x1;
+	dy = y2 - y1;
+	if (dx < 0) {
+		dx = -dx;
+		dy = -dy;
+		x1 = x2;
+		y1 = y2;
+	}
+	sy = dy < 0 ? -1 : 1;
+	dy = dy < 0 ? -dy : dy;
+	major_x = dx >= dy;
+	if (!major_x) {
+		int t = dx;
+
+		dx = dy;
+		dy = t;
+	}
+	err = dx - (dy + dy);
+	count = dx + 1;
+	for (int i = 0; i < count; i++) {
+		int minor = err < 0;
+
+		img[(size_t)y1 * w + x1] = 1;
+		err += -(dy + dy) + (minor ? dx + dx : 0);
+		if (major_x) {
+			x1++;
+			y1 += minor ? sy : 0;
+		} else {
+			y1 += sy;
+			x1 += minor ? 1 : 0;
+		}
+	}
+}
+
+static int cmp_edges(const void *a, const void *b)
+{
+	const struct edge *e1 = a, *e2 = b;
+
+	if (e1->y0 != e2->y0)
+		return e1->y0 < e2->y0 ? -1 : 1;
+	if (e1->x != e2->x)
+		return e1->x < e2->x ? -1 : 1;
+	if (e1->dx != e2->dx)
+		return e1->dx < e2->dx ? -1 : 1;
+	return 0;
+}
+
+/* CollectPolyEdges (shift 0, LINE_8): the outline drawn, the edges kept. */
+static size_t collect_edges(uint8_t *img, int w, int h, const int32_t *v, uint32_t count, struct edge *edges)
+{
+	int64_t p0x = (int64_t)v[(size_t)(count - 1) * 2] << XY_SHIFT, p0y = v[(size_t)(count - 1) * 2 + 1];
+	size_t n = 0;
+
+	for (uint32_t i = 0; i < count; i++) {
+		int64_t p1x = (int64_t)v[(size_t)i * 2] << XY_SHIFT, p1y = v[(size_t)i * 2 + 1];
+		int64_t c0x, c0y = p0y, c1x, c1y = p1y;
+		int64_t t0x = (p0x + (XY_ONE >> 1)) >> XY_SHIFT, t1x = (p1x + (XY_ONE >> 1)) >> XY_SHIFT;
+		int64_t t0y = p0y, t1y = p1y;
+
+		line8(img, w, h, (int)t0x, (int)t0y, (int)t1x, (int)t1y);
+		if ((uint64_t)t0x >= (uint64_t)w || (uint64_t)t1x >= (uint64_t)w || (uint64_t)t0y >= (uint64_t)h ||
+		    (uint64_t)t1y >= (uint64_t)h) {
+			clip_line(w, h, &t0x, &t0y, &t1x, &t1y);
+			if (t0y != t1y) {
+				c0y = t0y;
+				c1y = t1y;
+			}
+		}
+		c0x = t0x << XY_SHIFT;
+		c1x = t1x << XY_SHIFT;
+		if (p0y != p1y) {
+			struct edge *e = &edges[n++];
+
+			e->dx = (c1x - c0x) / (c1y - c0y);
+			if (p0y < p1y) {
+				e->y0 = (int)p0y;
+				e->y1 = (int)p1y;
+				e->x = c0x + (p0y - c0y) * e->dx;
+			} else {
+				e->y0 = (int)p1y;
+				e->y1 = (int)p0y;
+				e->x = c1x + (p1y - c1y) * e->dx;
+			}
+		}
+		p0x = p1x;
+		p0y = p1y;
+	}
+	return n;
+}
+
+/* FillEdgeCollection, colour 1. `edges` has room for total + 1. */
+static void fill_edges(uint8_t *img, int w, int h, struct edge *edges, size_t total)
+{
+	struct edge tmp = {0}, *e;
+	int y, y_max = INT_MIN, y_min = INT_MAX;
+	int64_t x_max = INT64_MIN, x_min = INT64_MAX;
+	const int64_t delta = XY_ONE - 1;
+	size_t i;
+
+	if (total < 2)
+		return;
+	for (i = 0; i < total; i++) {
+		struct edge *e1 = &edges[i];
+		int64_t x1 = e1->x + (e1->y1 - e1->y0) * e1->dx;
+
+		y_min = e1->y0 < y_min ? e1->y0 : y_min;
+		y_max = e1->y1 > y_max ? e1->y1 : y_max;
+		x_min = e1->x < x_min ? e1->x : x_min;
+		x_max = e1->x > x_max ? e1->x : x_max;
+		x_min = x1 < x_min ? x1 : x_min;
+		x_max = x1 > x_max ? x1 : x_max;
+	}
+	if (y_max < 0 || y_min >= h || x_max < 0 || x_min >= ((int64_t)w << XY_SHIFT))
+		return;
+	qsort(edges, total, sizeof(*edges), cmp_edges); /* std::sort: ties are equal edges */
+	tmp.y0 = INT_MAX;
+	edges[total] = tmp;
+	i = 0;
+	tmp.next = NULL;
+	e = &edges[i];
+	y_max = y_max < h ? y_max : h;
+	for (y = e->y0; y < y_max; y++) {
+		struct edge *last, *prelast, *keep_prelast;
+		int draw = 0, clipline = y < 0;
+
+		prelast = &tmp;
+		last = tmp.next;
+		while (last || e->y0 == y) {
+			if (last && last->y1 == y) {
+				/* exclude edge if y reaches its lower point */
+				prelast->next = last->next;
+				last = last->next;
+				continue;
+			}
+			keep_prelast = prelast;
+			if (last && (e->y0 > y || last->x < e->x)) {
+				prelast = last;
+				last = last->next;
+			} else if (i < total) {
+				prelast->next = e;
+				e->next = last;
+				prelast = e;
+				e = &edges[++i];
+			} else {
+				break;
+			}
+			if (draw) {
+				if (!clipline) {
+					uint8_t *row = img + (size_t)y * w;
+					int x1, x2;
+
+					if (keep_prelast->x > prelast->x) {
+						x1 = (int)((prelast->x + delta) >> XY_SHIFT);
+						x2 = (int)(keep_prelast->x >> XY_SHIFT);
+					} else {
+						x1 = (int)((keep_prelast->x + delta) >> XY_SHIFT);
+						x2 = (int)(prelast->x >> XY_SHIFT);
+					}
+					if (x1 < w && x2 >= 0) {
+						if (x1 < 0)
+							x1 = 0;
+						if (x2 >= w)
+							x2 = w - 1;
+						if (x2 >= x1)
+							memset(row + x1, 1, (size_t)(x2 - x1 + 1));
+					}
+				}
+				keep_prelast->x += keep_prelast->dx;
+				prelast->x += prelast->dx;
+			}
+			draw ^= 1;
+		}
+		/* sort the active edges by x (bubble sort) */
+		keep_prelast = NULL;
+		do {
+			struct edge *last_exchange = NULL;
+
+			prelast = &tmp;
+			last = tmp.next;
+			while (last != keep_prelast && last->next != NULL) {
+				struct edge *te = last->next;
+
+				if (last->x > te->x) {
+					prelast->next = te;
+					last->next = te->next;
+					te->next = last;
+					prelast = te;
+					last_exchange = prelast;
+				} else {
+					prelast = last;
+					last = te;
+				}
+			}
+			if (!last_exchange)
+				break;
+			keep_prelast = last_exchange;
+		} while (keep_prelast != tmp.next && keep_prelast != &tmp);
+	}
+}
+
+int instmask_fill(struct instmask *m, uint8_t *mask, uint32_t w, uint32_t h, const int32_t *pts, uint32_t n)
+{
+	size_t ne;
+
+	if (n == 0 || w == 0 || h == 0 || w > INT_MAX / 2 || h > INT_MAX / 2)
+		return -EINVAL;
+	if (grow((void **)&m->edges, &m->edges_cap, (size_t)n + 1, sizeof(*m->edges)) < 0)
+		return -ENOMEM;
+	ne = collect_edges(mask, (int)w, (int)h, pts, n, m->edges);
+	fill_edges(mask, (int)w, (int)h, m->edges, ne);
+	return 0;
+}
+
+/* ---- polygons2masks_overlap ---- */
+
+/* np.asarray(float32, dtype=np.int32): truncation; out of range as x86's
+ * conversion gives it (INT32_MIN). */
+static int32_t to_int32(float v)
+{
+	return v > -2147483648.0f && v < 2147483648.0f ? (int32_t)v : INT32_MIN;
+}
+
+/* cv2.resize(mask, (w / k, h / k)) INTER_LINEAR of a 0/1 mask, k a power of
+ * two dividing both: the pixel k/2 - 1/2 into each block (odd k: 1, its
+ * own pixel), else the 2 x 2 pixels around it weighed a half each, rounded
+ * as cv2's fixed point does ((sum + 2) >> 2; k 2 is INTER_AREA's same sum). */
+static uint64_t downsample(const uint8_t *full, uint32_t w, uint32_t h, uint32_t k, uint8_t *out)
+{
+	uint32_t sw = w / k, sh = h / k;
+	uint64_t area = 0;
+
+	for (uint32_t y = 0; y < sh; y++)
+		for (uint32_t x = 0; x < sw; x++) {
+			uint8_t v;
+
+			if (k == 1) {
+				v = full[(size_t)y * w + x];
+			} else {
+				size_t a = (size_t)(k * y + k / 2 - 1) * w + (k * x + k / 2 - 1);
+				unsigned s = full[a] + full[a + 1] + full[a + w] + full[a + w + 1];
+
+				v = (uint8_t)((s + 2) >> 2);
+			}
+			out[(size_t)y * sw + x] = v;
+			area += v;
+		}
+	return area;
+}
+
+/* Polygon i filled (full size) and downsampled into m->small: its area. */
+static int raster(struct instmask *m, const float *xy, const uint32_t *off, uint32_t i, uint32_t w, uint32_t h,
+		  uint32_t ratio, uint64_t *area)
+{
+	uint32_t n = off[i + 1] - off[i];
+	int r;
+
+	memset(m->full, 0, (size_t)w * h);
+	if (n) {
+		if (grow((void **)&m->ipts, &m->ipts_cap, (size_t)n * 2, sizeof(*m->ipts)) < 0)
+			return -ENOMEM;
+		for (size_t k = 0; k < (size_t)n * 2; k++)
+			m->ipts[k] = to_int32(xy[(size_t)off[i] * 2 + k]);
+		r = instmask_fill(m, m->full, w, h, m->ipts, n);
+		if (r < 0)
+			return r;
+	}
+	*area = downsample(m->full, w, h, ratio, m->small);
+	return 0;
+}
+
+static _Thread_local const uint64_t *sort_keys;
+
+static int cmp_order(const void *a, const void *b)
+{
+	uint32_t i = *(const uint32_t *)a, j = *(const uint32_t *)b;
+
+	if (sort_keys[i] != sort_keys[j])
+		return sort_keys[i] < sort_keys[j] ? -1 : 1;
+	return i < j ? -1 : i > j;
+}
+
+int instmask_overlap(struct instmask *m, const float *xy, const uint32_t *off, uint32_t count, uint32_t w, uint32_t h,
+		     uint32_t ratio, uint16_t *mask, uint32_t *order)
+{
+	size_t small;
+	int r;
+
+	if (ratio == 0 || ratio > INSTMASK_MAX_RATIO || (ratio & (ratio - 1)) || w % ratio || h % ratio || w == 0 ||
+	    h == 0 || count > UINT16_MAX || w > INT_MAX / 2 || h > INT_MAX / 2)
+		return -EINVAL;
+	small = (size_t)(w / ratio) * (h / ratio);
+	memset(mask, 0, small * sizeof(*mask));
+	if (count == 0)
+		return 0;
+	if (grow((void **)&m->full, &m->full_cap, (size_t)w * h, 1) < 0 ||
+	    grow((void **)&m->small, &m->small_cap, small, 1) < 0 ||
+	    grow((void **)&m->area, &m->area_cap, count, sizeof(*m->area)) < 0)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < count; i++) {
+		uint64_t area;
+
+		r = raster(m, xy, off, i, w, h, ratio, &area);
+		if (r < 0)
+			return r;
+		m->area[i] = 0 - area; /* np.argsort(-areas) of uint64 areas */
+		order[i] = i;
+	}
+	sort_keys = m->area;
+	qsort(order, count, sizeof(*order), cmp_order);
+	sort_keys = NULL;
+	/* np.maximum(masks, ms[i] * (i + 1)) in that order: the last covering wins */
+	for (uint32_t rank = 0; rank < count; rank++) {
+		uint64_t area;
+
+		r = raster(m, xy, off, order[rank], w, h, ratio, &area);
+		if (r < 0)
+			return r;
+		for (size_t p = 0; p < small; p++)
+			if (m->small[p])
+				mask[p] = (uint16_t)(rank + 1);
+	}
+	return 0;
+}

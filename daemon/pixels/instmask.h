@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Segments and keypoints at evaluation, as Ultralytics' validation loader
+ * makes them (ultralytics/data: YOLODataset.update_labels_info, LetterBox,
+ * Format with return_mask / return_keypoint):
+ *
+ *   instmask_resample   resample_segments: a polygon of n points, closed,
+ *                       linearly resampled to m points (numpy's linspace,
+ *                       insert and interp in float64, then float32)
+ *   instmask_letterbox  Instances' denormalize, scale and add_padding of
+ *                       normalised points, each step in float32
+ *   instmask_overlap    polygons2masks_overlap: each polygon truncated to
+ *                       int32 and filled as cv2.fillPoly fills it (LINE_8,
+ *                       outline included), downsampled by mask_ratio as
+ *                       cv2.resize INTER_LINEAR does (a power of two that
+ *                       divides both sides), areas summed, the polygons
+ *                       ordered by -area (uint64, as numpy negates it: an
+ *                       empty mask first; ties in index order), and the
+ *                       mask holding i + 1 where the i-th of that order is
+ *                       the last to cover a pixel (0: none)
+ *
+ * Pure computation, no allocation but the scratch in struct instmask (one
+ * per worker thread; not thread safe).
+ */
+#ifndef STOKER_INSTMASK_H
+#define STOKER_INSTMASK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The points Ultralytics resamples each segment to (not OBB's corners). */
+#define INSTMASK_SEGMENT_POINTS 1000u
+/* mask_ratio's largest value. */
+#define INSTMASK_MAX_RATIO 32u
+
+/* The point count update_labels_info resamples an image's segments to:
+ * 1000, or one more than its longest polygon when that is longer. */
+uint32_t instmask_resample_count(uint32_t longest);
+
+/* `n` points (x, y) resampled to `m` (m >= n, or m == n: copied) into out
+ * [m][2]. */
+void instmask_resample(const float *xy, uint32_t n, uint32_t m, float *out);
+
+/* Normalised points (x, y, then `stride` - 2 other floats left alone) of
+ * a w x h image in place into the letterbox: x * w * r + left, y * h * r +
+ * top, each product and sum rounded to float32 as numpy does. */
+void instmask_letterbox(float *pts, size_t n, uint32_t stride, uint32_t w, uint32_t h, double r, int left, int top);
+
+struct instmask;
+
+int instmask_new(struct instmask **out);
+/* Accepts NULL. */
+void instmask_free(struct instmask *m);
+
+/*
+ * polygons2masks_overlap of `count` polygons (pixel coordinates, polygon i
+ * the points xy[off[i] .. off[i + 1]) of (x, y)) on a w x h image, masks
+ * downsampled by `ratio`: the (h / ratio) x (w / ratio) mask into `mask`
+ * and the area order into order[count]. 0; -EINVAL (ratio not a power of
+ * two up to INSTMASK_MAX_RATIO dividing w and h, or count over 65535);
+ * -ENOMEM.
+ */
+int instmask_overlap(struct instmask *m, const float *xy, const uint32_t *off, uint32_t count, uint32_t w, uint32_t h,
+		     uint32_t ratio, uint16_t *mask, uint32_t *order);
+
+/* cv2.fillPoly(mask, [pts], color=1) of one polygon of n integer points
+ * (x, y) on a w x h uint8 image (the tests' view of the fill alone). */
+int instmask_fill(struct instmask *m, uint8_t *mask, uint32_t w, uint32_t h, const int32_t *pts, uint32_t n);
+
+#endif

@@ -1,0 +1,73 @@
+"""daemon/pixels/instmask.c against Ultralytics' and cv2's own functions
+(make check-ultralytics), through build/tests/instmask: cv2.fillPoly of
+integer polygons (inside, across and outside the image, self-crossing),
+resample_segments to Ultralytics' point counts, and polygons2masks_overlap
+with mask_ratio 1, 2, 4 and 8: every pixel and the area order equal.
+Polygons whose areas tie are left out of the order check: numpy's argsort
+there is its SIMD sort, which is not stable and differs by CPU (stoker
+breaks ties by index; docs/ultralytics.md)."""
+
+import os
+import pathlib
+import subprocess
+
+import cv2
+import numpy as np
+import pytest
+from ultralytics.data.utils import polygon2mask, polygons2masks_overlap
+from ultralytics.utils.ops import resample_segments
+
+TOOL = pathlib.Path(os.environ.get("STOKER_BUILD", "build")) / "tests" / "instmask"
+
+
+def _run(args, data):
+    return subprocess.run([str(TOOL)] + [str(a) for a in args], input=data, capture_output=True,
+                          check=True).stdout
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fill_is_cv2_fillpoly(seed):
+    rng = np.random.default_rng(seed)
+    for t in range(150):
+        w, h = int(rng.integers(4, 160)), int(rng.integers(4, 160))
+        n = int(rng.integers(1, 14))
+        lo = 0 if t % 3 == 0 else -30
+        pts = np.stack([rng.integers(lo, w - lo, n), rng.integers(lo, h - lo, n)], 1).astype(np.int32)
+        want = np.zeros((h, w), np.uint8)
+        cv2.fillPoly(want, [pts], color=1)
+        got = np.frombuffer(_run(["fill", w, h], np.uint32(n).tobytes() + pts.tobytes()), np.uint8)
+        assert np.array_equal(got.reshape(h, w), want), (w, h, pts.tolist())
+
+
+def test_resample_is_ultralytics():
+    rng = np.random.default_rng(7)
+    for _ in range(120):
+        n = int(rng.integers(1, 60))
+        m = max(n, int(rng.choice([n, n + 1, 50, 100, 1000, 1001])))
+        s = rng.random((n, 2)).astype(np.float32)
+        want = resample_segments([s.copy()], m)[0]
+        got = np.frombuffer(_run(["resample", m], np.uint32(n).tobytes() + s.tobytes()), np.float32)
+        assert np.array_equal(got.reshape(m, 2), want), (n, m)
+
+
+@pytest.mark.parametrize("ratio", [1, 2, 4, 8])
+def test_overlap_masks_are_ultralytics(ratio):
+    rng = np.random.default_rng(ratio)
+    checked = 0
+    for _ in range(60):
+        w, h = ratio * int(rng.integers(2, 40)), ratio * int(rng.integers(2, 40))
+        count = int(rng.integers(1, 6))
+        segs = np.stack([np.stack([rng.random(40) * w * 1.1 - w * 0.05, rng.random(40) * h * 1.1 - h * 0.05], 1)
+                         for _ in range(count)]).astype(np.float32)
+        areas = [polygon2mask((h, w), [s.reshape(-1)], downsample_ratio=ratio).sum() for s in segs]
+        if len(set(areas)) < len(areas):
+            continue
+        want, order = polygons2masks_overlap((h, w), segs, downsample_ratio=ratio)
+        data = np.uint32(count).tobytes() + b"".join(np.uint32(len(s)).tobytes() + s.tobytes() for s in segs)
+        out = _run(["overlap", w, h, ratio], data)
+        cells = (h // ratio) * (w // ratio)
+        got = np.frombuffer(out[:cells * 2], np.uint16).reshape(h // ratio, w // ratio)
+        assert np.array_equal(np.frombuffer(out[cells * 2:], np.uint32), order)
+        assert np.array_equal(got, want)
+        checked += 1
+    assert checked > 30
