@@ -2,7 +2,8 @@
 (stoker.ultralytics.StokerClassificationTrainer): the evaluation batches
 against Ultralytics' own ClassificationDataset (Resize + CenterCrop) within
 1 per pixel, the training pipeline's translation, what is not built refused,
-and one training epoch of yolo11n-cls on the CPU."""
+and two training epochs of yolo11n-cls on the CPU (each epoch its own
+order and augmentations)."""
 
 import csv
 import shutil
@@ -76,12 +77,22 @@ def test_not_built_refused(daemon, cls_root):
         ClassifyLoader(ds, batch_size=8, socket=d.socket)
 
 
-def test_one_epoch_through_ultralytics_trainer(daemon, cls_root, tmp_path, monkeypatch):
+def test_two_epochs_through_ultralytics_trainer(daemon, cls_root, tmp_path, monkeypatch):
     d = daemon()
     monkeypatch.setenv("STOKER_SOCKET", str(d.socket))
     trainer = type("T", (StokerClassificationTrainer,), {"socket": str(d.socket)})
     model = YOLO("yolo11n-cls.yaml")
-    model.train(data=str(cls_root), trainer=trainer, epochs=1, imgsz=IMGSZ, batch=8, device="cpu", workers=0,
+    # each epoch's first training batch: Ultralytics sets the sampler's epoch
+    # only under DDP, so the trainer must, or every epoch replays the first
+    seen = []
+
+    def first_batch(tr):
+        if not seen or seen[-1][0] != tr.epoch:
+            b = next(iter(tr.train_loader))
+            seen.append((tr.epoch, tr.train_loader._epoch, b["cls"].clone(), b["img"].clone()))
+
+    model.add_callback("on_train_epoch_start", first_batch)
+    model.train(data=str(cls_root), trainer=trainer, epochs=2, imgsz=IMGSZ, batch=8, device="cpu", workers=0,
                 project=str(tmp_path), name="run", exist_ok=True, plots=False, auto_augment="randaugment",
                 erasing=0.4, amp=False, val=True)
     t = model.trainer
@@ -90,7 +101,10 @@ def test_one_epoch_through_ultralytics_trainer(daemon, cls_root, tmp_path, monke
     with open(t.csv) as f:
         rows = list(csv.DictReader(f))
     losses = [float(v) for r in rows for k, v in r.items() if "loss" in k.strip()]
-    assert len(rows) == 1 and losses and all(np.isfinite(losses)), rows
+    assert len(rows) == 2 and losses and all(np.isfinite(losses)), rows
+    assert [(e, le) for e, le, _, _ in seen] == [(0, 0), (1, 1)]
+    (_, _, c0, i0), (_, _, c1, i1) = seen
+    assert not (torch.equal(c0, c1) and torch.equal(i0, i1))  # another order or other augmentations
     # a validation on its own, through StokerClassificationValidator
     validator = type("V", (StokerClassificationValidator,), {"socket": str(d.socket)})
     m = YOLO(str(t.last)).val(data=str(cls_root), validator=validator, imgsz=IMGSZ, batch=8, device="cpu",

@@ -330,9 +330,10 @@ class YOLOLoader:
 
 def _set_loader_epoch(trainer):
     # Ultralytics sets the sampler's epoch only under DDP; stoker's order and
-    # augmentation draws are keyed by the epoch on every rank.
+    # augmentation draws are keyed by the epoch on every rank (without it
+    # every epoch would replay the first one's order and augmentations).
     loader = getattr(trainer, "train_loader", None)
-    if isinstance(loader, YOLOLoader):
+    if isinstance(loader, (YOLOLoader, ClassifyLoader)):
         loader.set_epoch(trainer.epoch)
 
 
@@ -472,6 +473,11 @@ class StokerClassificationTrainer(ClassificationTrainer):
 
     socket = None
     timeout = None
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if _set_loader_epoch not in self.callbacks["on_train_epoch_start"]:
+            self.callbacks["on_train_epoch_start"].insert(0, _set_loader_epoch)
 
     def get_dataloader(self, dataset_path, batch_size=16, rank=0, mode="train"):
         with torch_distributed_zero_first(rank):
