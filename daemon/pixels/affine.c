@@ -8,12 +8,21 @@
 
 static void fill_all(const struct rgb_image *in, uint8_t *out, const uint8_t fill[3])
 {
-	for (uint32_t y = 0; y < in->height; y++) {
-		uint8_t *o = out + y * in->stride;
+	size_t row = (size_t)in->width * 3, done = 3;
 
-		for (uint32_t x = 0; x < in->width; x++, o += 3)
-			memcpy(o, fill, 3);
+	if (!in->width || !in->height)
+		return;
+	if (fill[0] == fill[1] && fill[1] == fill[2]) {
+		for (uint32_t y = 0; y < in->height; y++)
+			memset(out + y * in->stride, fill[0], row);
+		return;
 	}
+	/* the first row by doubling, the others copies of it */
+	memcpy(out, fill, 3);
+	for (; done < row; done *= 2)
+		memcpy(out + done, out, done < row - done ? done : row - done);
+	for (uint32_t y = 1; y < in->height; y++)
+		memcpy(out + y * in->stride, out, row);
 }
 
 /* Pillow's COORD: negative coordinates are out, others truncated. */
@@ -31,8 +40,10 @@ static inline int floor_i(double v)
 /* ImagingScaleAffine: a[1] == a[3] == 0 with NEAREST */
 static void scale_affine(const struct rgb_image *in, uint8_t *out, const double a[6])
 {
+	enum { CHUNK = 256 };
 	const int w = (int)in->width, h = (int)in->height;
 	int xmin = w, xmax = 0;
+	uint32_t xoff[CHUNK]; /* a chunk of columns' source offsets, computed once for all rows */
 
 	for (int x = 0; x < w; x++) {
 		int xin = coord(a[0] * (x + 0.5) + a[2]);
@@ -43,15 +54,22 @@ static void scale_affine(const struct rgb_image *in, uint8_t *out, const double 
 				xmin = x;
 		}
 	}
-	for (int y = 0; y < h; y++) {
-		int yin = coord(a[4] * (y + 0.5) + a[5]);
-		const uint8_t *row = in->px + (size_t)yin * in->stride;
-		uint8_t *o = out + (size_t)y * in->stride;
+	for (int x0 = xmin; x0 < xmax; x0 += CHUNK) {
+		int n = xmax - x0 < CHUNK ? xmax - x0 : CHUNK;
 
-		if (yin < 0 || yin >= h)
-			continue;
-		for (int x = xmin; x < xmax; x++)
-			memcpy(o + 3 * x, row + 3 * coord(a[0] * (x + 0.5) + a[2]), 3);
+		for (int k = 0; k < n; k++)
+			xoff[k] = 3 * (uint32_t)coord(a[0] * (x0 + k + 0.5) + a[2]);
+		for (int y = 0; y < h; y++) {
+			int yin = coord(a[4] * (y + 0.5) + a[5]);
+			const uint8_t *row;
+			uint8_t *o = out + (size_t)y * in->stride + 3 * (size_t)x0;
+
+			if (yin < 0 || yin >= h)
+				continue;
+			row = in->px + (size_t)yin * in->stride;
+			for (int k = 0; k < n; k++)
+				memcpy(o + 3 * k, row + xoff[k], 3);
+		}
 	}
 }
 
@@ -74,6 +92,21 @@ static void affine_fixed(const struct rgb_image *in, uint8_t *out, const double 
 		int xx = a2, yy = a5;
 		uint8_t *o = out + (size_t)y * in->stride;
 
+		if (a3 == 0) {
+			/* one source row (a shear along x) */
+			int yin = yy >> 16;
+			const uint8_t *row = in->px + (size_t)(yin >= 0 && yin < h ? yin : 0) * in->stride;
+
+			for (int x = 0; yin >= 0 && yin < h && x < w; x++, o += 3, xx += a0) {
+				int xin = xx >> 16;
+
+				if (xin >= 0 && xin < w)
+					memcpy(o, row + 3 * (size_t)xin, 3);
+			}
+			a2 += a1;
+			a5 += a4;
+			continue;
+		}
 		for (int x = 0; x < w; x++, o += 3) {
 			int xin = xx >> 16, yin = yy >> 16;
 

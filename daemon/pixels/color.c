@@ -3,6 +3,60 @@
 #include <string.h>
 
 #include "color.h"
+#include "resize.h"
+
+/*
+ * The per-level loops below are plain loops over restrict-qualified rows
+ * that gcc vectorises when its cost model may weigh an epilogue (-O2's
+ * "very cheap" model will not): IEEE single precision in the same order
+ * per element, no contraction (-std=c11 turns it off; AVX2 has no FMA), so
+ * the bytes equal the scalar code's. Each such kernel is compiled twice,
+ * for the baseline (SSE2) and for AVX2, and the AVX2 one runs where
+ * resize_default_isa() (the pixels layer's one switch, STOKER_RESIZE_ISA)
+ * picks AVX2 or wider: KERNEL(name, params, args) defines name_base and
+ * name_avx2 from the body of name_body (always inlined into both);
+ * PICK(avx2, name) is the one to call.
+ */
+#if defined(__GNUC__) && !defined(__clang__)
+#define VECTORIZE __attribute__((optimize("tree-loop-vectorize", "vect-cost-model=dynamic")))
+#else
+#define VECTORIZE
+#endif
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define COLOR_X86 1
+#define AVX2_KERNEL __attribute__((target("avx2"), optimize("tree-loop-vectorize", "vect-cost-model=dynamic")))
+#else
+#define COLOR_X86 0
+#endif
+#define BODY static inline __attribute__((always_inline))
+#if COLOR_X86
+#define KERNEL(name, params, args)                 \
+	VECTORIZE static void name##_base params   \
+	{                                          \
+		name##_body args;                  \
+	}                                          \
+	AVX2_KERNEL static void name##_avx2 params \
+	{                                          \
+		name##_body args;                  \
+	}
+#define PICK(avx2, name) ((avx2) ? name##_avx2 : name##_base)
+#else
+#define KERNEL(name, params, args)               \
+	VECTORIZE static void name##_base params \
+	{                                        \
+		name##_body args;                \
+	}
+#define PICK(avx2, name) name##_base
+#endif
+
+static bool use_avx2(void)
+{
+#if COLOR_X86
+	return resize_default_isa() >= RESIZE_ISA_AVX2;
+#else
+	return false;
+#endif
+}
 
 /* Pillow's rgb2l: convert("L") */
 static inline uint8_t luma(const uint8_t *p)
@@ -10,30 +64,16 @@ static inline uint8_t luma(const uint8_t *p)
 	return (uint8_t)((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
 }
 
-/*
- * Image.blend(degenerate, image, alpha) for one level: ImagingBlend's
- * (int)in1 + alpha * ((int)in2 - (int)in1) in single precision, truncated,
- * clipped outside [0, 1].
- */
-static inline uint8_t blend1(int deg, int v, float alpha)
-{
-	float t = (float)deg + alpha * (float)(v - deg);
-
-	if (alpha >= 0.0f && alpha <= 1.0f)
-		return (uint8_t)t;
-	if (t <= 0.0f)
-		return 0;
-	if (t >= 255.0f)
-		return 255;
-	return (uint8_t)t;
-}
-
 void color_lut(struct rgb_image *im, const uint8_t lut[3][256])
 {
-	for (uint32_t y = 0; y < im->height; y++) {
+	/* rows without padding between them are one run */
+	uint32_t rows = im->stride == (size_t)im->width * 3 ? 1 : im->height;
+	size_t run = rows == 1 ? (size_t)im->width * im->height : im->width;
+
+	for (uint32_t y = 0; y < rows; y++) {
 		uint8_t *p = im->px + y * im->stride;
 
-		for (uint32_t x = 0; x < im->width; x++, p += 3) {
+		for (size_t x = 0; x < run; x++, p += 3) {
 			p[0] = lut[0][p[0]];
 			p[1] = lut[1][p[1]];
 			p[2] = lut[2][p[2]];
@@ -41,14 +81,64 @@ void color_lut(struct rgb_image *im, const uint8_t lut[3][256])
 	}
 }
 
-/* Blending with a constant degenerate level is a table. */
+/*
+ * Image.blend(degenerate, image, alpha) with a constant degenerate level
+ * over n levels: ImagingBlend's (int)in1 + alpha * ((int)in2 - (int)in1)
+ * in single precision, truncated, clipped outside [0, 1].
+ */
+BODY void blend_const_row_body(uint8_t *restrict p, size_t n, int deg, float alpha)
+{
+	const float fd = (float)deg;
+
+	if (alpha >= 0.0f && alpha <= 1.0f) {
+		for (size_t i = 0; i < n; i++)
+			p[i] = (uint8_t)(int)(fd + alpha * (float)(p[i] - deg));
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		float t = fd + alpha * (float)(p[i] - deg);
+
+		t = t <= 0.0f ? 0.0f : t;
+		t = t >= 255.0f ? 255.0f : t;
+		p[i] = (uint8_t)(int)t;
+	}
+}
+KERNEL(blend_const_row, (uint8_t *restrict p, size_t n, int deg, float alpha), (p, n, deg, alpha))
+
+/* Each level v to v & mask */
+BODY void and_row_body(uint8_t *restrict p, size_t n, uint8_t mask)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] &= mask;
+}
+KERNEL(and_row, (uint8_t *restrict p, size_t n, uint8_t mask), (p, n, mask))
+
+/* Each level v below `from` kept, the others inverted (255 - v); from 0: all inverted */
+BODY void solarize_row_body(uint8_t *restrict p, size_t n, int from)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(p[i] < from ? p[i] : 255 - p[i]);
+}
+KERNEL(solarize_row, (uint8_t *restrict p, size_t n, int from), (p, n, from))
+
+/* The image's rows as runs of levels: one run when no padding separates them. */
+static uint32_t level_runs(const struct rgb_image *im, size_t *run)
+{
+	bool whole = im->stride == (size_t)im->width * 3;
+
+	*run = whole ? (size_t)im->width * 3 * im->height : (size_t)im->width * 3;
+	return whole ? (im->height ? 1 : 0) : im->height;
+}
+
+/* Blending with a constant degenerate level, level by level. */
 static void blend_const(struct rgb_image *im, int deg, double factor)
 {
-	uint8_t lut[3][256];
+	bool avx2 = use_avx2();
+	size_t run;
+	uint32_t runs = level_runs(im, &run);
 
-	for (int v = 0; v < 256; v++)
-		lut[0][v] = lut[1][v] = lut[2][v] = blend1(deg, v, (float)factor);
-	color_lut(im, lut);
+	for (uint32_t y = 0; y < runs; y++)
+		PICK(avx2, blend_const_row)(im->px + y * im->stride, run, deg, (float)factor);
 }
 
 void color_brightness(struct rgb_image *im, double factor)
@@ -74,20 +164,8 @@ void color_contrast(struct rgb_image *im, double factor)
 	blend_const(im, (int)(mean + 0.5), factor);
 }
 
-/*
- * The per-level loops below are plain loops over restrict-qualified rows
- * that gcc vectorises when its cost model may weigh an epilogue (-O2's
- * "very cheap" model will not): IEEE single precision in the same order
- * per element, no contraction, so the bytes equal the scalar code's.
- */
-#if defined(__GNUC__) && !defined(__clang__)
-#define VECTORIZE __attribute__((optimize("tree-loop-vectorize", "vect-cost-model=dynamic")))
-#else
-#define VECTORIZE
-#endif
-
 /* Image.blend(deg, p, alpha) over n levels, into p */
-VECTORIZE static void blend_row(uint8_t *restrict p, const uint8_t *restrict d, size_t n, float alpha)
+BODY void blend_row_body(uint8_t *restrict p, const uint8_t *restrict d, size_t n, float alpha)
 {
 	if (alpha >= 0.0f && alpha <= 1.0f) {
 		for (size_t i = 0; i < n; i++)
@@ -102,12 +180,14 @@ VECTORIZE static void blend_row(uint8_t *restrict p, const uint8_t *restrict d, 
 		p[i] = (uint8_t)(int)t;
 	}
 }
+KERNEL(blend_row, (uint8_t *restrict p, const uint8_t *restrict d, size_t n, float alpha), (p, d, n, alpha))
 
 void color_saturation(struct rgb_image *im, double factor)
 {
 	/* the degenerate image, convert("L") widened to RGB, a chunk of a row at a time */
 	enum { CHUNK = 64 };
 	uint8_t deg[CHUNK * 3];
+	bool avx2 = use_avx2();
 
 	for (uint32_t y = 0; y < im->height; y++) {
 		uint8_t *row = im->px + y * im->stride;
@@ -118,7 +198,7 @@ void color_saturation(struct rgb_image *im, double factor)
 
 			for (uint32_t x = 0; x < n; x++)
 				deg[3 * x] = deg[3 * x + 1] = deg[3 * x + 2] = luma(p + 3 * x);
-			blend_row(p, deg, (size_t)n * 3, (float)factor);
+			PICK(avx2, blend_row)(p, deg, (size_t)n * 3, (float)factor);
 		}
 	}
 }
@@ -146,35 +226,46 @@ static inline uint8_t smooth1(const uint8_t *a, const uint8_t *b, const uint8_t 
 	return (uint8_t)(int)s;
 }
 
+/* smooth1() for levels 3 .. n - 4 of a row (b), the rows below (a) and above (c) */
+BODY void smooth_row_body(const uint8_t *restrict a, const uint8_t *restrict b, const uint8_t *restrict c,
+			  uint8_t *restrict o, size_t n)
+{
+	const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
+
+	for (size_t i = 3; i < n - 3; i++)
+		o[i] = smooth1(a + i, b + i, c + i, k1, k5);
+}
+KERNEL(smooth_row,
+       (const uint8_t *restrict a, const uint8_t *restrict b, const uint8_t *restrict c, uint8_t *restrict o, size_t n),
+       (a, b, c, o, n))
+
 /*
  * ImageFilter.SMOOTH (3x3, 1 1 1 / 1 5 1 / 1 1 1, divisor 13) as Pillow's
  * ImagingFilter3x3 computes it: float weights k / 13, row sums of
  * products added to offset 0.5 (its rounding), rows y+1, y, y-1 in that
  * order; the border rows and columns copied. Into `out` (same stride).
  */
-VECTORIZE static void smooth(const struct rgb_image *im, uint8_t *restrict out)
+static void smooth(const struct rgb_image *im, uint8_t *restrict out, bool avx2)
 {
-	const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
 	const size_t st = im->stride;
 	const uint32_t w = im->width, h = im->height;
 
 	memcpy(out, im->px, st * h);
 	if (w < 3 || h < 3)
 		return;
-	for (uint32_t y = 1; y < h - 1; y++) {
-		const uint8_t *a = im->px + (y + 1) * st, *b = im->px + y * st, *c = im->px + (y - 1) * st;
-		uint8_t *o = out + y * st;
-
-		for (uint32_t i = 3; i < (w - 1) * 3; i++)
-			o[i] = smooth1(a + i, b + i, c + i, k1, k5);
-	}
+	for (uint32_t y = 1; y < h - 1; y++)
+		PICK(avx2, smooth_row)
+	(im->px + (y + 1) * st, im->px + y * st, im->px + (y - 1) * st, out + y * st, (size_t)w * 3);
 }
 
 void color_sharpness(struct rgb_image *im, double factor, uint8_t *tmp)
 {
-	smooth(im, tmp);
+	bool avx2 = use_avx2();
+
+	smooth(im, tmp, avx2);
 	for (uint32_t y = 0; y < im->height; y++)
-		blend_row(im->px + y * im->stride, tmp + y * im->stride, (size_t)im->width * 3, (float)factor);
+		PICK(avx2, blend_row)
+	(im->px + y * im->stride, tmp + y * im->stride, (size_t)im->width * 3, (float)factor);
 }
 
 static void histogram(const struct rgb_image *im, uint32_t hist[3][256])
@@ -259,29 +350,39 @@ void color_equalize(struct rgb_image *im)
 
 void color_posterize(struct rgb_image *im, unsigned bits)
 {
-	uint8_t lut[3][256], mask = (uint8_t) ~((1u << (8 - (bits > 8 ? 8 : bits))) - 1);
+	uint8_t mask = (uint8_t) ~((1u << (8 - (bits > 8 ? 8 : bits))) - 1);
+	bool avx2 = use_avx2();
+	size_t run;
+	uint32_t runs = level_runs(im, &run);
 
-	for (int v = 0; v < 256; v++)
-		lut[0][v] = lut[1][v] = lut[2][v] = (uint8_t)(v & mask);
-	color_lut(im, lut);
+	for (uint32_t y = 0; y < runs; y++)
+		PICK(avx2, and_row)(im->px + y * im->stride, run, mask);
+}
+
+/* The levels v < from kept, the others inverted. */
+static void solarize_from(struct rgb_image *im, int from)
+{
+	bool avx2 = use_avx2();
+	size_t run;
+	uint32_t runs = level_runs(im, &run);
+
+	for (uint32_t y = 0; y < runs; y++)
+		PICK(avx2, solarize_row)(im->px + y * im->stride, run, from);
 }
 
 void color_solarize(struct rgb_image *im, double threshold)
 {
-	uint8_t lut[3][256];
+	int from = 0;
 
-	for (int v = 0; v < 256; v++)
-		lut[0][v] = lut[1][v] = lut[2][v] = (uint8_t)(v < threshold ? v : 255 - v);
-	color_lut(im, lut);
+	/* v < threshold holds for the levels below the first that fails it */
+	while (from < 256 && from < threshold)
+		from++;
+	solarize_from(im, from);
 }
 
 void color_invert(struct rgb_image *im)
 {
-	uint8_t lut[3][256];
-
-	for (int v = 0; v < 256; v++)
-		lut[0][v] = lut[1][v] = lut[2][v] = (uint8_t)(255 - v);
-	color_lut(im, lut);
+	solarize_from(im, 0);
 }
 
 static inline uint8_t clip8i(int v)

@@ -1195,6 +1195,22 @@ static uint32_t pad_index(enum pad_mode m, int64_t x, uint32_t n)
 	}
 }
 
+/* n pixels of the colour rgb from d: one memset when grey, else the pattern doubled */
+static void fill_pixels(uint8_t *d, size_t n, const uint8_t rgb[3])
+{
+	size_t done = 3, bytes = n * 3;
+
+	if (!n)
+		return;
+	if (rgb[0] == rgb[1] && rgb[1] == rgb[2]) {
+		memset(d, rgb[0], bytes);
+		return;
+	}
+	memcpy(d, rgb, 3);
+	for (; done < bytes; done *= 2)
+		memcpy(d + done, d, done < bytes - done ? done : bytes - done);
+}
+
 /* Pad the (materialised) image by pad (left, top, right, bottom). */
 static int pad_image(struct tpipe_ctx *c, struct view *v, const uint32_t pad[4], enum pad_mode mode,
 		     const uint8_t fill[3])
@@ -1218,12 +1234,22 @@ static int pad_image(struct tpipe_ctx *c, struct view *v, const uint32_t pad[4],
 		const uint8_t *row;
 
 		if (mode == PAD_CONSTANT && (sy < 0 || sy >= v->bh)) {
-			for (uint32_t x = 0; x < w; x++)
-				memcpy(d + (size_t)x * 3, fill, 3);
+			fill_pixels(d, w, fill);
 			continue;
 		}
 		row = src + (size_t)pad_index(mode, sy, v->bh) * v->bw * 3;
+		/* the image's own columns in one copy, the padding around them */
+		memcpy(d + (size_t)pad[0] * 3, row, (size_t)v->bw * 3);
+		if (mode == PAD_CONSTANT) {
+			fill_pixels(d, pad[0], fill);
+			fill_pixels(d + ((size_t)pad[0] + v->bw) * 3, pad[2], fill);
+			continue;
+		}
 		for (uint32_t x = 0; x < w; x++) {
+			if (x == pad[0]) {
+				x += v->bw - 1;
+				continue;
+			}
 			int64_t sx = (int64_t)x - pad[0];
 
 			if (mode == PAD_CONSTANT && (sx < 0 || sx >= v->bw))
@@ -1239,16 +1265,19 @@ static int pad_image(struct tpipe_ctx *c, struct view *v, const uint32_t pad[4],
 
 static void mirror_rows(uint8_t *px, uint32_t w, uint32_t h)
 {
+	uint8_t tmp[4096];
 	size_t row = (size_t)w * 3;
 
+	/* rows swapped a block at a time through tmp */
 	for (uint32_t y = 0; y < h / 2; y++) {
 		uint8_t *a = px + y * row, *b = px + (size_t)(h - 1 - y) * row;
 
-		for (size_t i = 0; i < row; i++) {
-			uint8_t t = a[i];
+		for (size_t i = 0; i < row; i += sizeof(tmp)) {
+			size_t n = row - i < sizeof(tmp) ? row - i : sizeof(tmp);
 
-			a[i] = b[i];
-			b[i] = t;
+			memcpy(tmp, a + i, n);
+			memcpy(a + i, b + i, n);
+			memcpy(b + i, tmp, n);
 		}
 	}
 }
@@ -1283,6 +1312,20 @@ static void erase_float(const struct op *o, const uint32_t *b, uint32_t ow, uint
 
 	for (int c = 0; c < 3; c++)
 		chan[c] = o->erase == ERASE_CHANNEL ? rng_normal(rng) : o->value[c];
+	if (o->erase != ERASE_PIXEL && dtype == DTYPE_FLOAT32) {
+		/* one value a channel: its first row of the box, then copies of it */
+		for (int c = 0; c < 3; c++) {
+			float v = ((float)chan[c] - o->post_mean[c]) / o->post_std[c];
+			float *plane = (float *)(void *)(out + (size_t)c * ow * oh * 4);
+
+			for (uint32_t x = b[1]; x < b[1] + b[3]; x++)
+				plane[(size_t)b[0] * ow + x] = v;
+			for (uint32_t y = b[0] + 1; y < b[0] + b[2]; y++)
+				memcpy(plane + (size_t)y * ow + b[1], plane + (size_t)b[0] * ow + b[1],
+				       (size_t)b[3] * 4);
+		}
+		return;
+	}
 	for (int c = 0; c < 3; c++)
 		for (uint32_t y = b[0]; y < b[0] + b[2]; y++)
 			for (uint32_t x = b[1]; x < b[1] + b[3]; x++) {
@@ -1405,6 +1448,7 @@ static int run_8bit(struct tpipe_ctx *c, struct pipeline *p, const struct tpipe 
 			break;
 		case OP_ERASE: {
 			uint32_t n = draw_erase(o, w, h, rng, box);
+			uint8_t level[3];
 
 			if (n)
 				r = materialize(c, p, src, v);
@@ -1412,11 +1456,10 @@ static int run_8bit(struct tpipe_ctx *c, struct pipeline *p, const struct tpipe 
 				const uint32_t *b = box + 4 * k;
 
 				trace(c, i, "erase", b[0], b[1], b[2], b[3]);
+				for (int ch = 0; ch < 3; ch++)
+					level[ch] = (uint8_t)o->value[ch];
 				for (uint32_t y = b[0]; y < b[0] + b[2]; y++)
-					for (uint32_t x = b[1]; x < b[1] + b[3]; x++)
-						for (int ch = 0; ch < 3; ch++)
-							c->buf[c->cur][((size_t)y * v->bw + x) * 3 + ch] =
-								(uint8_t)o->value[ch];
+					fill_pixels(c->buf[c->cur] + ((size_t)y * v->bw + b[1]) * 3, b[3], level);
 			}
 			break;
 		}

@@ -15,11 +15,15 @@
  *       N draws of op OP alone on a WIDTH x HEIGHT image (streams (SEED,
  *       0, i)), as N * 4 float64 on stdout (top, left, h, w; flips 1/0;
  *       no erasing -1)
+ *   tpipe time TEXT EPOCHS FILE...
+ *       EPOCHS passes of the pipeline over the files, untraced (a profile
+ *       target: perf record build/tests/tpipe time ...); prints "ms/image X"
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "augment.h"
 #include "pipeline.h"
@@ -119,6 +123,60 @@ done:
 	return r;
 }
 
+/* EPOCHS passes of the pipeline over the files (read once), the time per image on stdout. */
+static int timed(struct tpipe *t, int epochs, int nfiles, char **files)
+{
+	struct transform_spec spec = {.dtype = DTYPE_UINT8, .mean = {0, 0, 0}, .std = {1, 1, 1}};
+	struct tpipe_info info;
+	struct pipeline *p = NULL;
+	struct tpipe_ctx *c = NULL;
+	uint8_t *out = NULL, **data = calloc((size_t)nfiles + 1, sizeof(*data));
+	size_t *len = calloc((size_t)nfiles + 1, sizeof(*len));
+	struct timespec t0, t1;
+	int r = data && len ? 0 : -ENOMEM;
+
+	tpipe_info(t, &info);
+	if (info.has_dtype) {
+		spec.dtype = info.dtype;
+		memcpy(spec.mean, info.mean, sizeof(spec.mean));
+		memcpy(spec.std, info.std, sizeof(spec.std));
+	}
+	for (int i = 0; r == 0 && i < nfiles; i++)
+		if (!(data[i] = slurp(files[i], &len[i]))) {
+			printf("! %s: cannot read\n", files[i]);
+			r = -EIO;
+		}
+	if (r == 0)
+		r = (out = malloc((size_t)info.out_w * info.out_h * 3 * sample_dtype_bytes(spec.dtype))) ? 0 : -ENOMEM;
+	if (r == 0)
+		r = pipeline_new(NULL, &p);
+	if (r == 0)
+		r = tpipe_ctx_new(&c);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (int e = 0; r == 0 && e < epochs; e++)
+		for (int i = 0; r == 0 && i < nfiles; i++) {
+			struct rng rng;
+
+			rng_init(&rng, 0, (uint64_t)e, (uint64_t)i, RNG_AUGMENT);
+			r = tpipe_run(c, p, t, data[i], len[i], NULL, &spec, &rng, out);
+			if (r < 0)
+				printf("! %s: %s\n", files[i], tpipe_ctx_error(c));
+		}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	if (r == 0 && nfiles && epochs > 0)
+		printf("ms/image %.4f\n",
+		       ((double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6) /
+			       ((double)nfiles * epochs));
+	for (int i = 0; data && i < nfiles; i++)
+		free(data[i]);
+	free(data);
+	free(len);
+	tpipe_ctx_free(c);
+	pipeline_free(p);
+	free(out);
+	return r;
+}
+
 int main(int argc, char **argv)
 {
 	struct tpipe *t = NULL;
@@ -126,8 +184,11 @@ int main(int argc, char **argv)
 	char desc[4096];
 	int r = 2;
 
-	if (argc < 3 || (strcmp(argv[1], "check") && strcmp(argv[1], "run") && strcmp(argv[1], "draw"))) {
-		fprintf(stderr, "usage: tpipe check TEXT | run TEXT SEED FILE... | draw TEXT OP W H SEED N\n");
+	if (argc < 3 || (strcmp(argv[1], "check") && strcmp(argv[1], "run") && strcmp(argv[1], "draw") &&
+			 strcmp(argv[1], "time"))) {
+		fprintf(stderr,
+			"usage: tpipe check TEXT | run TEXT SEED FILE... | draw TEXT OP W H SEED N | time TEXT EPOCHS "
+			"FILE...\n");
 		return 2;
 	}
 	if (parse(argv[2], &t) < 0)
@@ -139,6 +200,8 @@ int main(int argc, char **argv)
 		r = 0;
 	} else if (!strcmp(argv[1], "run") && argc >= 4) {
 		r = run(t, strtoull(argv[3], NULL, 0), argc - 4, argv + 4) < 0 ? 1 : 0;
+	} else if (!strcmp(argv[1], "time") && argc >= 4) {
+		r = timed(t, atoi(argv[3]), argc - 4, argv + 4) < 0 ? 1 : 0;
 	} else if (!strcmp(argv[1], "draw") && argc == 8) {
 		size_t n = strtoull(argv[7], NULL, 0);
 		double *v = calloc(n ? 4 * n : 1, sizeof(*v));
