@@ -115,6 +115,8 @@ FAULT_BINS   += $(B)/tests/batchmix
 FAULT_BINS   += $(B)/tests/labeldump
 # Segment masks and resampling as Ultralytics makes them (tests/ultralytics/test_instmask.py).
 FAULT_BINS   += $(B)/tests/instmask
+# Instance geometry of the training transforms against Ultralytics (tests/ultralytics/test_instgeom.py).
+FAULT_BINS   += $(B)/tests/instgeom
 
 LIB_SO       := $(B)/libstoker.so.$(SOVERSION)
 # The GPU tests' programs (tests/gpu/run.sh runs them on a GPU; `make`
@@ -290,6 +292,11 @@ $(B)/tests/instmask: tests/tools/instmask.c $(B)/libstokerd.a
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 
 $(B)/tests/labeldump: tests/tools/labeldump.c $(B)/libstokerd.a
+	@mkdir -p $(dir $@)
+	$(call say,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
+
+$(B)/tests/instgeom: tests/tools/instgeom.c $(B)/libstokerd.a
 	@mkdir -p $(dir $@)
 	$(call say,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)

@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The geometry Ultralytics applies to instances (boxes, segment polygons,
+ * keypoints, oriented boxes) in training, as its own functions compute it
+ * (ultralytics/data/augment.py, utils/instance.py, utils/ops.py, 8.4), in
+ * float32 where its arrays are float32 and in double where it computes in
+ * Python floats or float64, with the same rounding:
+ *
+ *   RandomPerspective      instgeom_transform, instgeom_segment2box,
+ *     .apply_instances     instgeom_perspective (boxes by their corners,
+ *                          segments with boxes re-derived by segment2box,
+ *                          keypoints with their out-of-image visibility,
+ *                          Instances.clip, box_candidates)
+ *   Mosaic._update_labels  instgeom_place (denormalise, the tile's offset)
+ *   Mosaic._cat_labels     instgeom_clip, instgeom_remove_zero_area
+ *   RandomFlip             instgeom_flip (flip_idx for keypoints)
+ *   xyxyxyxy2xywhr         instgeom_xywhr (cv2.minAreaRect ported: its
+ *                          convex hull, rotating calipers and float32
+ *                          arithmetic; then Ultralytics' regularisation)
+ *   xywhr2xyxyxyxy         instgeom_corners
+ *
+ * resample_segments is instmask.h's (instmask_resample; the dataset
+ * resamples OBB corners to 100 points, other segments to 1000).
+ *
+ * Every function is pure: no draws (the caller injects M, scale, flips,
+ * offsets) and no allocation except where said. Instances are held as
+ * parallel arrays in `struct instgeom_set`; functions that drop instances
+ * compact every array in place, in order.
+ */
+#ifndef STOKER_INSTGEOM_H
+#define STOKER_INSTGEOM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The most points a polygon may carry through instgeom (resampled or not). */
+#define INSTGEOM_MAX_POINTS 65536u
+
+/*
+ * One image's instances in pixels (or normalised, before instgeom_place).
+ * box: [n][4], xyxy unless a function says otherwise; seg: [n][npts][2]
+ * (npts 0: no segments); kpt: [n][nkpt][3] x, y, visibility (nkpt 0: none);
+ * cls: [n] (may be NULL), carried along when instances are dropped.
+ */
+struct instgeom_set {
+	uint32_t n, npts, nkpt;
+	float *cls, *box, *seg, *kpt;
+};
+
+/*
+ * `npts` points (x, y pairs, `stride` floats apart) through the 3x3 float32
+ * matrix M (row major) as `xy1 @ M.T`, in float32; divided by the third
+ * coordinate when `divide` (apply_segments and apply_keypoints always
+ * divide, apply_bboxes only under perspective).
+ */
+void instgeom_transform(const float M[9], bool divide, float *xy, size_t npts, size_t stride);
+
+/*
+ * segment2box: the xyxy box of the part of a polygon of n points inside a
+ * width x height image (the inside vertices, the edges' crossings of the
+ * border, the image corners inside the polygon by cv2.pointPolygonTest);
+ * zeros when none or n = 0.
+ */
+void instgeom_segment2box(const float *seg, uint32_t n, int width, int height, float box[4]);
+
+/* cv2.pointPolygonTest(contour, (x, y), measureDist=False): 1 inside, 0 on an edge, -1 outside. */
+int instgeom_point_in_polygon(const float *poly, uint32_t n, float x, float y);
+
+/*
+ * box_candidates(box1, box2, wh_thr=2, ar_thr=100, area_thr) for one pair
+ * of xyxy boxes, in float32 as its arrays.
+ */
+bool instgeom_box_candidate(const float box1[4], const float box2[4], float area_thr);
+
+/*
+ * RandomPerspective.apply_instances on `s` (boxes xyxy, everything in the
+ * input image's pixels) with the drawn matrix M (float32, as
+ * _compute_affine_matrix builds it), its scale, the output size and
+ * whether perspective is on; segments' boxes re-derived by segment2box,
+ * keypoints' visibility zeroed outside the output; Instances.clip; then the
+ * candidates kept (area_thr 0.01 with segments, else 0.1). Updates `s` in
+ * place (n reduced). `keep`, when not NULL, receives for each input
+ * instance whether it was kept ([n] bytes). No preserve_obb.
+ */
+void instgeom_perspective(struct instgeom_set *s, const float M[9], float scale, int width, int height,
+			  bool perspective, bool *keep);
+
+/* Instances.clip(w, h) without preserve_obb: boxes (xyxy) and segments clipped to the image, keypoints
+ * outside it made invisible, then clipped. */
+void instgeom_clip(struct instgeom_set *s, int width, int height);
+
+/* Instances.remove_zero_area_boxes on xyxy boxes (area in float32 > 0). Returns the new count. */
+uint32_t instgeom_remove_zero_area(struct instgeom_set *s);
+
+/*
+ * Mosaic._update_labels for one tile: `s` as read from the label file
+ * (boxes xywh normalised, segments and keypoints normalised) to pixels of
+ * a tile of w x h placed at (padw, padh) on the canvas: xywh2xyxy,
+ * denormalize, add_padding, all float32.
+ */
+void instgeom_place(struct instgeom_set *s, int w, int h, int padw, int padh);
+
+/*
+ * RandomFlip.apply_instances with the flip drawn: boxes here are xywh (as
+ * RandomFlip converts them), `extent` the image's width (horizontal) or
+ * height (vertical), or 1 for normalised instances. flip_idx ([nkpt], may
+ * be NULL) permutes keypoints after a flip. Needs nkpt * 3 floats of
+ * `scratch` with flip_idx.
+ */
+void instgeom_flip(struct instgeom_set *s, bool vertical, float extent, const uint32_t *flip_idx, float *scratch);
+
+/*
+ * cv2.minAreaRect of n float32 points (OpenCV's convexHull and rotating
+ * calipers, float arithmetic as it has it): centre, size, angle in degrees
+ * in [-90, 0). `scratch`: instgeom_scratch_floats(n) floats. 0, or -EINVAL
+ * for n = 0 or n > INSTGEOM_MAX_POINTS.
+ */
+int instgeom_min_area_rect(const float *pts, uint32_t n, float *scratch, float rect[5]);
+/* Floats of scratch instgeom_min_area_rect and instgeom_xywhr need for n points. */
+size_t instgeom_scratch_floats(uint32_t n);
+
+/*
+ * xyxyxyxy2xywhr for one polygon of n points: minAreaRect, w the longer
+ * side, the angle in radians regularised to [-pi/4, 3pi/4), in double as
+ * Ultralytics computes it (numpy input: float64 out; a torch input casts to
+ * its dtype after). 0 or -EINVAL as instgeom_min_area_rect.
+ */
+int instgeom_xywhr(const float *pts, uint32_t n, float *scratch, double xywhr[5]);
+
+/* xywhr2xyxyxyxy for float64 input: the four corners (x, y) in its order. */
+void instgeom_corners(const double xywhr[5], double corners[8]);
+
+#endif

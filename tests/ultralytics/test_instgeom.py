@@ -1,0 +1,432 @@
+"""Instance geometry (daemon/pixels/instgeom.c, through build/tests/instgeom)
+against Ultralytics' own functions with the same drawn parameters injected:
+segment2box (and cv2.pointPolygonTest in it),
+RandomPerspective.apply_instances for boxes, segments and keypoints (its
+affine matrix from _compute_affine_matrix, perspective on and off),
+box_candidates, Instances.clip / remove_zero_area_boxes (the mosaic's final
+clip), Mosaic._update_labels (a tile's offset), RandomFlip with flip_idx,
+xyxyxyxy2xywhr (cv2.minAreaRect and the angle regularisation) and
+xywhr2xyxyxyxy; on random inputs and edge cases (points outside the image,
+on its border, degenerate polygons, all-invisible keypoints).
+
+Equality is exact (the same float32 values bit for bit) everywhere but
+two places, each stated where it is asserted: xywhr2xyxyxyxy (numpy's
+float64 sin/cos against libm's, 1 ulp) and minAreaRect's angle for
+polygons of zero area (OpenCV 5 leaves some of those outside its [-90, 0)
+range; after Ultralytics' regularisation the box is the same).
+make check-ultralytics."""
+
+import math
+import random
+import subprocess
+
+import cv2
+import numpy as np
+import pytest
+from ultralytics.data.augment import Mosaic, RandomFlip, RandomPerspective
+from ultralytics.utils.instance import Instances
+from ultralytics.utils.ops import (
+    resample_segments,
+    segment2box,
+    xywhr2xyxyxyxy,
+    xyxy2xywh,
+    xyxyxyxy2xywhr,
+)
+
+from stoker_testutil import BUILD
+
+INSTGEOM = BUILD / "tests" / "instgeom"
+
+
+class Geom:
+    """The driver, one request a line."""
+
+    def __init__(self):
+        self.p = subprocess.Popen(
+            [str(INSTGEOM)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1 << 20
+        )
+
+    def ask(self, *parts):
+        self.p.stdin.write(" ".join(str(x) for x in parts) + "\n")
+        self.p.stdin.flush()
+        line = self.p.stdout.readline()
+        assert line, f"instgeom died on {parts[0]}"
+        return line.split()
+
+    def close(self):
+        self.p.stdin.close()
+        assert self.p.wait(timeout=30) == 0
+
+
+@pytest.fixture(scope="module")
+def geom():
+    g = Geom()
+    yield g
+    g.close()
+
+
+def f32s(a):
+    """float32 values as text that reads back to the same float32."""
+    return " ".join(repr(float(v)) for v in np.asarray(a, dtype=np.float32).reshape(-1))
+
+
+def as_f32(words):
+    return np.asarray([float(w) for w in words], dtype=np.float32)
+
+
+def set_text(n, boxes, segs, kpts):
+    npts = 0 if segs is None or len(segs) == 0 else segs.shape[1]
+    nkpt = 0 if kpts is None else kpts.shape[1]
+    parts = [n, npts, nkpt, f32s(boxes)]
+    if npts:
+        parts.append(f32s(segs))
+    if nkpt:
+        parts.append(f32s(kpts))
+    return " ".join(str(p) for p in parts if p != "")
+
+
+def parse_set(words):
+    n, npts, nkpt = (int(w) for w in words[:3])
+    v = as_f32(words[3:])
+    boxes = v[: n * 4].reshape(n, 4)
+    segs = v[n * 4 : n * 4 + n * npts * 2].reshape(n, npts, 2)
+    kpts = v[n * 4 + n * npts * 2 :].reshape(n, nkpt, 3)
+    assert len(v) == n * 4 + n * npts * 2 + n * nkpt * 3
+    return boxes, segs, kpts
+
+
+def same(a, b, what):
+    a = np.asarray(a, dtype=np.float32)
+    b = np.asarray(b, dtype=np.float32)
+    assert a.shape == b.shape, (what, a.shape, b.shape)
+    ok = (a == b) | (np.isnan(a) & np.isnan(b))
+    assert ok.all(), (what, np.argwhere(~ok)[:5], a[~ok][:5], b[~ok][:5])
+
+
+# ---- polygons ----
+
+
+def random_polygon(rng, n, lo, hi):
+    kind = rng.integers(0, 4)
+    if kind == 0:  # scattered
+        return rng.uniform(lo, hi, (n, 2)).astype(np.float32)
+    if kind == 1:  # a star-shaped polygon around a centre
+        c = rng.uniform(lo, hi, 2)
+        r = rng.uniform(0.01, 1.0, n) * (hi - lo) / 3
+        t = np.sort(rng.uniform(0, 2 * np.pi, n))
+        return (c + np.stack([r * np.cos(t), r * np.sin(t)], 1)).astype(np.float32)
+    if kind == 2:  # integers, duplicates likely
+        return rng.integers(int(lo), int(hi), (n, 2)).astype(np.float32)
+    a = rng.uniform(lo, hi, 2)  # collinear
+    d = rng.uniform(-20, 20, 2)
+    return (a + np.outer(rng.integers(-5, 6, n), d)).astype(np.float32)
+
+
+def test_segment2box(geom):
+    rng = np.random.default_rng(22)
+    W, H = 640, 480
+    polys = [
+        np.float32([[10, 10], [100, 10], [100, 100]]),  # inside
+        np.float32([[-10, -10], [-1, -5], [-3, -20]]),  # outside
+        np.float32([[0, 0], [W, 0], [W, H], [0, H]]),  # the border exactly
+        np.float32([[-100, -100], [W + 100, -100], [W + 100, H + 100], [-100, H + 100]]),  # covers the image
+        np.float32([[-50, 240], [320, -50], [W + 50, 240], [320, H + 50]]),  # a diamond through the sides
+        np.float32([[320, 240]]),
+        np.float32([[-5, 5], [-5, 5]]),
+        np.float32([[-10, 100], [700, 100]]),  # a segment across
+        np.float32([[0, 0], [0, 0], [0, 0]]),
+        np.float32([[W, H], [W + 1, H + 1], [W, H + 2]]),
+        np.float32([[-1, 0], [0, -1], [1, 0], [0, 1]]),  # around a corner
+    ]
+    for _ in range(600):
+        polys.append(random_polygon(rng, int(rng.integers(1, 40)), -200, 900))
+    for p in polys:
+        theirs = segment2box(p.copy(), W, H)
+        ours = as_f32(geom.ask("B", W, H, len(p), f32s(p)))
+        same(ours, theirs, f"segment2box {p.tolist()[:4]}")
+
+
+def test_point_in_polygon(geom):
+    rng = np.random.default_rng(23)
+    for _ in range(300):
+        p = random_polygon(rng, int(rng.integers(1, 12)), 0, 20)
+        pts = list(rng.integers(-2, 22, (6, 2)).astype(np.float32)) + [p[0], (p[0] + p[-1]) / 2]
+        for q in pts:
+            theirs = cv2.pointPolygonTest(p, (float(q[0]), float(q[1])), False)
+            ours = int(geom.ask("T", f32s(q), len(p), f32s(p))[0])
+            assert ours == int(theirs), (p.tolist(), q.tolist())
+
+
+def test_box_candidates(geom):
+    rng = np.random.default_rng(24)
+    for _ in range(400):
+        b1 = np.sort(rng.uniform(0, 100, (2, 2)), 0).T.reshape(-1)[[0, 2, 1, 3]].astype(np.float32)
+        b2 = b1.copy()
+        b2[2:] = b2[:2] + (b2[2:] - b2[:2]) * np.float32(rng.choice([0.01, 0.05, 0.3, 1.0, 0.0]))
+        if rng.random() < 0.2:
+            b2[3] = b2[1] + np.float32(rng.choice([2.0, 2.0001, 0.0]))
+        thr = float(rng.choice([0.01, 0.1]))
+        theirs = bool(RandomPerspective.box_candidates(b1[:, None], b2[:, None], area_thr=thr)[0])
+        ours = geom.ask("Q", f32s(b1), f32s(b2), thr)[0] == "1"
+        assert ours == theirs, (b1, b2, thr)
+
+
+# ---- RandomPerspective with the drawn matrix injected ----
+
+
+def instances_for(rng, task, n, W, H):
+    """Instances in pixels (xyxy) as Mosaic leaves them, with their classes."""
+    if task == "segment" or task == "obb":
+        npts = 100 if task == "obb" else int(rng.choice([1000, 30]))
+        segs = []
+        for _ in range(n):
+            if task == "obb":
+                c = rng.uniform(-0.2 * W, 1.2 * W), rng.uniform(-0.2 * H, 1.2 * H)
+                wh = rng.uniform(0, 300, 2)
+                p = cv2.boxPoints((c, (float(wh[0]), float(wh[1])), float(rng.uniform(-180, 180))))
+            else:
+                p = random_polygon(rng, int(rng.integers(3, 40)), -0.2 * W, 1.2 * W)
+            segs.append(resample_segments([p.astype(np.float32)], npts)[0])
+        segs = np.stack(segs) if n else np.zeros((0, npts, 2), np.float32)
+        boxes = np.stack([segment2box(s, W, H) for s in segs]) if n else np.zeros((0, 4), np.float32)
+        return boxes.astype(np.float32), segs, None
+    x1y1 = rng.uniform(-0.1 * W, W, (n, 2))
+    wh = rng.uniform(0, 0.5 * W, (n, 2)) * (rng.random((n, 1)) < 0.9)
+    boxes = np.concatenate([x1y1, x1y1 + wh], 1).astype(np.float32)
+    if task == "pose":
+        nk = 17
+        kp = rng.uniform(-0.2 * W, 1.2 * W, (n, nk, 3)).astype(np.float32)
+        kp[..., 2] = rng.choice([0.0, 1.0, 2.0], (n, nk))
+        if n:
+            kp[0, :, 2] = 0  # all invisible
+        return boxes, None, kp
+    return boxes, None, None
+
+
+@pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
+@pytest.mark.parametrize("perspective", [0.0, 0.0005])
+def test_perspective(geom, task, perspective):
+    rng = np.random.default_rng(25 + len(task) + int(perspective * 1e4))
+    random.seed(26)
+    kept = dropped = hidden = 0
+    for trial in range(40):
+        W0, H0 = int(rng.integers(200, 1300)), int(rng.integers(200, 1300))  # the canvas (mosaic 2x)
+        size = (int(rng.integers(100, 700)), int(rng.integers(100, 700)))
+        rp = RandomPerspective(
+            degrees=float(rng.choice([0, 10, 180])),
+            translate=0.1,
+            scale=float(rng.choice([0.5, 0.9])),
+            shear=float(rng.choice([0, 5])),
+            perspective=perspective,
+        )
+        M, s = rp._compute_affine_matrix(np.zeros((H0, W0, 3), np.uint8), size)
+        n = int(rng.integers(0, 12))
+        boxes, segs, kpts = instances_for(rng, task, n, W0, H0)
+        cls = np.arange(n, dtype=np.float32).reshape(-1, 1)
+        inst = Instances(boxes.copy(), None if segs is None else segs.copy(), None if kpts is None else kpts.copy(),
+                         bbox_format="xyxy", normalized=False)
+        labels = {"cls": cls, "instances": inst}
+        params = {"M": M, "scale": s, "orig_shape": (H0, W0), "size": size}
+        out = rp.apply_instances(labels, params)
+        words = geom.ask("P", size[0], size[1], int(bool(perspective)), repr(float(np.float32(s))), f32s(M),
+                         set_text(n, boxes, segs, kpts))
+        semi = words.index(";")
+        keep = np.asarray([w == "1" for w in words[:semi]], bool)
+        ob, osg, okp = parse_set(words[semi + 1 :])
+        what = f"{task} trial {trial}"
+        kept += int(keep.sum())
+        dropped += int((~keep).sum())
+        if kpts is not None and keep.any():
+            hidden += int(((kpts[keep][..., 2] > 0) & (okp[..., 2] == 0)).sum())
+        same(cls[keep], out["cls"], what + " kept")
+        same(ob, out["instances"].bboxes, what + " boxes")
+        if segs is not None and n:
+            same(osg, out["instances"].segments, what + " segments")
+        if kpts is not None:
+            same(okp, out["instances"].keypoints, what + " keypoints")
+    # the cases cover both outcomes of the candidate rule and the visibility rule
+    assert kept > 20 and dropped > 20, (kept, dropped)
+    assert task != "pose" or hidden > 0
+
+
+def test_scale_is_float32(geom):
+    """box_candidates compares against the original boxes times the drawn
+    scale, a Python float multiplied into the float32 boxes."""
+    rp = RandomPerspective()
+    M = np.eye(3, dtype=np.float32)
+    boxes = np.float32([[0, 0, 10, 10.5], [1, 1, 3.3, 3.3]])
+    for s in (0.3, 1 / 3, 0.99999999, 1.7):
+        inst = Instances(boxes.copy(), None, None, bbox_format="xyxy", normalized=False)
+        out = rp.apply_instances({"cls": np.zeros((2, 1), np.float32), "instances": inst},
+                                 {"M": M, "scale": s, "orig_shape": (20, 20), "size": (20, 20)})
+        words = geom.ask("P", 20, 20, 0, repr(s), f32s(M), set_text(2, boxes, None, None))
+        ob, _, _ = parse_set(words[words.index(";") + 1 :])
+        same(ob, out["instances"].bboxes, f"scale {s}")
+
+
+# ---- mosaic: a tile's placement, the final clip ----
+
+
+def test_place(geom):
+    rng = np.random.default_rng(27)
+    for trial in range(200):
+        task = ["detect", "segment", "pose"][trial % 3]
+        n = int(rng.integers(0, 6))
+        w, h = int(rng.integers(1, 800)), int(rng.integers(1, 800))
+        padw, padh = int(rng.integers(-800, 1300)), int(rng.integers(-800, 1300))
+        xywh = rng.uniform(0, 1, (n, 4)).astype(np.float32)
+        segs = rng.uniform(-0.01, 1.01, (n, 1000, 2)).astype(np.float32) if task == "segment" else None
+        kpts = None
+        if task == "pose":
+            kpts = rng.uniform(0, 1, (n, 5, 3)).astype(np.float32)
+            kpts[..., 2] = rng.choice([0.0, 1.0], (n, 5))
+        inst = Instances(xywh.copy(), None if segs is None else segs.copy(), None if kpts is None else kpts.copy(),
+                         bbox_format="xywh", normalized=True)
+        out = Mosaic._update_labels({"instances": inst}, padw, padh, (h, w))["instances"]
+        ob, osg, okp = parse_set(geom.ask("L", w, h, padw, padh, set_text(n, xywh, segs, kpts)))
+        same(ob, out.bboxes, "place boxes")
+        if segs is not None and n:
+            same(osg, out.segments, "place segments")
+        if kpts is not None:
+            same(okp, out.keypoints, "place keypoints")
+
+
+def test_clip_and_zero_area(geom):
+    rng = np.random.default_rng(28)
+    for trial in range(200):
+        task = ["detect", "segment", "pose"][trial % 3]
+        n = int(rng.integers(0, 8))
+        W, H = int(rng.integers(1, 1300)), int(rng.integers(1, 1300))
+        x1y1 = rng.uniform(-0.5 * W, 1.3 * W, (n, 2))
+        boxes = np.concatenate([x1y1, x1y1 + rng.uniform(0, 0.5 * W, (n, 2))], 1).astype(np.float32)
+        segs = rng.uniform(-0.5 * W, 1.5 * W, (n, 50, 2)).astype(np.float32) if task == "segment" else None
+        kpts = None
+        if task == "pose":
+            kpts = rng.uniform(-0.5 * W, 1.5 * W, (n, 4, 3)).astype(np.float32)
+            kpts[..., 2] = rng.choice([0.0, 1.0, 2.0], (n, 4))
+        inst = Instances(boxes.copy(), None if segs is None else segs.copy(), None if kpts is None else kpts.copy(),
+                         bbox_format="xyxy", normalized=False)
+        inst.clip(W, H)
+        inst.remove_zero_area_boxes()
+        ob, osg, okp = parse_set(geom.ask("K", W, H, set_text(n, boxes, segs, kpts)))
+        same(ob, inst.bboxes, "clip boxes")
+        if segs is not None and len(ob):
+            same(osg, inst.segments, "clip segments")
+        if kpts is not None:
+            same(okp, inst.keypoints, "clip keypoints")
+
+
+# ---- flips ----
+
+
+@pytest.mark.parametrize("direction", ["horizontal", "vertical"])
+def test_flip(geom, direction):
+    rng = np.random.default_rng(29 if direction == "horizontal" else 30)
+    flip_idx = [0, 2, 1, 4, 3, 6, 5]
+    for trial in range(120):
+        task = ["detect", "segment", "pose", "pose-noidx"][trial % 4]
+        n = int(rng.integers(0, 6))
+        W, H = int(rng.integers(1, 1300)), int(rng.integers(1, 1300))
+        normalized = trial % 5 == 0
+        scale = 1.0 if normalized else float(max(W, H))
+        x1y1 = rng.uniform(0, 0.7, (n, 2)) * scale
+        boxes = np.concatenate([x1y1, x1y1 + rng.uniform(0, 0.3, (n, 2)) * scale], 1).astype(np.float32)
+        segs = (rng.uniform(0, 1, (n, 20, 2)) * scale).astype(np.float32) if task == "segment" else None
+        kpts = None
+        if task.startswith("pose"):
+            kpts = (rng.uniform(0, 1, (n, 7, 3)) * scale).astype(np.float32)
+            kpts[..., 2] = rng.choice([0.0, 1.0, 2.0], (n, 7))
+        idx = flip_idx if task == "pose" else None
+        inst = Instances(boxes.copy(), None if segs is None else segs.copy(), None if kpts is None else kpts.copy(),
+                         bbox_format="xyxy", normalized=normalized)
+        xywh = xyxy2xywh(boxes.copy()) if n else boxes.reshape(0, 4)
+        rf = RandomFlip(p=1.0, direction=direction, flip_idx=idx)
+        hh, ww = (1, 1) if normalized else (H, W)
+        params = {"flip": True, "h": hh, "w": ww, "direction": direction, "flip_idx": idx}
+        out = rf.apply_instances({"instances": inst}, params)["instances"]
+        extent = ww if direction == "horizontal" else hh
+        idx_text = f"{len(idx)} {' '.join(map(str, idx))}" if idx else "0"
+        ob, osg, okp = parse_set(geom.ask("F", int(direction == "vertical"), extent, idx_text,
+                                          set_text(n, xywh, segs, kpts)))
+        same(ob, out.bboxes, "flip boxes (xywh)")
+        if segs is not None and n:
+            same(osg, out.segments, "flip segments")
+        if kpts is not None:
+            same(okp, out.keypoints, "flip keypoints")
+
+
+# ---- oriented boxes ----
+
+
+def obb_polygons(rng, count):
+    polys = [
+        np.float32([[0, 0], [10, 0], [10, 5], [0, 5]]),
+        np.float32([[0, 0], [10, 2], [9, 7], [-1, 5]]),
+        np.float32([[5, 5], [5, 5], [5, 5], [5, 5]]),  # a point
+        np.float32([[0, 0], [4, 4], [4, 4], [0, 0]]),  # a segment
+        np.float32([[100, 100], [200, 100], [200, 200], [100, 200]]),  # a square: w == h
+    ]
+    for k in range(count):
+        kind = k % 4
+        if kind == 0:  # a rotated rectangle's corners, as a label file has them
+            c = rng.uniform(0, 1024, 2)
+            wh = rng.uniform(1, 300, 2)
+            p = cv2.boxPoints(((float(c[0]), float(c[1])), (float(wh[0]), float(wh[1])), float(rng.uniform(-180, 180))))
+        elif kind == 1:  # the same resampled to the dataset's 100 points
+            c = rng.uniform(0, 1024, 2)
+            wh = rng.uniform(1, 300, 2)
+            p = cv2.boxPoints(((float(c[0]), float(c[1])), (float(wh[0]), float(wh[1])), float(rng.uniform(-180, 180))))
+            p = resample_segments([p.astype(np.float32)], 100)[0]
+        elif kind == 2:  # any quadrilateral (a transformed, clipped box)
+            p = rng.uniform(-50, 700, (4, 2))
+        else:  # integer corners: ties between calipers
+            p = rng.integers(0, 12, (int(rng.integers(3, 9)), 2))
+        polys.append(np.asarray(p, np.float32))
+    return polys
+
+
+def test_min_area_rect_and_xywhr(geom):
+    rng = np.random.default_rng(31)
+    for p in obb_polygons(rng, 1200):
+        (cx, cy), (w, h), a = cv2.minAreaRect(p)
+        ours = as_f32(geom.ask("A", len(p), f32s(p)))
+        theirs_x = xyxyxyxy2xywhr(p.reshape(1, -1, 2))[0]
+        ours_x = np.asarray([float(v) for v in geom.ask("O", len(p), f32s(p))])
+        if w * h > 0:
+            same(ours, [cx, cy, w, h, a], f"minAreaRect {p.tolist()}")
+            assert np.array_equal(ours_x, theirs_x), (p.tolist(), ours_x, theirs_x)
+        else:
+            # zero area: OpenCV 5 leaves some angles outside [-90, 0) (a half
+            # or quarter turn away); centre and size are the same, and after
+            # Ultralytics' regularisation so is the box, up to the rounding
+            # of the turn (1e-6 rad)
+            same(ours[:2], [cx, cy], f"minAreaRect centre {p.tolist()}")
+            assert sorted(ours[2:4].tolist()) == sorted(np.float32([w, h]).tolist()), p.tolist()
+            assert np.array_equal(ours_x[:4], theirs_x[:4]), (p.tolist(), ours_x, theirs_x)
+            d = (ours_x[4] - theirs_x[4]) % math.pi
+            assert min(d, math.pi - d) < 1e-6, (p.tolist(), ours_x, theirs_x)
+
+
+def test_xywhr_torch_float32(geom):
+    """Format hands the segments to xyxyxyxy2xywhr as a float32 tensor: the
+    float64 result cast to float32."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(32)
+    polys = [p for p in obb_polygons(rng, 40) if len(p) == 4]
+    theirs = xyxyxyxy2xywhr(torch.from_numpy(np.stack(polys))).numpy()
+    ours = np.stack([np.asarray([float(v) for v in geom.ask("O", 4, f32s(p))]) for p in polys]).astype(np.float32)
+    keep = np.asarray([cv2.minAreaRect(p)[1][0] * cv2.minAreaRect(p)[1][1] > 0 for p in polys])
+    same(ours[keep], theirs[keep], "xywhr float32")
+
+
+def test_corners(geom):
+    rng = np.random.default_rng(33)
+    boxes = np.concatenate([rng.uniform(-100, 1100, (300, 2)), rng.uniform(0, 400, (300, 2)),
+                            rng.uniform(-4, 4, (300, 1))], 1)
+    boxes[:5, 4] = [0, math.pi / 2, -math.pi / 4, 3 * math.pi / 4, math.pi]
+    theirs = xywhr2xyxyxyxy(boxes).reshape(-1, 8)
+    for b, t in zip(boxes, theirs):
+        ours = np.asarray([float(v) for v in geom.ask("C", " ".join(repr(float(v)) for v in b))])
+        # numpy's float64 sin/cos (its own SIMD code) and libm's agree to an
+        # ulp: 1e-9 px on coordinates below 2000
+        assert np.allclose(ours, t, rtol=0, atol=1e-9), (b, ours, t)
