@@ -117,6 +117,8 @@ FAULT_BINS   += $(B)/tests/labeldump
 FAULT_BINS   += $(B)/tests/instmask
 # Instance geometry of the training transforms against Ultralytics (tests/ultralytics/test_instgeom.py).
 FAULT_BINS   += $(B)/tests/instgeom
+# Ultralytics' default Albumentations on one image (tests/ultralytics/test_albumentations.py).
+FAULT_BINS   += $(B)/tests/albuop
 
 LIB_SO       := $(B)/libstoker.so.$(SOVERSION)
 # The GPU tests' programs (tests/gpu/run.sh runs them on a GPU; `make`
@@ -287,6 +289,11 @@ $(B)/tests/pixelop: tests/tools/pixelop.c $(B)/libstokerd.a
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 
 $(B)/tests/instmask: tests/tools/instmask.c $(B)/libstokerd.a
+	@mkdir -p $(dir $@)
+	$(call say,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
+
+$(B)/tests/albuop: tests/tools/albuop.c $(B)/libstokerd.a
 	@mkdir -p $(dir $@)
 	$(call say,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)

@@ -18,6 +18,7 @@ enum rng_purpose {
 	RNG_REPLACE = 3,     /* choosing a stand-in for an unreadable sample */
 	RNG_BATCHMIX = 4,    /* a batch op's draws (index: batch * world_size + rank) */
 	RNG_BGR = 5,         /* detection's bgr: the sample left in BGR order */
+	RNG_ALBU = 6,        /* detection's Albumentations (pixels/albu.h) */
 };
 
 struct rng {
