@@ -361,6 +361,95 @@ void instgeom_flip(struct instgeom_set *s, bool vertical, float extent, const ui
 	}
 }
 
+/* ---- CopyPaste, flip mode ---- */
+
+/* Instances.fliplr(w) of instance i's xyxy box */
+static void mirror_box(const float *b, float W, float out[4])
+{
+	out[0] = W - b[2];
+	out[1] = b[1];
+	out[2] = W - b[0];
+	out[3] = b[3];
+}
+
+/* numpy's a.clip(0): maximum(a, 0), NaN kept */
+static inline float clip0(float v)
+{
+	return isnan(v) ? v : (v < 0 ? 0.0f : v);
+}
+
+uint32_t instgeom_copy_paste_select(const struct instgeom_set *s, int width, double p, uint32_t *selected,
+				    float *scratch)
+{
+	const float W = (float)width, eps = 1e-7f, thr = 0.30f;
+	uint32_t eligible = 0, take;
+
+	if (s->n == 0 || s->npts == 0 || !s->seg)
+		return 0;
+	for (uint32_t i = 0; i < s->n; i++) {
+		float m[4], worst = 0;
+		bool ok = true;
+
+		mirror_box(s->box + (size_t)i * 4, W, m);
+		for (uint32_t j = 0; j < s->n; j++) {
+			const float *b = s->box + (size_t)j * 4;
+			float iw = clip0(np_min(m[2], b[2]) - np_max(m[0], b[0]));
+			float ih = clip0(np_min(m[3], b[3]) - np_max(m[1], b[1]));
+			float ioa = iw * ih / ((b[2] - b[0]) * (b[3] - b[1]) + eps);
+
+			ok = ok && ioa < thr;
+			worst = j == 0 ? ioa : np_max(worst, ioa);
+		}
+		if (!ok)
+			continue;
+		/* insertion by the largest overlap, after equal ones: a stable sort */
+		{
+			uint32_t k = eligible++;
+
+			while (k > 0 && scratch[k - 1] > worst) {
+				scratch[k] = scratch[k - 1];
+				selected[k] = selected[k - 1];
+				k--;
+			}
+			scratch[k] = worst;
+			selected[k] = i;
+		}
+	}
+	take = (uint32_t)nearbyint(p * (double)eligible); /* Python's round(): half to even */
+	return take < eligible ? take : eligible;
+}
+
+void instgeom_copy_paste_append(struct instgeom_set *s, int width, const uint32_t *selected, uint32_t count)
+{
+	const float W = (float)width;
+
+	for (uint32_t k = 0; k < count; k++) {
+		uint32_t i = selected[k], o = s->n + k;
+
+		if (s->cls)
+			s->cls[o] = s->cls[i];
+		mirror_box(s->box + (size_t)i * 4, W, s->box + (size_t)o * 4);
+		if (s->npts && s->seg)
+			for (uint32_t j = 0; j < s->npts; j++) {
+				const float *a = s->seg + ((size_t)i * s->npts + j) * 2;
+				float *b = s->seg + ((size_t)o * s->npts + j) * 2;
+
+				b[0] = W - a[0];
+				b[1] = a[1];
+			}
+		if (s->nkpt && s->kpt)
+			for (uint32_t j = 0; j < s->nkpt; j++) {
+				const float *a = s->kpt + ((size_t)i * s->nkpt + j) * 3;
+				float *b = s->kpt + ((size_t)o * s->nkpt + j) * 3;
+
+				b[0] = W - a[0];
+				b[1] = a[1];
+				b[2] = a[2];
+			}
+	}
+	s->n += count;
+}
+
 /* ---- cv2.minAreaRect ---- */
 
 size_t instgeom_scratch_floats(uint32_t n)

@@ -14,6 +14,9 @@
  *   Mosaic._update_labels  instgeom_place (denormalise, the tile's offset)
  *   Mosaic._cat_labels     instgeom_clip, instgeom_remove_zero_area
  *   RandomFlip             instgeom_flip (flip_idx for keypoints)
+ *   CopyPaste(mode=flip)   instgeom_copy_paste_select, _append (the
+ *                          mirrored instances that overlap no original,
+ *                          by bbox_ioa, appended)
  *   xyxyxyxy2xywhr         instgeom_xywhr (cv2.minAreaRect ported: its
  *                          convex hull, rotating calipers and float32
  *                          arithmetic; then Ultralytics' regularisation)
@@ -109,6 +112,31 @@ void instgeom_place(struct instgeom_set *s, int w, int h, int padw, int padh);
  * `scratch` with flip_idx.
  */
 void instgeom_flip(struct instgeom_set *s, bool vertical, float extent, const uint32_t *flip_idx, float *scratch);
+
+/*
+ * CopyPaste(mode="flip").get_params' choice on `s` (xyxy pixels of a
+ * `width`-wide image, with segments): each instance's horizontal mirror
+ * (Instances.fliplr), bbox_ioa of the mirrors over the originals (float32,
+ * eps 1e-7), the mirrors whose overlap with every original is below 0.30,
+ * sorted by their largest overlap, the first round(p * eligible) of them
+ * (Python's round: half to even). Ultralytics sorts with np.argsort, whose
+ * order among equal overlaps is numpy's (x86-simd-sort's on AVX-512 CPUs,
+ * insertion sort's index order below 17 elements elsewhere); here equal
+ * overlaps keep index order (a stable sort). Writes the indices to
+ * `selected` (n entries of room), returns their number; 0 without
+ * instances or segments. `scratch`: n floats.
+ */
+uint32_t instgeom_copy_paste_select(const struct instgeom_set *s, int width, double p, uint32_t *selected,
+				    float *scratch);
+
+/*
+ * CopyPaste's apply_instances: the mirrors of `selected` (count of them,
+ * as instgeom_copy_paste_select gave) appended to `s` in that order, boxes,
+ * segments, keypoints and classes (Instances.concatenate; the segments'
+ * point counts are equal). Every array of `s` must have room for n + count
+ * instances.
+ */
+void instgeom_copy_paste_append(struct instgeom_set *s, int width, const uint32_t *selected, uint32_t count);
 
 /*
  * cv2.minAreaRect of n float32 points (OpenCV's convexHull and rotating

@@ -17,6 +17,7 @@
  *   L w h padw padh SET             _update_labels      -> SET
  *   K w h SET                       clip + remove_zero_area -> SET
  *   F vertical extent nidx idx... SET   RandomFlip      -> SET
+ *   X w p SET                       CopyPaste flip mode -> count indices... ; SET
  *
  * SET is `n npts nkpt`, then n * 4 box values, n * npts * 2 segment values,
  * n * nkpt * 3 keypoint values; answered in the same form.
@@ -246,6 +247,39 @@ int main(void)
 			free(idx);
 			free(scratch);
 			set_free(&s);
+			break;
+		}
+		case 'X': {
+			int w = (int)num();
+			double pr = num();
+			struct instgeom_set big;
+			uint32_t *sel, k;
+			float *scratch;
+
+			set_read(&s);
+			/* room for the appended mirrors */
+			big = s;
+			big.box = calloc((size_t)s.n * 8 + 1, sizeof(float));
+			big.seg = calloc((size_t)s.n * s.npts * 4 + 1, sizeof(float));
+			big.kpt = calloc((size_t)s.n * s.nkpt * 6 + 1, sizeof(float));
+			sel = calloc(s.n + 1, sizeof(uint32_t));
+			scratch = calloc(s.n + 1, sizeof(float));
+			if (!big.box || !big.seg || !big.kpt || !sel || !scratch)
+				return 1;
+			memcpy(big.box, s.box, (size_t)s.n * 4 * sizeof(float));
+			memcpy(big.seg, s.seg, (size_t)s.n * s.npts * 2 * sizeof(float));
+			memcpy(big.kpt, s.kpt, (size_t)s.n * s.nkpt * 3 * sizeof(float));
+			k = instgeom_copy_paste_select(&big, w, pr, sel, scratch);
+			printf(" %u", k);
+			for (uint32_t i = 0; i < k; i++)
+				printf(" %u", sel[i]);
+			printf(" ;");
+			instgeom_copy_paste_append(&big, w, sel, k);
+			set_put(&big);
+			set_free(&s);
+			set_free(&big);
+			free(sel);
+			free(scratch);
 			break;
 		}
 		default: fprintf(stderr, "instgeom: unknown request '%c'\n", op); return 2;

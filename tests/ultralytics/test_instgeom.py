@@ -430,3 +430,73 @@ def test_corners(geom):
         # numpy's float64 sin/cos (its own SIMD code) and libm's agree to an
         # ulp: 1e-9 px on coordinates below 2000
         assert np.allclose(ours, t, rtol=0, atol=1e-9), (b, ours, t)
+
+
+# ---- CopyPaste, flip mode ----
+
+
+def test_copy_paste_flip(geom):
+    """CopyPaste(mode="flip"): the same eligible mirrors (bbox_ioa below 0.30
+    with every original), sorted by their largest overlap; Ultralytics'
+    np.argsort orders equal overlaps as numpy's sort does on this CPU
+    (x86-simd-sort is not stable), instgeom in index order: so the choice is
+    compared with the stable order of Ultralytics' own overlaps, and with
+    Ultralytics' choice itself where no tie straddles the cut. The pasted
+    instances are compared through Ultralytics' apply_instances given that
+    choice."""
+    from ultralytics.data.augment import CopyPaste
+    from ultralytics.utils.metrics import bbox_ioa
+
+    rng = np.random.default_rng(34)
+    pasted = same_choice = 0
+    for trial in range(150):
+        task = "pose-seg" if trial % 4 == 3 else "segment"
+        n = int(rng.integers(1, 30))
+        W, H = int(rng.integers(50, 1300)), int(rng.integers(50, 1300))
+        p = float(rng.choice([0.1, 0.5, 1.0, 0.25]))
+        x1y1 = rng.uniform(-0.1 * W, W, (n, 2)) * [1, H / W]
+        wh = rng.uniform(0, 0.4, (n, 2)) * [W, H] * (rng.random((n, 1)) < 0.95)
+        boxes = np.concatenate([x1y1, x1y1 + wh], 1).astype(np.float32)
+        if trial % 10 == 0:  # a symmetric layout: mirrors land on originals
+            boxes[:, [0, 2]] = np.sort(np.stack([boxes[:, 0], W - boxes[:, 0]], 1), 1)
+        segs = (rng.uniform(0, 1, (n, 30, 2)) * [W, H]).astype(np.float32)
+        kpts = None
+        if task == "pose-seg":
+            kpts = (rng.uniform(0, 1, (n, 3, 3)) * [W, H, 1]).astype(np.float32)
+        cls = np.arange(n, dtype=np.float32).reshape(-1, 1)
+
+        def labels():
+            inst = Instances(boxes.copy(), segs.copy(), None if kpts is None else kpts.copy(),
+                             bbox_format="xyxy", normalized=False)
+            return {"img": np.zeros((H, W, 3), np.uint8), "cls": cls.copy(), "instances": inst}
+
+        cp = CopyPaste(p=p, mode="flip")
+        lab = labels()
+        params = cp.get_params(lab)
+        words = geom.ask("X", W, repr(p), set_text(n, boxes, segs, kpts))
+        semi = words.index(";")
+        k = int(words[0])
+        ours_sel = [int(w) for w in words[1:semi]]
+        assert len(ours_sel) == k == len(params["selected"]), (trial, ours_sel, params["selected"])
+        # the stable order of Ultralytics' own overlaps
+        mirrored = boxes.copy()
+        mirrored[:, [0, 2]] = np.float32(W) - boxes[:, [2, 0]]
+        ioa = bbox_ioa(mirrored, boxes)
+        idx = np.nonzero((ioa < 0.30).all(1))[0]
+        idx = idx[np.argsort(ioa.max(1)[idx], kind="stable")]
+        assert ours_sel == idx[:k].tolist(), (trial, ours_sel, idx[:k])
+        worst = ioa.max(1)
+        if k < len(idx) and k > 0 and worst[idx[k - 1]] == worst[idx[k]]:
+            assert sorted(worst[ours_sel].tolist()) == sorted(worst[params["selected"]].tolist())
+        else:
+            assert sorted(ours_sel) == sorted(params["selected"].tolist()), (trial, ours_sel, params["selected"])
+            same_choice += 1
+        params["selected"] = np.asarray(ours_sel, dtype=np.int64)
+        out = cp.apply_instances(lab, params)
+        ob, osg, okp = parse_set(words[semi + 1 :])
+        same(ob, out["instances"].bboxes, f"copy_paste boxes {trial}")
+        same(osg, out["instances"].segments, f"copy_paste segments {trial}")
+        if kpts is not None:
+            same(okp, out["instances"].keypoints, f"copy_paste keypoints {trial}")
+        pasted += k
+    assert pasted > 50 and same_choice > 50, (pasted, same_choice)
