@@ -425,7 +425,8 @@ int attach_slot_layout(const struct slot_request *r, struct slot_layout *out)
 	memset(&l, 0, sizeof(l));
 	/* Rectangular batches: room for the largest shape, uint8. */
 	side = r->rect_side ? r->rect_side : r->image_size;
-	ok = area_end(0, side, side * 3 * (r->rect_side ? 1 : sample_dtype_bytes(r->dtype)), &sample);
+	ok = area_end(0, r->rect_side || !r->image_height ? side : r->image_height,
+		      side * 3 * (r->rect_side ? 1 : sample_dtype_bytes(r->dtype)), &sample);
 	ok = ok && area_end(0, r->batch_size, sample, &l.image_bytes);
 	ok = ok && align_up(l.image_bytes, 64, &end);
 	l.labels_offset = end;
@@ -491,12 +492,16 @@ static int attach_pipeline(struct conn *c, const Stoker__Attach *a, struct tpipe
 		return -EINVAL;
 	}
 	tpipe_info(*out, &info);
-	if (info.out_w > c->d->cfg.max_image_size)
+	if (info.out_w > c->d->cfg.max_image_size || info.out_h > c->d->cfg.max_image_size)
 		set_err(why, sizeof(why), "transforms: the output is %ux%u, over max_image_size %u", info.out_w,
 			info.out_h, c->d->cfg.max_image_size);
-	else if (a->has_image_size && a->image_size != info.out_w)
+	else if (a->has_image_size && (a->image_size != info.out_w || a->image_size != info.out_h))
 		set_err(why, sizeof(why), "image_size %u differs from the pipeline's output %ux%u", a->image_size,
 			info.out_w, info.out_h);
+	else if (info.out_w != info.out_h && a->device && strcmp(a->device, "cpu"))
+		set_err(why, sizeof(why),
+			"transforms: a %ux%u (not square) output is made on the CPU only: not with device %s",
+			info.out_w, info.out_h, a->device);
 	else if (info.has_dtype && (a->has_dtype || a->n_mean || a->n_std))
 		set_err(why, sizeof(why),
 			"dtype, mean and std come from the pipeline's ToDtype and Normalize: give "
@@ -801,6 +806,7 @@ static void attach_start(struct conn *c, struct attach_request *req, struct data
 	spec->kind =
 		a->transform == STOKER__TRANSFORM__CENTER_CROP ? TRANSFORM_CENTER_CROP : TRANSFORM_RANDOM_RESIZED_CROP;
 	spec->image_size = a->image_size;
+	spec->image_height = 0;
 	spec->dtype = attach_host_dtype((enum sample_dtype)a->dtype, strcmp(req->device, "cpu") != 0);
 	/* Training crops take the speed; evaluation keeps PIL's pixels. */
 	spec->dct_scaling = a->has_dct_scaling ? a->dct_scaling : spec->kind == TRANSFORM_RANDOM_RESIZED_CROP;
@@ -810,6 +816,7 @@ static void attach_start(struct conn *c, struct attach_request *req, struct data
 		/* a pipeline's first crop decides it, as the transform's does */
 		tpipe_info(req->tpipe, &info);
 		spec->dct_scaling = a->has_dct_scaling ? a->dct_scaling : info.first_crop_random;
+		spec->image_height = info.out_h; /* image_size is its width */
 	}
 	for (int ch = 0; ch < 3; ch++) {
 		spec->mean[ch] = a->n_mean == 3 ? a->mean[ch] : imagenet_mean[ch];
@@ -819,8 +826,8 @@ static void attach_start(struct conn *c, struct attach_request *req, struct data
 	if (req->has_mix) {
 		char why[256];
 
-		if (batchmix_check(&req->mix, a->batch_size, a->image_size, a->image_size, ds->num_classes, spec->dtype,
-				   why, sizeof(why)) < 0) {
+		if (batchmix_check(&req->mix, a->batch_size, a->image_size, transform_height(spec), ds->num_classes,
+				   spec->dtype, why, sizeof(why)) < 0) {
 			conn_send_error(c, STOKER__ERROR_CODE__INVALID_ARGUMENT, "%s", why);
 			goto fail;
 		}
@@ -828,6 +835,7 @@ static void attach_start(struct conn *c, struct attach_request *req, struct data
 	sr = (struct slot_request){
 		.batch_size = a->batch_size,
 		.image_size = a->image_size,
+		.image_height = transform_height(spec),
 		.dtype = spec->dtype,
 		.rect_side = req->rect_side,
 		.detect = a->task == STOKER__TASK__DETECT,

@@ -54,6 +54,7 @@ static inline enum sample_dtype attach_host_dtype(enum sample_dtype out, bool on
 struct slot_request {
 	uint32_t batch_size;
 	uint32_t image_size;
+	uint32_t image_height;   /* 0: image_size (square); a pipeline's (h, w) output */
 	enum sample_dtype dtype; /* the host ring's (attach_host_dtype) */
 	uint32_t rect_side;      /* rectangular batches: uint8 room for the largest shape; 0: none */
 	bool detect;             /* boxes, shapes and ratio_pad follow the indices */

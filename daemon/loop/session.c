@@ -206,11 +206,12 @@ static bool same_group(const struct session *a, const struct session *b)
 	       p->seed == q->seed && p->rank == q->rank && p->world_size == q->world_size &&
 	       p->batch_size == q->batch_size && p->shuffle == q->shuffle && p->drop_last == q->drop_last &&
 	       p->shard_starts == q->shard_starts && p->shuffle_buffer == q->shuffle_buffer && x->kind == y->kind &&
-	       x->image_size == y->image_size && x->dtype == y->dtype && x->dct_scaling == y->dct_scaling &&
-	       !memcmp(x->mean, y->mean, sizeof(x->mean)) && !memcmp(x->std, y->std, sizeof(x->std)) &&
-	       a->epoch == b->epoch && !a->tpipe == !b->tpipe && (!a->tpipe || !strcmp(a->tpipe_text, b->tpipe_text)) &&
-	       p->repeats == q->repeats && p->selected_round == q->selected_round &&
-	       p->selected_ratio == q->selected_ratio && a->has_mix == b->has_mix &&
+	       x->image_size == y->image_size && x->image_height == y->image_height && x->dtype == y->dtype &&
+	       x->dct_scaling == y->dct_scaling && !memcmp(x->mean, y->mean, sizeof(x->mean)) &&
+	       !memcmp(x->std, y->std, sizeof(x->std)) && a->epoch == b->epoch && !a->tpipe == !b->tpipe &&
+	       (!a->tpipe || !strcmp(a->tpipe_text, b->tpipe_text)) && p->repeats == q->repeats &&
+	       p->selected_round == q->selected_round && p->selected_ratio == q->selected_ratio &&
+	       a->has_mix == b->has_mix &&
 	       (!a->has_mix || (batchmix_equal(&a->mix, &b->mix) && a->mix_classes == b->mix_classes));
 }
 
@@ -274,7 +275,8 @@ static void job_prepare(struct session *s, uint32_t slot, uint64_t b)
 	if (s->has_mix) {
 		job->mix = &s->mix;
 		job->mix_key = b * s->plan.world_size + s->plan.rank;
-		job->mix_w = job->mix_h = s->spec.image_size;
+		job->mix_w = s->spec.image_size;
+		job->mix_h = transform_height(&s->spec);
 		job->mix_classes = s->mix_classes;
 		job->soft = (float *)(base + s->soft_offset);
 		job->mix_recs = (struct batchmix_rec *)(base + s->mix_offset);
@@ -559,6 +561,8 @@ void session_announce(struct session *s, int fd)
 	at.batches_per_epoch = s->batches_per_epoch;
 	at.batch_size = s->plan.batch_size;
 	at.image_height = at.image_width = s->image_side;
+	if (!s->rect && !s->detect)
+		at.image_height = transform_height(&s->spec); /* a pipeline's (h, w) output */
 	at.channels = 3;
 	at.labels_offset = s->labels_offset;
 	at.indices_offset = s->indices_offset;

@@ -40,7 +40,8 @@ enum sample_dtype {
 
 struct transform_spec {
 	enum transform_kind kind;
-	uint32_t image_size; /* output is image_size x image_size x 3 */
+	uint32_t image_size;   /* output is image_size (wide) x image_height x 3 */
+	uint32_t image_height; /* 0: image_size (square); a pipeline's (h, w) output may differ */
 	enum sample_dtype dtype;
 	float mean[3], std[3]; /* float dtypes only */
 	/* Decode a crop >= 2x the output at 1/2..1/8 scale in the DCT domain:
@@ -55,10 +56,16 @@ static inline size_t sample_dtype_bytes(enum sample_dtype dtype)
 	return dtype == DTYPE_FLOAT32 ? 4 : dtype == DTYPE_FLOAT16 ? 2 : 1;
 }
 
+/* The output's height. */
+static inline uint32_t transform_height(const struct transform_spec *s)
+{
+	return s->image_height ? s->image_height : s->image_size;
+}
+
 /* Bytes one output image takes. */
 static inline size_t transform_output_bytes(const struct transform_spec *s)
 {
-	return (size_t)s->image_size * s->image_size * 3 * sample_dtype_bytes(s->dtype);
+	return (size_t)s->image_size * transform_height(s) * 3 * sample_dtype_bytes(s->dtype);
 }
 
 /* The normalised value of each 8-bit level, per channel, for a float

@@ -627,13 +627,6 @@ static int check_pipeline(struct tpipe *t, const struct tpipe_op_desc *ops, char
 			 "crop (RandomResizedCrop, CenterCrop, RandomCrop) or a Resize to (height, width)");
 		return -EINVAL;
 	}
-	if (info->out_w != info->out_h) {
-		snprintf(err, errlen,
-			 "the pipeline's output is %ux%u (width x height), not square: stoker's classification "
-			 "batches are square; crop to a square",
-			 info->out_w, info->out_h);
-		return -EINVAL;
-	}
 	return 0;
 }
 

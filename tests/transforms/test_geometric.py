@@ -79,6 +79,31 @@ def test_random_resized_crop(interp):
         assert seen == {"bilinear", "bicubic"}
 
 
+@pytest.mark.parametrize("interp", list(MODES))
+def test_non_square_outputs(interp):
+    """(h, w) sizes: RandomResizedCrop((h, w)), Resize((h, w)) and
+    CenterCrop((h, w)), each with its draws replayed through torchvision."""
+    text = f"RandomResizedCrop(size=(96, 160), interpolation={interp}); RandomHorizontalFlip(p=0.5)"
+    tol = 0 if interp == "nearest" else 1
+    for path, (draws, got) in zip(PHOTOS, run(text, PHOTOS, seed=11)):
+        (_, (top, left, h, w)), = by_op(draws, "crop")
+        (_, (flip, *_)), = by_op(draws, "flip")
+        want = F.resized_crop(load(path), int(top), int(left), int(h), int(w), [96, 160], MODES[interp])
+        if flip:
+            want = F.hflip(want)
+        assert got.shape == (96, 160, 3)
+        assert_close(got, want, f"{text} {path.name}", max_tol=tol)
+    text = f"Resize(size=(140, 90), interpolation={interp})"
+    for path, (_, got) in zip(PHOTOS, run(text, PHOTOS)):
+        assert_close(got, F.resize(load(path), [140, 90], MODES[interp]), f"{text} {path.name}", max_tol=tol)
+    text = f"Resize(size=200, interpolation={interp}); CenterCrop(size=(120, 180)); ToTensor()"
+    for path, (_, got) in zip(PHOTOS, run(text, PHOTOS)):
+        want = F.to_tensor(F.center_crop(F.resize(load(path), 200, MODES[interp]), [120, 180])).numpy()
+        assert got.shape == (3, 120, 180) and got.dtype == np.float32
+        # the float values of the 8-bit pixels, which are within 1 of PIL's
+        assert np.abs(got - want).max() <= 1 / 255 + 1e-6, f"{text} {path.name}"
+
+
 def test_crop_then_resize_then_crop_and_flip():
     """CenterCrop before a Resize (the filter stops at the crop), a flip
     between the Resize and the CenterCrop after it (mirrored window)."""

@@ -154,6 +154,11 @@ def test_torch_loader_takes_a_compose(daemon, make_dataset):
                                          "interpolation=bilinear, antialias=true)") for s in shown), shown
     with pytest.raises(ValueError):
         stoker.torch.Loader(root, socket=d.socket, batch_size=4, transform=T.Compose([T.Lambda(abs)]))
+    # a (h, w) output: the torch batch has that shape
+    compose = T.Compose([T.RandomResizedCrop((48, 72)), T.RandomHorizontalFlip(), T.PILToTensor()])
+    with stoker.torch.Loader(root, socket=d.socket, batch_size=4, transform=compose) as ld:
+        images, labels = next(iter(ld))
+        assert images.shape == (4, 3, 48, 72) and images.dtype == torch.uint8
 
 
 def test_doc_recipes_are_accepted():

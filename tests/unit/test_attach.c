@@ -338,6 +338,15 @@ static void test_layout_classify(void **state)
 	assert_true(l.labels_offset >= l.image_bytes && l.labels_offset < l.image_bytes + 64);
 	assert_int_equal(l.slot_bytes, 3 * 16384);
 	assert_int_equal(l.slots, 1);
+	/* A pipeline's (h, w) output: image_size wide, image_height high. */
+	r.image_height = 20;
+	assert_int_equal(attach_slot_layout(&r, &l), 0);
+	assert_int_equal(l.image_bytes, 5ull * 20 * 33 * 3 * 2);
+	r.image_height = 40;
+	r.soft_classes = 10;
+	assert_int_equal(attach_slot_layout(&r, &l), 0);
+	assert_int_equal(l.image_bytes, 5ull * 40 * 33 * 3 * 2);
+	assert_true(l.slot_bytes >= l.mix_scratch_offset + 40ull * 33 * 3 * 2);
 }
 
 /* A batch op: soft targets, mix records and one scratch image after the
