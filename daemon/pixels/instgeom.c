@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "instgeom.h"
+#include "instmask.h"
 
 /*
  * numpy's float32 `xy1 @ M.T` is OpenBLAS's sgemm: per output, x * m0
@@ -359,6 +360,79 @@ void instgeom_flip(struct instgeom_set *s, bool vertical, float extent, const ui
 				memcpy(kp, scratch, (size_t)s->nkpt * 3 * sizeof(float));
 			}
 	}
+}
+
+/* ---- Instances.concatenate, Format ---- */
+
+void instgeom_cat(const struct instgeom_set *parts, uint32_t count, struct instgeom_set *out)
+{
+	uint32_t npts = 0, nkpt = count ? parts[0].nkpt : 0, n = 0;
+
+	for (uint32_t p = 0; p < count; p++)
+		npts = parts[p].npts > npts ? parts[p].npts : npts;
+	for (uint32_t p = 0; p < count; p++) {
+		const struct instgeom_set *a = &parts[p];
+
+		if (out->cls && a->cls)
+			memcpy(out->cls + n, a->cls, (size_t)a->n * sizeof(float));
+		memcpy(out->box + (size_t)n * 4, a->box, (size_t)a->n * 4 * sizeof(float));
+		if (npts && a->npts && a->seg)
+			for (uint32_t i = 0; i < a->n; i++) {
+				const float *in = a->seg + (size_t)i * a->npts * 2;
+				float *o = out->seg + ((size_t)n + i) * npts * 2;
+
+				if (a->npts == npts)
+					memcpy(o, in, (size_t)npts * 2 * sizeof(float));
+				else
+					instmask_resample(in, a->npts, npts, o);
+			}
+		if (nkpt && a->kpt && out->kpt)
+			memcpy(out->kpt + (size_t)n * nkpt * 3, a->kpt, (size_t)a->n * nkpt * 3 * sizeof(float));
+		n += a->n;
+	}
+	out->n = n;
+	out->npts = npts;
+	out->nkpt = nkpt;
+}
+
+int instgeom_format(const struct instgeom_set *s, int w, int h, bool obb, float *boxes, float *kpt, float *scratch)
+{
+	const float W = (float)w, H = (float)h;
+
+	if (obb && s->n && (!s->npts || !s->seg))
+		return -EINVAL;
+	for (uint32_t i = 0; i < s->n; i++) {
+		const float *b = s->box + (size_t)i * 4;
+
+		if (obb) {
+			double r[5];
+			float *o = boxes + (size_t)i * 5;
+			int rc = instgeom_xywhr(s->seg + (size_t)i * s->npts * 2, s->npts, scratch, r);
+
+			if (rc < 0)
+				return rc;
+			o[0] = (float)r[0] / W;
+			o[1] = (float)r[1] / H;
+			o[2] = (float)r[2] / W;
+			o[3] = (float)r[3] / H;
+			o[4] = (float)r[4];
+		} else {
+			float *o = boxes + (size_t)i * 4;
+			float cx = (b[0] + b[2]) / 2.0f, cy = (b[1] + b[3]) / 2.0f;
+
+			o[0] = cx / W;
+			o[1] = cy / H;
+			o[2] = (b[2] - b[0]) / W;
+			o[3] = (b[3] - b[1]) / H;
+		}
+	}
+	if (kpt && s->nkpt && s->kpt)
+		for (size_t j = 0; j < (size_t)s->n * s->nkpt; j++) {
+			kpt[j * 3] = s->kpt[j * 3] / W;
+			kpt[j * 3 + 1] = s->kpt[j * 3 + 1] / H;
+			kpt[j * 3 + 2] = s->kpt[j * 3 + 2];
+		}
+	return 0;
 }
 
 /* ---- CopyPaste, flip mode ---- */

@@ -12,7 +12,11 @@
  *                          keypoints with their out-of-image visibility,
  *                          Instances.clip, box_candidates)
  *   Mosaic._update_labels  instgeom_place (denormalise, the tile's offset)
- *   Mosaic._cat_labels     instgeom_clip, instgeom_remove_zero_area
+ *   Mosaic._cat_labels     instgeom_cat, instgeom_clip,
+ *                          instgeom_remove_zero_area
+ *   MixUp                  instgeom_cat
+ *   Format                 instgeom_format (normalised xywh, keypoints,
+ *                          OBB xywhr)
  *   RandomFlip             instgeom_flip (flip_idx for keypoints)
  *   CopyPaste(mode=flip)   instgeom_copy_paste_select, _append (the
  *                          mirrored instances that overlap no original,
@@ -103,6 +107,27 @@ uint32_t instgeom_remove_zero_area(struct instgeom_set *s);
  * denormalize, add_padding, all float32.
  */
 void instgeom_place(struct instgeom_set *s, int w, int h, int padw, int padh);
+
+/*
+ * Instances.concatenate of `count` sets into `out` (whose arrays have room
+ * for every instance at the longest point count): boxes, classes,
+ * keypoints appended in order; when the parts' segment point counts
+ * differ, each part's segments resampled to the longest (instmask_resample,
+ * as resample_segments) on the way. out->npts is that count; out->n the
+ * sum. `out` must not share arrays with a part.
+ */
+void instgeom_cat(const struct instgeom_set *parts, uint32_t count, struct instgeom_set *out);
+
+/*
+ * Format's boxes and keypoints for a w x h training image: xyxy to xywh
+ * and each coordinate divided by w or h in float32 (`boxes` [n][4]); with
+ * `obb`, the box is xyxyxyxy2xywhr of the instance's segment (float32,
+ * as from its float32 tensor) with x, w divided by w and y, h by h
+ * (`boxes` [n][5]); keypoints ([n][nkpt][3], may be NULL) x / w, y / h,
+ * visibility kept. `scratch`: instgeom_scratch_floats(npts) floats with
+ * `obb`. 0, or -EINVAL (obb without segments).
+ */
+int instgeom_format(const struct instgeom_set *s, int w, int h, bool obb, float *boxes, float *kpt, float *scratch);
 
 /*
  * RandomFlip.apply_instances with the flip drawn: boxes here are xywh (as

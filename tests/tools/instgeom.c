@@ -18,6 +18,8 @@
  *   K w h SET                       clip + remove_zero_area -> SET
  *   F vertical extent nidx idx... SET   RandomFlip      -> SET
  *   X w p SET                       CopyPaste flip mode -> count indices... ; SET
+ *   J count SET...                  Instances.concatenate -> SET
+ *   G w h obb SET                   Format -> n * 4 (obb: 5) box values, keypoint values
  *
  * SET is `n npts nkpt`, then n * 4 box values, n * npts * 2 segment values,
  * n * nkpt * 3 keypoint values; answered in the same form.
@@ -280,6 +282,56 @@ int main(void)
 			set_free(&big);
 			free(sel);
 			free(scratch);
+			break;
+		}
+		case 'J': {
+			uint32_t nparts = count();
+			struct instgeom_set parts[16], out = {0};
+			size_t n = 0, npts = 0, nkpt = 0;
+
+			if (nparts == 0 || nparts > 16)
+				return 2;
+			for (uint32_t p = 0; p < nparts; p++) {
+				set_read(&parts[p]);
+				n += parts[p].n;
+				npts = parts[p].npts > npts ? parts[p].npts : npts;
+				nkpt = parts[p].nkpt;
+			}
+			out.box = calloc(n * 4 + 1, sizeof(float));
+			out.seg = calloc(n * npts * 2 + 1, sizeof(float));
+			out.kpt = calloc(n * nkpt * 3 + 1, sizeof(float));
+			if (!out.box || !out.seg || !out.kpt)
+				return 1;
+			instgeom_cat(parts, nparts, &out);
+			set_put(&out);
+			for (uint32_t p = 0; p < nparts; p++)
+				set_free(&parts[p]);
+			set_free(&out);
+			break;
+		}
+		case 'G': {
+			int w = (int)num(), h = (int)num();
+			bool obb = num() != 0;
+			float *boxes, *kpt, *scratch;
+			int rc;
+
+			set_read(&s);
+			boxes = calloc((size_t)s.n * 5 + 1, sizeof(float));
+			kpt = calloc((size_t)s.n * s.nkpt * 3 + 1, sizeof(float));
+			scratch = calloc(instgeom_scratch_floats(s.npts) + 1, sizeof(float));
+			if (!boxes || !kpt || !scratch)
+				return 1;
+			rc = instgeom_format(&s, w, h, obb, boxes, kpt, scratch);
+			if (rc < 0) {
+				printf(" error %d", rc);
+			} else {
+				put_f(boxes, (size_t)s.n * (obb ? 5 : 4));
+				put_f(kpt, (size_t)s.n * s.nkpt * 3);
+			}
+			free(boxes);
+			free(kpt);
+			free(scratch);
+			set_free(&s);
 			break;
 		}
 		default: fprintf(stderr, "instgeom: unknown request '%c'\n", op); return 2;

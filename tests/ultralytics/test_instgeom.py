@@ -75,7 +75,7 @@ def as_f32(words):
 
 
 def set_text(n, boxes, segs, kpts):
-    npts = 0 if segs is None or len(segs) == 0 else segs.shape[1]
+    npts = 0 if segs is None else segs.shape[1]
     nkpt = 0 if kpts is None else kpts.shape[1]
     parts = [n, npts, nkpt, f32s(boxes)]
     if npts:
@@ -500,3 +500,125 @@ def test_copy_paste_flip(geom):
             same(okp, out["instances"].keypoints, f"copy_paste keypoints {trial}")
         pasted += k
     assert pasted > 50 and same_choice > 50, (pasted, same_choice)
+
+
+# ---- the chain: Mosaic's instances, MixUp's concatenation, Format ----
+
+
+class _Dataset:
+    cache = None
+    use_obb = False
+
+
+def dataset_labels(rng, task, n, w, h, npts):
+    """One sample's labels as YOLODataset.update_labels_info leaves them:
+    normalised xywh boxes, segments resampled to npts, keypoints."""
+    xywh = np.concatenate([rng.uniform(0, 1, (n, 2)), rng.uniform(0, 0.6, (n, 2))], 1).astype(np.float32)
+    segs = None
+    if task in ("segment", "obb"):
+        segs = np.stack([resample_segments([rng.uniform(-0.01, 1.01, (int(rng.integers(3, 12)), 2)).astype(np.float32)],
+                                           npts)[0] for _ in range(n)]) if n else np.zeros((0, npts, 2), np.float32)
+    kpts = None
+    if task == "pose":
+        kpts = rng.uniform(0, 1, (n, 5, 3)).astype(np.float32)
+        kpts[..., 2] = rng.choice([0.0, 1.0, 2.0], (n, 5))
+    return xywh, segs, kpts
+
+
+@pytest.mark.parametrize("task", ["detect", "segment", "pose"])
+def test_mosaic_instances(geom, task):
+    """Mosaic.apply_instances with a drawn layout injected equals each tile
+    placed (instgeom_place), the four concatenated (instgeom_cat: segments
+    of unequal point counts resampled to the longest), clipped to the
+    canvas and zero-area boxes removed."""
+    rng = np.random.default_rng(35 + len(task))
+    imgsz = 320
+    mosaic = Mosaic(_Dataset(), imgsz=imgsz, p=1.0, n=4)
+    removed = 0
+    for trial in range(40):
+        s = imgsz
+        yc, xc = (int(rng.uniform(s // 2, 3 * s // 2)) for _ in range(2))
+        layout, texts = [], []
+        for i in range(4):
+            w, h = int(rng.integers(40, imgsz + 1)), int(rng.integers(40, imgsz + 1))
+            n = int(rng.integers(0, 6))
+            # an image without objects has 1000 (update_labels_info), a long polygon makes it longer
+            npts = int(rng.choice([1000, 1000, 1013])) if task == "segment" and n else 1000
+            xywh, segs, kpts = dataset_labels(rng, task, n, w, h, npts)
+            inst = Instances(xywh.copy(), None if segs is None else segs.copy(),
+                             None if kpts is None else kpts.copy(), bbox_format="xywh", normalized=True)
+            padw, padh = [(xc - w, yc - h), (xc, yc - h), (xc - w, yc), (xc, yc)][i]
+            layout.append({"labels_patch": {"im_file": "x", "ori_shape": (h, w), "cls": np.zeros((n, 1), np.float32),
+                                            "instances": inst},
+                           "padw": padw, "padh": padh, "img_shape": (h, w)})
+            texts.append(geom.ask("L", w, h, padw, padh, set_text(n, xywh, segs, kpts)))
+        out = mosaic.apply_instances({}, {"layout": layout})["instances"]
+        parts = " ".join(" ".join(t) for t in texts)
+        cat = geom.ask("J", 4, parts)
+        ob, osg, okp = parse_set(geom.ask("K", 2 * imgsz, 2 * imgsz, " ".join(cat)))
+        removed += sum(int(t[0]) for t in texts) - len(ob)
+        same(ob, out.bboxes, f"mosaic boxes {trial}")
+        if task == "segment" and len(ob):
+            same(osg, out.segments, f"mosaic segments {trial}")
+        if task == "pose":
+            same(okp, out.keypoints, f"mosaic keypoints {trial}")
+    assert removed > 0
+
+
+def test_mixup_concatenate(geom):
+    """MixUp's Instances.concatenate of two images' instances, segments of
+    different point counts among them."""
+    rng = np.random.default_rng(36)
+    for trial in range(40):
+        sets, texts = [], []
+        for _ in range(2):
+            n = int(rng.integers(0, 5))
+            npts = int(rng.choice([1000, 1200, 30]))
+            segs = rng.uniform(0, 640, (n, npts, 2)).astype(np.float32)
+            boxes = rng.uniform(0, 640, (n, 4)).astype(np.float32)
+            sets.append(Instances(boxes.copy(), segs.copy(), None, bbox_format="xyxy", normalized=False))
+            texts.append(set_text(n, boxes, segs, None) if n else f"0 {npts} 0")
+        out = Instances.concatenate(sets)
+        ob, osg, _ = parse_set(geom.ask("J", 2, " ".join(texts)))
+        same(ob, out.bboxes, "mixup boxes")
+        if len(ob):
+            same(osg, out.segments, "mixup segments")
+
+
+@pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
+def test_format(geom, task):
+    """Format's boxes (normalised xywh; OBB: xywhr of the segment from its
+    float32 tensor, normalised) and keypoints."""
+    from ultralytics.data.augment import Format
+
+    rng = np.random.default_rng(37 + len(task))
+    fmt = Format(bbox_format="xywh", normalize=True, return_mask=False, return_keypoint=task == "pose",
+                 return_obb=task == "obb", batch_idx=True)
+    for trial in range(40):
+        W, H = int(rng.integers(32, 1300)), int(rng.integers(32, 1300))
+        n = int(rng.integers(0, 8))
+        x1y1 = rng.uniform(0, 1, (n, 2)) * [W, H]
+        boxes = np.concatenate([x1y1, x1y1 + rng.uniform(0, 0.3, (n, 2)) * [W, H]], 1).astype(np.float32)
+        segs = kpts = None
+        if task == "obb":
+            segs = np.stack([resample_segments([cv2.boxPoints(((float(a), float(b)), (float(c), float(d)), float(e)))
+                                                .astype(np.float32)], 100)[0]
+                             for a, b, c, d, e in zip(rng.uniform(0, W, n), rng.uniform(0, H, n),
+                                                      rng.uniform(1, 200, n), rng.uniform(1, 200, n),
+                                                      rng.uniform(-180, 180, n))]) if n else np.zeros((0, 100, 2),
+                                                                                                        np.float32)
+        if task == "segment":
+            segs = (rng.uniform(0, 1, (n, 50, 2)) * [W, H]).astype(np.float32)
+        if task == "pose":
+            kpts = (rng.uniform(0, 1, (n, 6, 3)) * [W, H, 2]).astype(np.float32)
+        inst = Instances(boxes.copy(), None if segs is None else segs.copy(), None if kpts is None else kpts.copy(),
+                         bbox_format="xyxy", normalized=False)
+        labels = {"img": np.zeros((H, W, 3), np.uint8), "cls": np.zeros((n, 1), np.float32), "instances": inst}
+        params = fmt.get_params(labels)
+        out = fmt.apply_instances(labels, params)
+        words = geom.ask("G", W, H, int(task == "obb"), set_text(n, boxes, segs, kpts))
+        v = as_f32(words)
+        k = 5 if task == "obb" else 4
+        same(v[: n * k].reshape(n, k), out["bboxes"].numpy().reshape(n, k), f"format boxes {task} {trial}")
+        if task == "pose":
+            same(v[n * k :].reshape(n, 6, 3), out["keypoints"].numpy(), f"format keypoints {trial}")
