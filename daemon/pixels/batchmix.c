@@ -612,32 +612,50 @@ typedef _Float16 half_t;
 #define VECTORIZE
 #endif
 
+/* The x86 builds also compile the float32 and uint8 loops for AVX2 (without
+ * FMA: the same multiplies and adds, so the same bits), chosen at run time. */
+#if BATCHMIX_X86
+#define AVX2 __attribute__((target("avx2")))
+#endif
+
 /* dst = dst * lam + src * (1 - lam), as torch computes it in float32 (each
  * product rounded, then the sum), over n elements. */
-VECTORIZE static void mix_f32(float *restrict dst, const float *restrict src, size_t n, float lam, float om)
-{
-	for (size_t i = 0; i < n; i++) {
-		float a = dst[i] * lam, b = src[i] * om;
-
-		dst[i] = a + b;
+#define MIX_F32_LOOP                                     \
+	for (size_t i = 0; i < n; i++) {                 \
+		float a = dst[i] * lam, b = src[i] * om; \
+                                                         \
+		dst[i] = a + b;                          \
 	}
-}
 
 /* The sum rounded to nearest, ties to even (np.rint), by the 1.5 * 2^23
  * addition (exact for |v| < 2^22, in the default rounding mode): no libm
  * call, so the loop vectorises. Products of levels and lambdas in [0, 1]
- * stay in [0, 255]. */
-VECTORIZE static void mix_u8(uint8_t *restrict dst, const uint8_t *restrict src, size_t n, float lam, float om)
-{
-	const float magic = 12582912.0f;
-
-	for (size_t i = 0; i < n; i++) {
-		float a = (float)dst[i] * lam, b = (float)src[i] * om, v = (a + b + magic) - magic;
-
-		/* in [0, 255]: lam + (1 - lam) rounds to at most 1 + 2^-24 */
-		dst[i] = (uint8_t)(int32_t)v;
+ * stay in [0, 255]; lam + (1 - lam) rounds to at most 1 + 2^-24. */
+#define MIX_U8_LOOP                                                                                 \
+	const float magic = 12582912.0f;                                                            \
+                                                                                                    \
+	for (size_t i = 0; i < n; i++) {                                                            \
+		float a = (float)dst[i] * lam, b = (float)src[i] * om, v = (a + b + magic) - magic; \
+                                                                                                    \
+		dst[i] = (uint8_t)(int32_t)v;                                                       \
 	}
+
+VECTORIZE static void mix_f32_base(float *restrict dst, const float *restrict src, size_t n, float lam,
+				   float om){MIX_F32_LOOP}
+
+VECTORIZE static void mix_u8_base(uint8_t *restrict dst, const uint8_t *restrict src, size_t n, float lam,
+				  float om){MIX_U8_LOOP}
+
+#if BATCHMIX_X86
+VECTORIZE AVX2 static void mix_f32_avx2(float *restrict dst, const float *restrict src, size_t n, float lam,
+					float om){MIX_F32_LOOP}
+
+VECTORIZE AVX2
+	static void mix_u8_avx2(uint8_t *restrict dst, const uint8_t *restrict src, size_t n, float lam, float om)
+{
+	MIX_U8_LOOP
 }
+#endif
 
 #ifdef __FLT16_MAX__
 /* The portable float16 mix: the compiler's half conversions (software ones
@@ -699,17 +717,18 @@ __attribute__((target("avx,f16c"))) static void mix_f16_f16c(uint16_t *restrict 
 #endif
 
 /* Test hook (tests/unit/test_batchmix.c; not the daemon's interface):
- * 0 the run-time choice, 1 the portable float16 loop, 2 F16C (-ENOTSUP
- * where the CPU has none). Not thread safe against a running mix. */
+ * 0 the run-time choice, 1 the portable loops, 2 the x86 ones (AVX2 for
+ * float32 and uint8, F16C for float16; -ENOTSUP where the CPU lacks
+ * either). Not thread safe against a running mix. */
 int batchmix_force_isa(int isa);
 
 static int forced_isa;
 
-static bool f16c_runs(void)
+static bool x86_runs(void)
 {
 #if BATCHMIX_X86
 	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
 #else
 	return false;
 #endif
@@ -717,17 +736,44 @@ static bool f16c_runs(void)
 
 int batchmix_force_isa(int isa)
 {
-	if (isa < 0 || isa > 2 || (isa == 2 && !f16c_runs()))
+	if (isa < 0 || isa > 2 || (isa == 2 && !x86_runs()))
 		return -ENOTSUP;
 	forced_isa = isa;
 	return 0;
+}
+
+static bool use_x86(void)
+{
+	return forced_isa == 2 || (forced_isa == 0 && x86_runs());
+}
+
+static void mix_f32(float *dst, const float *src, size_t n, float lam, float om)
+{
+#if BATCHMIX_X86
+	if (use_x86()) {
+		mix_f32_avx2(dst, src, n, lam, om);
+		return;
+	}
+#endif
+	mix_f32_base(dst, src, n, lam, om);
+}
+
+static void mix_u8(uint8_t *dst, const uint8_t *src, size_t n, float lam, float om)
+{
+#if BATCHMIX_X86
+	if (use_x86()) {
+		mix_u8_avx2(dst, src, n, lam, om);
+		return;
+	}
+#endif
+	mix_u8_base(dst, src, n, lam, om);
 }
 
 #ifdef __FLT16_MAX__
 static void mix_f16(half_t *dst, const half_t *src, size_t n, float lam, float om)
 {
 #if BATCHMIX_X86
-	if (forced_isa == 2 || (forced_isa == 0 && f16c_runs())) {
+	if (use_x86()) {
 		mix_f16_f16c((uint16_t *)dst, (const uint16_t *)src, n, lam, om);
 		return;
 	}
