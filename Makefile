@@ -595,6 +595,15 @@ bench-detect: all $(B)/bench/jpeg_limit $(B)/bench/profile_detect
 bench-yolo-train: all
 	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) bench/yolo_train.py $(BENCH_YOLO_ARGS)
 
+# The recipe training proof: a torchvision model with the ResNet-50 v2 data
+# recipe through torchvision's DataLoader and through stoker, two seeds
+# each, per-epoch loss and top-1 (docs/transforms.md). About 15 minutes on
+# 2 busy cores, niced; options: BENCH_PROOF_ARGS="--help".
+.PHONY: bench-recipe-proof
+bench-recipe-proof: all
+	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) nice -n 10 $(PYTHON) bench/recipe_proof.py \
+		--json $(abspath bench/out)/recipe_proof.json $(BENCH_PROOF_ARGS)
+
 $(B)/bench/jpeg_limit: bench/jpeg_limit.c bench/bench_files.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(LIBS_DAEMON) $(LDFLAGS_ALL)
