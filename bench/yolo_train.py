@@ -18,7 +18,16 @@ losses, val mAP50 / mAP50-95, and the final validation of best.pt.
 Writes bench/out/yolo_train/summary.json, summary.md (the table) and
 curves.png (losses and mAP per epoch). A measurement, not a test.
 
+--task classify does the same for YOLO-cls: yolo11n-cls from its yaml,
+Ultralytics' ClassificationTrainer (its own ClassificationDataset loader)
+against stoker.ultralytics.StokerClassificationTrainer, on a classify root
+of real photos (scripts/mkdataset.py: 4 classes, --images a class in train/,
+half that in val/; cached under bench/out/yolo_train_cls/), Ultralytics'
+default classify augmentation (RandomResizedCrop, flip, randaugment,
+erasing 0.4); per epoch train/loss, val/loss, top-1 and top-5.
+
     python3 bench/yolo_train.py [--images 48] [--imgsz 256] [--epochs 20] [--batch 8] [--seeds 0 1]
+    python3 bench/yolo_train.py --task classify --images 32 --imgsz 64 --epochs 10 --batch 16
     make bench-yolo-train BENCH_YOLO_ARGS="--epochs 50"
 """
 
@@ -36,8 +45,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import run  # noqa: E402  (Runner, Daemon, REPO, say)
 
-LOSSES = ("train/box_loss", "train/cls_loss", "train/dfl_loss")
-MAPS = ("metrics/mAP50(B)", "metrics/mAP50-95(B)")
+# per task: the model's yaml, stoker's trainer, results.csv's losses and metrics
+TASKS = {
+    "detect": ("yolo11n.yaml", "StokerDetectionTrainer", ("train/box_loss", "train/cls_loss", "train/dfl_loss"),
+               ("metrics/mAP50(B)", "metrics/mAP50-95(B)")),
+    "classify": ("yolo11n-cls.yaml", "StokerClassificationTrainer", ("train/loss", "val/loss"),
+                 ("metrics/accuracy_top1", "metrics/accuracy_top5")),
+}
 
 
 def train_kwargs(a, seed, project, name):
@@ -53,6 +67,7 @@ def child(argv):
     """One training run (in its own interpreter): prints RESULT {json}."""
     p = argparse.ArgumentParser(prog="yolo_train.py child")
     p.add_argument("loader", choices=["ultralytics", "stoker"])
+    p.add_argument("--task", choices=list(TASKS), default="detect")
     for k in ("data", "project", "name"):
         p.add_argument(f"--{k}", required=True)
     for k in ("epochs", "imgsz", "batch", "seed", "close_mosaic"):
@@ -60,33 +75,44 @@ def child(argv):
     a = p.parse_args(argv)
     from ultralytics import YOLO
 
+    yaml, trainer, _, maps = TASKS[a.task]
     kw = train_kwargs(a, a.seed, a.project, a.name)
     if a.loader == "stoker":
-        from stoker.ultralytics import StokerDetectionTrainer
-        kw["trainer"] = StokerDetectionTrainer
+        import stoker.ultralytics
+        kw["trainer"] = getattr(stoker.ultralytics, trainer)
     t0 = time.monotonic()
-    final = YOLO("yolo11n.yaml").train(**kw)
+    final = YOLO(yaml).train(**kw)
     wall = time.monotonic() - t0
     with open(os.path.join(a.project, a.name, "results.csv")) as f:
         rows = [{k.strip(): float(v) for k, v in r.items()} for r in csv.DictReader(f)]
     print("RESULT " + json.dumps({"status": "ok", "wall_seconds": wall, "epochs": rows,
-                                  "final": {k: float(final.results_dict[k]) for k in MAPS}}), flush=True)
+                                  "final": {k: float(final.results_dict[k]) for k in maps}}), flush=True)
 
 
-def build_data(path, images, cores):
+def build_data(path, images, cores, task="detect"):
+    """detect: mkyolo scenes, data.yaml; classify: an Ultralytics classify
+    root (train/ and val/ ImageFolders from scripts/mkdataset.py, 4 classes
+    of real photos, `images` a class in train and half that in val)."""
     stamp = os.path.join(path, ".bench-complete")
     if not os.path.exists(stamp):
         shutil.rmtree(path, ignore_errors=True)
-        subprocess.run([run.PY, os.path.join(run.REPO, "scripts", "mkyolo.py"), path, "--kind", "scenes",
-                        "--background", "photo", "--classes", "4", "--images", str(images), "--jobs", str(cores)],
-                       check=True, stdout=subprocess.DEVNULL)
+        if task == "classify":
+            for split, seed, n in (("train", 0, images), ("val", 1, max(1, images // 2))):
+                subprocess.run([run.PY, os.path.join(run.REPO, "scripts", "mkdataset.py"), os.path.join(path, split),
+                                "--classes", "4", "--per-class", str(n), "--seed", str(seed), "--min-side", "80",
+                                "--max-side", "160", "--jobs", str(cores)], check=True, stdout=subprocess.DEVNULL)
+        else:
+            subprocess.run([run.PY, os.path.join(run.REPO, "scripts", "mkyolo.py"), path, "--kind", "scenes",
+                            "--background", "photo", "--classes", "4", "--images", str(images), "--jobs",
+                            str(cores)], check=True, stdout=subprocess.DEVNULL)
         open(stamp, "w").close()
-    return os.path.join(path, "data.yaml")
+    return path if task == "classify" else os.path.join(path, "data.yaml")
 
 
-def summarize(res):
+def summarize(res, task="detect"):
     """Per run: mean epoch time (epochs after the first), final losses, the
     last epoch's and best.pt's mAP; then the differences."""
+    losses, maps = TASKS[task][2:]
     out = {}
     for key, r in res.items():
         if r.get("status") != "ok":
@@ -96,24 +122,28 @@ def summarize(res):
         times = [b["time"] - a["time"] for a, b in zip(ep, ep[1:])]
         out[key] = {"status": "ok", "wall_seconds": round(r["wall_seconds"], 1),
                     "epoch_seconds": round(sum(times) / len(times), 2) if times else None,
-                    "last_epoch": {k: round(ep[-1][k], 4) for k in LOSSES + MAPS},
+                    "last_epoch": {k: round(ep[-1][k], 4) for k in losses + maps},
                     "best_pt": {k: round(v, 4) for k, v in r["final"].items()}}
     return out
 
 
-def table(summary, seeds):
-    lines = ["| run | s/epoch | box | cls | dfl | last mAP50 | last mAP50-95 | best.pt mAP50 | best.pt mAP50-95 |",
-             "|---|---|---|---|---|---|---|---|---|"]
+def table(summary, seeds, task="detect"):
+    losses, maps = TASKS[task][2:]
+    short = [k.split("/")[-1].replace("_loss", "").replace("(B)", "") for k in losses + maps]
+    lines = ["| run | s/epoch | " + " | ".join(short[:len(losses)]) + " | "
+             + " | ".join(f"last {k}" for k in short[len(losses):]) + " | "
+             + " | ".join(f"best.pt {k}" for k in short[len(losses):]) + " |",
+             "|---" * (2 + len(losses) + 2 * len(maps)) + "|"]
     for key, s in summary.items():
         if s.get("status") != "ok":
             lines.append(f"| {key} | {s.get('status')}: {s.get('reason')} |")
             continue
         le, b = s["last_epoch"], s["best_pt"]
-        lines.append(f"| {key} | {s['epoch_seconds']} | " + " | ".join(f"{le[k]:.3f}" for k in LOSSES)
-                     + " | " + " | ".join(f"{le[k]:.3f}" for k in MAPS) + " | "
-                     + " | ".join(f"{b[k]:.3f}" for k in MAPS) + " |")
+        lines.append(f"| {key} | {s['epoch_seconds']} | " + " | ".join(f"{le[k]:.3f}" for k in losses)
+                     + " | " + " | ".join(f"{le[k]:.3f}" for k in maps) + " | "
+                     + " | ".join(f"{b[k]:.3f}" for k in maps) + " |")
     ok = {k: s for k, s in summary.items() if s.get("status") == "ok"}
-    for k in MAPS:
+    for k in maps:
         u = [ok[f"ultralytics seed {s}"]["best_pt"][k] for s in seeds if f"ultralytics seed {s}" in ok]
         st = [ok[f"stoker seed {s}"]["best_pt"][k] for s in seeds if f"stoker seed {s}" in ok]
         if len(u) >= 2 and st:
@@ -122,13 +152,14 @@ def table(summary, seeds):
     return "\n".join(lines)
 
 
-def plot(res, path):
+def plot(res, path, task="detect"):
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         return False
+    losses, maps = TASKS[task][2:]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     for key, r in res.items():
         if r.get("status") != "ok":
@@ -136,10 +167,10 @@ def plot(res, path):
         ep = r["epochs"]
         x = [e["epoch"] for e in ep]
         style = "-" if key.startswith("stoker") else "--"
-        axes[0].plot(x, [sum(e[k] for k in LOSSES) for e in ep], style, label=key)
-        axes[1].plot(x, [e[MAPS[0]] for e in ep], style, label=key)
-        axes[2].plot(x, [e[MAPS[1]] for e in ep], style, label=key)
-    for ax, t in zip(axes, ("train loss (box+cls+dfl)", "val mAP50", "val mAP50-95")):
+        axes[0].plot(x, [sum(e[k] for k in losses if k.startswith("train/")) for e in ep], style, label=key)
+        axes[1].plot(x, [e[maps[0]] for e in ep], style, label=key)
+        axes[2].plot(x, [e[maps[1]] for e in ep], style, label=key)
+    for ax, t in zip(axes, ("train loss", maps[0], maps[1])):
         ax.set_title(t)
         ax.set_xlabel("epoch")
         ax.legend()
@@ -150,6 +181,8 @@ def plot(res, path):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--task", choices=list(TASKS), default="detect",
+                   help="classify: yolo11n-cls with StokerClassificationTrainer (--images: per class)")
     p.add_argument("--images", type=int, default=48)
     p.add_argument("--imgsz", type=int, default=256)
     p.add_argument("--epochs", type=int, default=20)
@@ -157,10 +190,11 @@ def main():
     p.add_argument("--close-mosaic", type=int, default=5)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--cores", type=int, default=os.cpu_count())
-    p.add_argument("--out", default=os.path.join(HERE, "out", "yolo_train"))
+    p.add_argument("--out")
     a = p.parse_args()
+    a.out = a.out or os.path.join(HERE, "out", "yolo_train" if a.task == "detect" else "yolo_train_cls")
     os.makedirs(a.out, exist_ok=True)
-    a.data = build_data(os.path.join(a.out, "data"), a.images, a.cores)
+    a.data = build_data(os.path.join(a.out, "data"), a.images, a.cores, a.task)
     tmp = tempfile.mkdtemp(prefix="stoker-yolo-train-")
     r = run.Runner(set(range(os.cpu_count())), a.out)
     # Ultralytics writes its settings here, not in the user's home, and
@@ -172,7 +206,7 @@ def main():
         for seed in a.seeds:
             for loader in ("ultralytics", "stoker"):
                 key = f"{loader} seed {seed}"
-                cmd = [os.path.abspath(__file__), "child", loader, "--data", a.data, "--project",
+                cmd = [os.path.abspath(__file__), "child", loader, "--task", a.task, "--data", a.data, "--project",
                        os.path.join(a.out, "runs"), "--name", f"{loader}-{seed}", "--epochs", str(a.epochs),
                        "--imgsz", str(a.imgsz), "--batch", str(a.batch), "--seed", str(seed),
                        "--close-mosaic", str(a.close_mosaic)]
@@ -189,15 +223,16 @@ def main():
                 run.say(f"{key}: {res[key].get('status')} in {res[key].get('wall_seconds', 0):.0f}s")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    summary = summarize(res)
-    settings = {k: getattr(a, k) for k in ("images", "imgsz", "epochs", "batch", "close_mosaic", "seeds", "cores")}
+    summary = summarize(res, a.task)
+    settings = {k: getattr(a, k) for k in ("task", "images", "imgsz", "epochs", "batch", "close_mosaic", "seeds",
+                                           "cores")}
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump({"settings": settings, "summary": summary, "runs": res}, f, indent=1)
-    text = table(summary, a.seeds)
+    text = table(summary, a.seeds, a.task)
     with open(os.path.join(a.out, "summary.md"), "w") as f:
         f.write(f"settings: {settings}\n\n{text}\n")
     print(text)
-    if plot(res, os.path.join(a.out, "curves.png")):
+    if plot(res, os.path.join(a.out, "curves.png"), a.task):
         run.say(f"curves: {os.path.join(a.out, 'curves.png')}")
 
 
