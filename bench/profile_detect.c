@@ -94,7 +94,9 @@ static int load(void *ctx, uint64_t index, uint32_t side, struct detect_sample *
 				      .height = f->res.height,
 				      .orig_width = f->res.full_width,
 				      .orig_height = f->res.full_height,
-				      .placed = l->placed != NULL};
+				      .placed = l->placed != NULL,
+				      /* fits[] outlive the sample, as the daemon's fit table does */
+				      .stable = true};
 	return 0;
 }
 

@@ -105,12 +105,30 @@ struct plan {
 	double beta;
 };
 
+/*
+ * A mosaic canvas made a row at a time, for the separable warp: each
+ * quadrant's sample and where it lands, and two rows of columns [x0, x1)
+ * (in d->canvas, which this mode does not otherwise use), the canvas rows
+ * row_y[] (-1: none yet).
+ */
+struct lazy_canvas {
+	struct {
+		const uint8_t *pix;
+		size_t stride;
+		int64_t x1a, y1a, x2a, y2a, x1b, y1b;
+	} q[4];
+	int64_t yc, x0, x1;
+	uint8_t *rows;
+	int64_t row_y[2];
+};
+
 /* Where a source image sits in the warp's input plane; outside it is PAD. */
 struct source {
 	const uint8_t *pix;
 	size_t stride;
 	int w, h;
 	int ox, oy;
+	struct lazy_canvas *lazy; /* else NULL: pix holds the rows */
 };
 
 void detect_params_default(struct detect_params *p)
@@ -897,6 +915,43 @@ TARGET_AVX512 static void sep_row_avx512(const struct sep *t, const uint8_t *a, 
 #endif
 
 /*
+ * Canvas row y, columns [x0, x1), into a row buffer: the left patch
+ * (quadrant 0 or 2) and the right one (1 or 3) where they land, PAD
+ * elsewhere: the bytes mosaic4's copy and fill give the canvas there.
+ */
+static void lazy_fill(const struct lazy_canvas *lz, int64_t y, uint8_t *row)
+{
+	const int64_t x0 = lz->x0, x1 = lz->x1;
+
+	memset(row, PAD, (size_t)(x1 - x0) * 3);
+	for (int i = y < lz->yc ? 0 : 2, k = 0; k < 2; k++, i++) {
+		int64_t a = lz->q[i].x1a > x0 ? lz->q[i].x1a : x0, b = lz->q[i].x2a < x1 ? lz->q[i].x2a : x1;
+
+		if (y < lz->q[i].y1a || y >= lz->q[i].y2a || a >= b)
+			continue;
+		memcpy(row + (size_t)(a - x0) * 3,
+		       lz->q[i].pix + (size_t)(y - lz->q[i].y1a + lz->q[i].y1b) * lz->q[i].stride +
+			       (size_t)(a - lz->q[i].x1a + lz->q[i].x1b) * 3,
+		       (size_t)(b - a) * 3);
+	}
+}
+
+/* Canvas row y made (or kept) in a slot other than `keep` (-1: any); its bytes from column x0. */
+static const uint8_t *lazy_row(struct lazy_canvas *lz, int64_t y, int keep, int *slot)
+{
+	const size_t bytes = (size_t)(lz->x1 - lz->x0) * 3;
+	int k = lz->row_y[0] == y ? 0 : lz->row_y[1] == y ? 1 : -1;
+
+	if (k < 0) {
+		k = keep == 0 ? 1 : 0;
+		lazy_fill(lz, y, lz->rows + (size_t)k * bytes);
+		lz->row_y[k] = y;
+	}
+	*slot = k;
+	return lz->rows + (size_t)k * bytes;
+}
+
+/*
  * No rotation, shear or perspective (Ultralytics' defaults): X depends on
  * x only and Y on y only. Each output row blends its two source rows into
  * `vrow` (exact, 8-bit weight), then each column blends two entries of
@@ -962,8 +1017,23 @@ static int warp_separable(struct detect *d, const struct source *s, const int64_
 			memset(o, PAD, ostride);
 			continue;
 		}
-		a = iy >= 0 ? s->pix + (size_t)iy * s->stride + (size_t)c0 * 3 : padrow;
-		b = iy + 1 < s->h ? s->pix + (size_t)(iy + 1) * s->stride + (size_t)c0 * 3 : padrow;
+		if (s->lazy) {
+			int sa = -1, sb;
+
+			/* rows made for columns [c0, c1): the first pass sets them, the canvas's bytes there */
+			if (s->lazy->x0 != c0 || s->lazy->x1 != c1) {
+				s->lazy->x0 = c0;
+				s->lazy->x1 = c1;
+				s->lazy->row_y[0] = s->lazy->row_y[1] = -1;
+			}
+			/* keep the slot holding iy + 1, if one does (a flipped warp walks the rows upwards) */
+			sb = s->lazy->row_y[0] == iy + 1 ? 0 : s->lazy->row_y[1] == iy + 1 ? 1 : -1;
+			a = iy >= 0 ? lazy_row(s->lazy, iy, sb, &sa) : padrow;
+			b = iy + 1 < s->h ? lazy_row(s->lazy, iy + 1, sa, &sb) : padrow;
+		} else {
+			a = iy >= 0 ? s->pix + (size_t)iy * s->stride + (size_t)c0 * 3 : padrow;
+			b = iy + 1 < s->h ? s->pix + (size_t)(iy + 1) * s->stride + (size_t)c0 * 3 : padrow;
+		}
 #if DETECT_X86
 		if (d->avx512) {
 			sep_row_avx512(&t, a, b, v, n, wy, o);
@@ -1476,26 +1546,42 @@ static void fill_except(uint8_t *row, int64_t a, int64_t b, int64_t c0, int64_t 
 		memset(row + (c1 > a ? c1 : a) * 3, PAD, (size_t)(b - (c1 > a ? c1 : a)) * 3);
 }
 
+/* img4[y1a:y2a, x1a:x2a] = img[y1b:y2b, x1b:x2b], within the canvas rectangle rect that the warp reads. */
+static void canvas_copy(uint8_t *canvas, size_t cstride, const int64_t rect[4], const uint8_t *pix, size_t stride,
+			int64_t x1a, int64_t y1a, int64_t x2a, int64_t y2a, int64_t x1b, int64_t y1b)
+{
+	const int64_t x0 = x1a > rect[0] ? x1a : rect[0], x1 = x2a < rect[2] ? x2a : rect[2];
+
+	for (int64_t y = y1a > rect[1] ? y1a : rect[1]; x0 < x1 && y < y2a && y < rect[3]; y++)
+		memcpy(canvas + (size_t)y * cstride + (size_t)x0 * 3,
+		       pix + (size_t)(y - y1a + y1b) * stride + (size_t)(x0 - x1a + x1b) * 3, (size_t)(x1 - x0) * 3);
+}
+
 /*
  * Mosaic._mosaic4 on the 2size x 2size canvas, boxes into box array
  * `which`. Only the canvas rectangle [rx0, rx1) x [ry0, ry1) that the warp
  * reads is written. `primary`: `index` is the sample itself, whose failure
- * is the caller's error; else a partner, replaced when it fails.
+ * is the caller's error; else a partner, replaced when it fails. With
+ * `lazy` (the warp will be separable) and all four samples stable, no
+ * canvas is written: *lazy says where each sample lands, and the warp makes
+ * the canvas rows it reads one at a time (lazy->rows set); else lazy->rows
+ * stays NULL.
  */
 static int mosaic4(const struct job *j, const struct image_draw *im, uint64_t index, bool primary, int which,
-		   const int64_t rect[4], size_t *nboxes)
+		   const int64_t rect[4], struct lazy_canvas *lazy, size_t *nboxes)
 {
 	struct detect *d = j->d;
 	const int64_t s2 = 2 * (int64_t)j->size, xc = im->xc, yc = im->yc;
 	const size_t cstride = (size_t)s2 * 3;
 	int64_t place[4][4]; /* x1a, y1a, x2a, y2a */
+	bool deferred[4] = {false, false, false, false}, all_stable = lazy != NULL;
 	size_t n = 0;
 	uint64_t t = prof_now(d);
 	int r = 0;
 
 	for (int i = 0; i < 4; i++) {
 		struct detect_sample s;
-		int64_t w, h, x1a, y1a, x2a, y2a, x1b, y1b, x0, x1;
+		int64_t w, h, x1a, y1a, x2a, y2a, x1b, y1b;
 
 		prof_lap(d, DETECT_STAGE_BOXES, &t);
 		if (i == 0 && primary) {
@@ -1527,13 +1613,18 @@ static int mosaic4(const struct job *j, const struct image_draw *im, uint64_t in
 		place[i][2] = x2a;
 		place[i][3] = y2a;
 
-		/* img4[y1a:y2a, x1a:x2a] = img[y1b:y2b, x1b:x2b], within the rectangle read */
-		x0 = x1a > rect[0] ? x1a : rect[0];
-		x1 = x2a < rect[2] ? x2a : rect[2];
-		for (int64_t y = y1a > rect[1] ? y1a : rect[1]; x0 < x1 && y < y2a && y < rect[3]; y++)
-			memcpy(d->canvas + (size_t)y * cstride + (size_t)x0 * 3,
-			       s.pixels + (size_t)(y - y1a + y1b) * s.width * 3 + (size_t)(x0 - x1a + x1b) * 3,
-			       (size_t)(x1 - x0) * 3);
+		if (lazy) {
+			lazy->q[i].pix = s.pixels;
+			lazy->q[i].stride = (size_t)s.width * 3;
+			lazy->q[i].x1a = x1a, lazy->q[i].y1a = y1a, lazy->q[i].x2a = x2a, lazy->q[i].y2a = y2a;
+			lazy->q[i].x1b = x1b, lazy->q[i].y1b = y1b;
+		}
+		/* a sample whose pixels the next load may take is copied now; a stable one may wait */
+		deferred[i] = lazy && s.stable;
+		all_stable = all_stable && s.stable;
+		if (!deferred[i])
+			canvas_copy(d->canvas, cstride, rect, s.pixels, (size_t)s.width * 3, x1a, y1a, x2a, y2a, x1b,
+				    y1b);
 		prof_lap(d, DETECT_STAGE_CANVAS, &t);
 
 		r = boxes_reserve(d, which, n, s.box_count);
@@ -1543,6 +1634,16 @@ static int mosaic4(const struct job *j, const struct image_draw *im, uint64_t in
 	}
 
 	prof_lap(d, DETECT_STAGE_BOXES, &t);
+	if (all_stable) {
+		lazy->yc = yc;
+		lazy->x0 = lazy->x1 = 0;
+		lazy->rows = d->canvas;
+		goto labels;
+	}
+	for (int i = 0; i < 4; i++)
+		if (deferred[i])
+			canvas_copy(d->canvas, cstride, rect, lazy->q[i].pix, lazy->q[i].stride, lazy->q[i].x1a,
+				    lazy->q[i].y1a, lazy->q[i].x2a, lazy->q[i].y2a, lazy->q[i].x1b, lazy->q[i].y1b);
 	/* 114 where no patch landed: each row holds a left patch (0 or 2) and a right one (1 or 3) */
 	for (int64_t y = rect[1]; y < rect[3]; y++) {
 		uint8_t *row = d->canvas + (size_t)y * cstride;
@@ -1555,6 +1656,7 @@ static int mosaic4(const struct job *j, const struct image_draw *im, uint64_t in
 	}
 	prof_lap(d, DETECT_STAGE_CANVAS, &t);
 
+labels:
 	/* _cat_labels: clip to the canvas, drop boxes with no area */
 	{
 		struct dbox *b = d->boxes[which];
@@ -1682,14 +1784,23 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 		d->canvas = p;
 		if (r < 0)
 			goto out;
+		struct lazy_canvas lazy = {.rows = NULL};
+		int64_t m[6];
+
 		/* border -size/2 each side: the input is the 2size canvas, the output size */
 		affine_matrix(im, (double)s2, (double)s2, size, M);
 		invert_map(M, perspective, inv);
 		read_rect(inv, perspective, size, s2, rect);
-		r = mosaic4(j, im, index, primary, which, rect, &n);
+		/* the separable warp (warp()'s choice) can make the canvas rows it reads one at a time */
+		r = mosaic4(j, im, index, primary, which, rect,
+			    !perspective && inv[1] == 0 && inv[3] == 0 && fix_map(&src, inv, size, WX_BITS, WY_BITS, m)
+				    ? &lazy
+				    : NULL,
+			    &n);
 		if (r < 0)
 			goto out;
 		src.pix = d->canvas;
+		src.lazy = lazy.rows ? &lazy : NULL;
 		t = prof_now(d);
 		r = warp(d, &src, inv, perspective, out, size, j->flipud, j->fliplr);
 		prof_lap(d, DETECT_STAGE_WARP, &t);
@@ -1722,7 +1833,8 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 			prof_lap(d, DETECT_STAGE_COPY, &t);
 		} else {
 			/* the letterbox's padding is 114 as the warp's border is: warp the sample in place */
-			struct source src = {s.pixels, (size_t)s.width * 3, (int)s.width, (int)s.height, left, top};
+			struct source src = {s.pixels, (size_t)s.width * 3, (int)s.width, (int)s.height, left, top,
+					     NULL};
 
 			invert_map(M, perspective, inv);
 			r = warp(d, &src, inv, perspective, out, size, j->flipud, j->fliplr);

@@ -77,6 +77,10 @@ struct detect_sample {
 	 * the pixels where detect_letterbox_geometry(width, height, out_w, out_h)
 	 * puts them, DETECT_PAD around. detect_make() then copies nothing. */
 	bool placed;
+	/* The pixels stay valid until detect_make() returns (not only until the
+	 * next call): a mosaic whose four samples all say so is warped from
+	 * them directly, without assembling the whole canvas first. */
+	bool stable;
 };
 
 /* LetterBox's and the warp's border grey. */

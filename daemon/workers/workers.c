@@ -356,6 +356,8 @@ done:
 		.orig_width = res.full_width,
 		.orig_height = res.full_height,
 		.placed = req.in_box,
+		/* the batch's fit table and the slot outlive the sample; the worker's own fit buffer does not */
+		.stable = dst != w->fit,
 	};
 	return 0;
 }

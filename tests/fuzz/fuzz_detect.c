@@ -73,6 +73,8 @@ static int fake_load(void *ctx, uint64_t index, uint32_t side, struct detect_sam
 		.height = f->h[k] < side ? f->h[k] : side,
 		.boxes = f->boxes[k],
 		.box_count = f->nboxes[k],
+		/* both mosaic paths: stable samples (the canvas made a row at a time) and mixes with copied ones */
+		.stable = index % 8 >= 4,
 	};
 	return 0;
 }

@@ -51,6 +51,7 @@ struct fake {
 	uint64_t count;
 	const uint8_t *raw; /* else rendered: raw pixels of raw_w x raw_h for every index */
 	uint32_t raw_w, raw_h;
+	bool raw_stable; /* raw samples say they are stable (rendered ones share f->pix: never) */
 	bool fail[MAX_SAMPLES];
 	int fail_errno;
 	bool fail_all_after_first; /* every call after the first fails */
@@ -88,7 +89,7 @@ static int fake_load(void *ctx, uint64_t index, uint32_t side, struct detect_sam
 	if ((f->fail_all_after_first && f->calls++ > 0) || f->fail[index])
 		return -f->fail_errno;
 	if (f->raw) {
-		*out = (struct detect_sample){f->raw, f->raw_w, f->raw_h, NULL, 0, 0, 0, false};
+		*out = (struct detect_sample){f->raw, f->raw_w, f->raw_h, NULL, 0, 0, 0, false, f->raw_stable};
 		return 0;
 	}
 	s = &f->s[index];
@@ -111,7 +112,7 @@ static int fake_load(void *ctx, uint64_t index, uint32_t side, struct detect_sam
 						  (float)((y1 + y2) / 2.0 / h), (float)((double)(x2 - x1) / w),
 						  (float)((double)(y2 - y1) / h)};
 	}
-	*out = (struct detect_sample){f->pix, w, h, f->boxes, (uint32_t)s->nrect, 0, 0, false};
+	*out = (struct detect_sample){f->pix, w, h, f->boxes, (uint32_t)s->nrect, 0, 0, false, false};
 	return 0;
 }
 
@@ -1071,6 +1072,84 @@ out:
 	fake_free(f);
 }
 
+/*
+ * A mosaic of stable samples is warped from canvas rows made one at a time
+ * (no canvas pass): the same bytes and boxes as through the whole canvas,
+ * for every kernel set, zoomed in and out, flipped, mixed up, at sizes that
+ * leave remainders; and with a rotation (not separable: the canvas path).
+ */
+static void test_lazy_canvas(void **state)
+{
+	static const uint32_t sizes[] = {256, 203, 64, 13};
+	static const int isas[] = {ISA_SCALAR, ISA_AVX2, ISA_AVX512};
+	struct fake *f = fake_new(8);
+	uint8_t *raw = malloc(256 * 256 * 3), *ia = malloc(256 * 256 * 3), *ib = malloc(256 * 256 * 3);
+	float ba[MAX_BOXES * DETECT_BOX_FLOATS], bb[MAX_BOXES * DETECT_BOX_FLOATS];
+	uint32_t st = 7;
+
+	(void)state;
+	assert_true(raw && ia && ib);
+	for (size_t i = 0; i < 256 * 256 * 3; i++) {
+		st = st * 1103515245u + 12345u;
+		raw[i] = (uint8_t)(st >> 16);
+	}
+	f->raw = raw;
+	for (size_t v = 0; v < sizeof(isas) / sizeof(isas[0]); v++) {
+		struct detect *d;
+
+		if (detect_force_isa(isas[v]) < 0)
+			continue;
+		assert_int_equal(detect_new(&d), 0);
+		assert_int_equal(detect_force_isa(ISA_AUTO), 0);
+		for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+			for (int mode = 0; mode < 4; mode++) {
+				struct detect_params p;
+
+				detect_params_default(&p);
+				p.mixup = mode & 1 ? 0.5f : 0;
+				p.degrees = mode & 2 ? 10.0f : 0;
+				p.scale = 0.9f;
+				p.translate = 0.3f;
+				p.flipud = 0.5f;
+				f->raw_w = sizes[k] - (sizes[k] > 13 ? 7 : 0);
+				f->raw_h = sizes[k] * 3 / 4;
+				for (uint64_t seed = 0; seed < 6; seed++) {
+					uint32_t na, nb;
+					uint64_t dropped = 0;
+					struct rng r;
+
+					f->raw_stable = false;
+					rng_init(&r, seed, 0, seed, RNG_AUGMENT);
+					assert_int_equal(detect_run(d, DETECT_TRAIN, &p, sizes[k], seed % f->count,
+								    f->count, &r, fake_load, f, ia, ba, MAX_BOXES, &na,
+								    &dropped),
+							 0);
+					f->raw_stable = true;
+					rng_init(&r, seed, 0, seed, RNG_AUGMENT);
+					assert_int_equal(detect_run(d, DETECT_TRAIN, &p, sizes[k], seed % f->count,
+								    f->count, &r, fake_load, f, ib, bb, MAX_BOXES, &nb,
+								    &dropped),
+							 0);
+					for (size_t i = 0; i < (size_t)sizes[k] * sizes[k] * 3; i++)
+						if (ia[i] != ib[i])
+							fail_msg(
+								"isa %d size %u mode %d seed %llu: byte %zu canvas %d, "
+								"rows %d",
+								isas[v], sizes[k], mode, (unsigned long long)seed, i,
+								ia[i], ib[i]);
+					assert_int_equal(na, nb);
+					assert_memory_equal(ba, bb, na * DETECT_BOX_FLOATS * sizeof(float));
+				}
+			}
+		}
+		detect_free(d);
+	}
+	free(raw);
+	free(ia);
+	free(ib);
+	fake_free(f);
+}
+
 /* The AVX2 kernels' exact stand-ins for division and tables, over every input they can see. */
 static void test_isa_arith(void **state)
 {
@@ -1104,6 +1183,7 @@ int main(void)
 		{"test_isa_transform_avx2", test_isa_transform, NULL, NULL, &isa_avx2},
 		{"test_isa_transform_avx512", test_isa_transform, NULL, NULL, &isa_avx512},
 		cmocka_unit_test(test_isa_arith),
+		cmocka_unit_test(test_lazy_canvas),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
