@@ -874,6 +874,7 @@ static const struct opt_key opt_keys[] = {
 	DKEY(fraction, OPT_DOUBLE, "number"),
 	DKEY(images, OPT_U64, "u64"),
 	DKEY(bgr, OPT_FLOAT, "number"),
+	DKEY(albumentations, OPT_FLOAT, "number"),
 	DKEY(resample, OPT_CHOICE, "default|antialias|cv2"),
 	CUSTOM(split, true, "text", opt_set_split),
 	DKEY(yolo_task, OPT_CHOICE, "detect|segment|pose|obb"),

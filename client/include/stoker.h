@@ -234,6 +234,9 @@ int stoker_pinned(const struct stoker *s);
  * first `images` (Ultralytics' integer fraction); the session's data set is
  * that prefix (its order, rect batches, stand-ins, dataset_samples); bgr
  * (0..1, mosaic): P(a sample's channels stay BGR), Ultralytics' bgr;
+ * albumentations (0..1, mosaic): the p of each of the Albumentations ops
+ * Ultralytics applies by default when the package is importable (Blur,
+ * MedianBlur, ToGray, CLAHE; Ultralytics: 0.01), in OpenCV's arithmetic;
  * yolo_task=detect|segment|pose|obb: Ultralytics' task the label files are
  * read for (segment, pose, obb: each file as its verify_image_label reads
  * it, a corrupt one dropping its image, counted in stoker_label_errors;

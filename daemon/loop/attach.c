@@ -53,6 +53,7 @@ struct attach_request {
 	double fraction; /* Ultralytics' fraction: the first images ... */
 	uint64_t images; /* ... or this many of them (0: by fraction) */
 	float bgr;       /* Ultralytics' bgr: P(a sample stays BGR) */
+	float albu;      /* Ultralytics' default Albumentations' p */
 	char split[64];
 	bool rect;
 	uint32_t stride;
@@ -209,6 +210,14 @@ static int validate_task(const Stoker__Attach *a, char *errbuf, size_t errlen)
 	}
 	if (o && o->bgr > 0 && a->transform != STOKER__TRANSFORM__MOSAIC) {
 		set_err(errbuf, errlen, "bgr is a training augmentation: transform mosaic");
+		return -EINVAL;
+	}
+	if (o && o->has_albumentations && !(o->albumentations >= 0 && o->albumentations <= 1)) {
+		set_err(errbuf, errlen, "albumentations %g is not in 0..1", (double)o->albumentations);
+		return -EINVAL;
+	}
+	if (o && o->albumentations > 0 && a->transform != STOKER__TRANSFORM__MOSAIC) {
+		set_err(errbuf, errlen, "albumentations is a training augmentation: transform mosaic");
 		return -EINVAL;
 	}
 	if (o && o->has_fraction && !(o->fraction > 0 && isfinite(o->fraction))) {
@@ -636,6 +645,7 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 		s->train_epochs = req->train_epochs;
 		s->max_boxes = req->max_boxes;
 		s->bgr = req->bgr;
+		s->albu = req->albu;
 		s->resample = req->resample;
 		s->rect = req->rect;
 	}
@@ -1244,6 +1254,7 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 		req->fraction = o ? o->fraction : 1.0;
 		req->images = o ? o->images : 0;
 		req->bgr = o ? o->bgr : 0;
+		req->albu = o ? o->albumentations : 0;
 		snprintf(req->split, sizeof(req->split), "%s", o && o->split ? o->split : "train");
 		req->rect = o && o->rect;
 		req->stride = o ? o->stride : 32;

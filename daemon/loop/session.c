@@ -315,6 +315,7 @@ static void job_prepare(struct session *s, uint32_t slot, uint64_t b)
 		job->out_h = s->rect ? s->rect_hw[2 * b] : s->spec.image_size;
 		job->resample = s->resample;
 		job->bgr = s->bgr;
+		job->albu = s->albu;
 		job->shapes = (int32_t *)(base + s->shapes_offset);
 		job->ratio_pad = (double *)(base + s->ratio_pad_offset);
 	}

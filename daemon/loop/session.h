@@ -66,6 +66,7 @@ struct session {
 	uint32_t close_mosaic, max_boxes;
 	uint64_t train_epochs;
 	float bgr;
+	float albu; /* Ultralytics' default Albumentations' p (albu.h) */
 	size_t boxes_offset;
 	enum fit_resample resample;
 	size_t shapes_offset, ratio_pad_offset; /* per-image metadata in each slot */

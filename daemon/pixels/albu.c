@@ -190,24 +190,24 @@ void albu_gray(uint8_t *rgb, size_t pixels)
 /* ---- LAB: OpenCV's 8-bit integer conversions ---- */
 
 enum {
-	LAB_SHIFT = 12,                          /* the matrices' fixed point */
-	GAMMA_SHIFT = 3,                         /* the gamma table's extra bits */
-	LAB_SHIFT2 = LAB_SHIFT + GAMMA_SHIFT,    /* the cube-root table's */
+	LAB_SHIFT = 12,                       /* the matrices' fixed point */
+	GAMMA_SHIFT = 3,                      /* the gamma table's extra bits */
+	LAB_SHIFT2 = LAB_SHIFT + GAMMA_SHIFT, /* the cube-root table's */
 	CBRT_TAB = 256 * 3 / 2 * (1 << GAMMA_SHIFT),
-	LAB_BASE = 1 << 14,                      /* Lab2RGBinteger's fixed point */
+	LAB_BASE = 1 << 14, /* Lab2RGBinteger's fixed point */
 	INV_GAMMA_TAB = 1 << 12,
-	MIN_AB = -8145,                          /* abToXZ's first index */
+	MIN_AB = -8145, /* abToXZ's first index */
 	AB_TAB = LAB_BASE * 9 / 4,
 	INV_SHIFT = LAB_SHIFT + (14 - 12),
 };
 
 static struct {
-	uint16_t gamma[256];          /* sRGB to linear, x 255 x 8 */
-	uint16_t cbrt[CBRT_TAB];      /* Lab's f(t), x 2^15 */
-	uint16_t yf[256][2];          /* L to (Y, f(Y)) x LAB_BASE */
-	int32_t ab_xz[AB_TAB];        /* f to X or Z */
+	uint16_t gamma[256];               /* sRGB to linear, x 255 x 8 */
+	uint16_t cbrt[CBRT_TAB];           /* Lab's f(t), x 2^15 */
+	uint16_t yf[256][2];               /* L to (Y, f(Y)) x LAB_BASE */
+	int32_t ab_xz[AB_TAB];             /* f to X or Z */
 	uint16_t inv_gamma[INV_GAMMA_TAB]; /* linear to sRGB x 255 */
-	int32_t fwd[9], inv[9];       /* RGB to XYZ / white, XYZ x white to RGB */
+	int32_t fwd[9], inv[9];            /* RGB to XYZ / white, XYZ x white to RGB */
 } lab;
 static pthread_once_t lab_once = PTHREAD_ONCE_INIT;
 
@@ -293,9 +293,10 @@ static void lab_init(void)
 	 * B over X, Y, Z (Lab2RGBinteger, blue index 0: it writes B, G, R) */
 	for (int i = 0; i < 3; i++)
 		for (int j = 0; j < 3; j++) {
-			lab.fwd[i * 3 + j] = (int32_t)nearbyint((1 << LAB_SHIFT) * bits(to_xyz[i * 3 + j]) / bits(d65[i]));
-			lab.inv[(2 - i) * 3 + j] = (int32_t)nearbyint((1 << LAB_SHIFT) * bits(to_rgb[i * 3 + j]) *
-								      bits(d65[j]));
+			lab.fwd[i * 3 + j] =
+				(int32_t)nearbyint((1 << LAB_SHIFT) * bits(to_xyz[i * 3 + j]) / bits(d65[i]));
+			lab.inv[(2 - i) * 3 + j] =
+				(int32_t)nearbyint((1 << LAB_SHIFT) * bits(to_rgb[i * 3 + j]) * bits(d65[j]));
 		}
 }
 

@@ -1986,6 +1986,11 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 		blend(image, d->mix, bytes, pl.beta);
 		prof_lap(d, DETECT_STAGE_MIXUP, &tm);
 	}
+	if (o->before_hsv) {
+		r = o->before_hsv(o->before_hsv_ctx, image, size, size, pl.flipud, pl.fliplr);
+		if (r < 0)
+			goto out;
+	}
 	tm = prof_now(d);
 	if (p->hsv_h != 0 || p->hsv_s != 0 || p->hsv_v != 0)
 		hsv_jitter(d, image, (size_t)size * size, pl.gain);
@@ -2015,7 +2020,7 @@ int detect_run(struct detect *d, enum detect_transform t, const struct detect_pa
 	       uint64_t count, struct rng *rng, detect_load_fn load, void *ctx, uint8_t *image, float *boxes,
 	       uint32_t max_boxes, uint32_t *box_count, uint64_t *boxes_dropped)
 {
-	struct detect_output o = {image, size, size, boxes, max_boxes, box_count, boxes_dropped, NULL};
+	struct detect_output o = {image, size, size, boxes, max_boxes, box_count, boxes_dropped, NULL, NULL, NULL};
 
 	return detect_make(d, t, p, size, index, count, rng, load, ctx, &o);
 }

@@ -157,6 +157,12 @@ struct detect_output {
 	uint32_t *box_count;
 	uint64_t *boxes_dropped;
 	struct detect_meta *meta;
+	/* Training only, may be NULL: called on the image after MixUp and
+	 * before HSV, where Ultralytics runs its Albumentations (albu.h), with
+	 * whether the image is already flipped (the flips are folded into the
+	 * warp). A negative return fails the sample. */
+	int (*before_hsv)(void *ctx, uint8_t *image, uint32_t w, uint32_t h, bool flipud, bool fliplr);
+	void *before_hsv_ctx;
 };
 int detect_make(struct detect *d, enum detect_transform t, const struct detect_params *p, uint32_t size, uint64_t index,
 		uint64_t count, struct rng *rng, detect_load_fn load, void *ctx, const struct detect_output *out);

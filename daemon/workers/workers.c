@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "access.h"
+#include "albu.h"
 #include "cache.h"
 #include "clock.h"
 #include "dataset.h"
@@ -53,7 +54,8 @@ struct worker {
 	uint8_t *pixels; /* a decoded image from the cache */
 	size_t pixels_cap;
 	struct detect *detect;
-	uint8_t *fit; /* a detection sample at its long side (detect_load) */
+	struct albu *albu; /* Ultralytics' Albumentations' scratch, made on first use */
+	uint8_t *fit;      /* a detection sample at its long side (detect_load) */
 	size_t fit_cap;
 	/* Read by the loop for stats, on their own cache line. */
 	_Alignas(CACHELINE) _Atomic uint64_t counters[COUNTER_N];
@@ -362,6 +364,30 @@ done:
 	return 0;
 }
 
+/* detect_output.before_hsv: Ultralytics' default Albumentations, drawn
+ * from the sample's own stream (its other draws stay those of albu 0). */
+struct albu_hook {
+	struct worker *w;
+	const struct batch_job *job;
+	uint64_t index;
+};
+
+static int albu_hook(void *ctx, uint8_t *image, uint32_t width, uint32_t height, bool flipud, bool fliplr)
+{
+	struct albu_hook *h = ctx;
+	struct albu_draw d;
+	struct rng rng;
+	int r;
+
+	rng_init(&rng, h->job->seed, h->job->epoch, h->index, RNG_ALBU);
+	albu_draw(&rng, h->job->albu, &d);
+	if (!d.blur && !d.median && !d.gray && !d.clahe)
+		return 0;
+	if (!h->w->albu && (r = albu_new(&h->w->albu)) < 0)
+		return r;
+	return albu_apply(h->w->albu, image, width, height, &d, flipud, fliplr);
+}
+
 /* A detection sample: pixels at dst, its rows at `rows`, their number out. */
 static int produce_detect(struct worker *w, struct batch_job *job, uint32_t pos, uint64_t index, uint8_t *dst,
 			  float *rows, uint32_t *nrows)
@@ -373,7 +399,18 @@ static int produce_detect(struct worker *w, struct batch_job *job, uint32_t pos,
 				  .place = job->detect_transform == DETECT_LETTERBOX ? dst : NULL};
 	uint64_t dropped = 0;
 	struct detect_meta meta = {{0}, {0}};
-	struct detect_output o = {dst, job->out_w, job->out_h, rows, job->max_boxes, nrows, &dropped, &meta};
+	struct albu_hook hook = {.w = w, .job = job, .index = index};
+	struct detect_output o = {.image = dst,
+				  .out_w = job->out_w,
+				  .out_h = job->out_h,
+				  .boxes = rows,
+				  .max_boxes = job->max_boxes,
+				  .box_count = nrows,
+				  .boxes_dropped = &dropped,
+				  .meta = &meta,
+				  .before_hsv =
+					  job->albu > 0 && job->detect_transform == DETECT_TRAIN ? albu_hook : NULL,
+				  .before_hsv_ctx = &hook};
 	struct rng rng;
 	int r;
 
@@ -637,6 +674,7 @@ static void worker_free(struct worker *w)
 	pipeline_free(w->pipeline);
 	tpipe_ctx_free(w->tpipe);
 	detect_free(w->detect);
+	albu_free(w->albu);
 	free(w->fit);
 	free(w->buf);
 	free(w->pixels);

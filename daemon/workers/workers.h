@@ -104,6 +104,7 @@ struct batch_job {
 	uint32_t out_w, out_h;
 	enum fit_resample resample;
 	float bgr;         /* P(the sample's channels stay BGR): Ultralytics' bgr, training */
+	float albu;        /* p of each default Albumentations op (albu.h), training; 0: none */
 	int32_t *shapes;   /* [count][4] in the slot: detect_meta.shape */
 	double *ratio_pad; /* [count][4] in the slot: detect_meta.ratio_pad */
 	/* Classification's batch op (batchmix.h), or NULL: the worker that

@@ -39,8 +39,7 @@ static uint8_t *read_image(uint32_t *w, uint32_t *h)
 
 static void print_draw(FILE *f, const struct albu_draw *d)
 {
-	fprintf(f, "%d %u %d %u %d %d %.17g\n", d->blur, d->blur_k, d->median, d->median_k, d->gray, d->clahe,
-		d->clip);
+	fprintf(f, "%d %u %d %u %d %d %.17g\n", d->blur, d->blur_k, d->median, d->median_k, d->gray, d->clahe, d->clip);
 }
 
 int main(int argc, char **argv)

@@ -8,6 +8,7 @@ odd ones; the 8-bit LAB conversions on all 2^24 colours; the draws against
 Albumentations' distributions (sample_odd_from_range(3, 7), uniform(1, 4),
 p per op); flips folded into the warp give the bytes of flipping after."""
 
+import importlib.util
 import os
 import pathlib
 import subprocess
@@ -153,3 +154,89 @@ def test_apply_on_a_flipped_image_is_albumentations_then_the_flip(images, flipud
         want = cv2.cvtColor(cv2.cvtColor(want, cv2.COLOR_RGB2GRAY), cv2.COLOR_GRAY2RGB)
         want = ref_clahe(want, float(clip))
         assert np.array_equal(got, flip(bgr(want))), (name, index, draw)
+
+
+# ---- through the daemon and the trainer's options ----
+
+IMGSZ = 160
+
+
+@pytest.fixture(scope="module")
+def yolo(make_yolo):
+    path, _, _ = make_yolo(kind="photos", images=12, classes=4, min_side=200, max_side=400, seed=3)
+    return path
+
+
+def train_images(d, path, **kw):
+    import stoker
+
+    ld = stoker.Loader(str(path / "images" / "train"), socket=d.socket, task="detect", image_size=IMGSZ,
+                       batch_size=4, seed=7, epochs=3, hsv_h=0, hsv_s=0, hsv_v=0, fliplr=0, **kw)
+    try:
+        return [(int(i), np.array(im, copy=True)) for b in ld for i, im in zip(b.indices, b.images)]
+    finally:
+        ld.close()
+
+
+def test_daemon_applies_them_between_mixup_and_hsv(daemon, yolo):
+    """albumentations=1 (every op on every sample): each training image is
+    the albumentations=0 one with the ops drawn from its own stream (seed,
+    epoch, sample) applied: the workers' wiring, with every other draw
+    unchanged. Refused for letterbox and outside 0..1."""
+    import stoker
+
+    d = daemon(workers=2)
+    plain = train_images(d, yolo)
+    every = train_images(d, yolo, albumentations=1.0)
+    assert [i for i, _ in plain] == [i for i, _ in every] and len(plain) == 12
+    for (index, a), (_, b) in zip(plain, every):
+        want, draw = run(["apply", 1.0, 7, index, 0, 0], a)
+        assert np.array_equal(b, want), (index, draw)
+    for bad, what in ((dict(albumentations=1.5), "albumentations 1.5 is not in 0..1"),
+                      (dict(albumentations=0.01, transform="letterbox"), "training augmentation")):
+        with pytest.raises(stoker.StokerError, match=what):
+            stoker.Loader(str(yolo / "images" / "train"), socket=d.socket, task="detect", image_size=IMGSZ,
+                          batch_size=4, **bad)
+
+
+ALBU_PY = pathlib.Path(os.environ.get("STOKER_BUILD", "build")) / "pydeps" / "albumentations"
+
+
+def albumentations_site():
+    """albumentations 2.0.8 in a folder of its own (not the environment's:
+    its dependencies would replace packages the other tests use)."""
+    if not (ALBU_PY / "albumentations").is_dir():
+        subprocess.run([os.sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                        "--target", str(ALBU_PY), "albumentations==2.0.8"], check=True)
+    return ALBU_PY
+
+
+def test_trainer_options_follow_ultralytics_albumentations(yolo):
+    """The training loader's `albumentations` is the p of the ops
+    Ultralytics' own Albumentations object holds: 0.01 with albumentations
+    importable (a real install, in a subprocess), 0 with custom
+    `augmentations` (refused by name) or without the package."""
+    # appended, not prepended: the environment's own packages (numpy, cv2,
+    # pydantic) come first, the folder gives only what it lacks
+    code = f"""
+import sys
+sys.path.append({str(albumentations_site())!r})
+from ultralytics.cfg import get_cfg
+from stoker.ultralytics import albumentations_p, loader_options
+args = get_cfg(overrides=dict(data={str(yolo / 'data.yaml')!r}, imgsz={IMGSZ}, workers=0))
+print(albumentations_p(args), loader_options(args, "train").get("albumentations"),
+      loader_options(args, "val").get("albumentations"))
+"""
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2] / "client" / "python"))
+    out = subprocess.run([os.sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines()[-1].split() == ["0.01", "0.01", "None"], out.stdout + out.stderr
+    from ultralytics.cfg import get_cfg
+    from stoker.ultralytics import albumentations_p, loader_options
+
+    args = get_cfg(overrides=dict(data=str(yolo / "data.yaml"), imgsz=IMGSZ, workers=0))
+    if importlib.util.find_spec("albumentations") is None:
+        assert albumentations_p(args) == 0 and "albumentations" not in loader_options(args, "train")
+    args.augmentations = [object()]
+    assert albumentations_p(args) == 0
+    with pytest.raises(ValueError, match="augmentations"):
+        loader_options(args, "train")

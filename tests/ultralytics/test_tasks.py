@@ -11,7 +11,7 @@ from ultralytics.data import build_dataloader, build_yolo_dataset
 from ultralytics.data.utils import check_det_dataset
 
 import stoker
-from stoker.ultralytics import YOLOLoader, albumentations_note
+from stoker.ultralytics import YOLOLoader
 
 IMGSZ = 160
 STRIDE = 32
@@ -127,22 +127,6 @@ def test_switches_not_built_are_refused(yolo, kw, what):
     data = check_det_dataset(args.data)
     with pytest.raises(ValueError, match=what):
         YOLOLoader(data["train"], args, data, mode="train")
-
-
-def test_albumentations_defaults_are_named(yolo, monkeypatch):
-    """Ultralytics adds four Albumentations ops when albumentations imports;
-    stoker does not make them and says so (a warning when training)."""
-    import importlib.util
-
-    path, _ = yolo
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: object() if name == "albumentations" else real(name, *a))
-    note = albumentations_note(_args(path))
-    assert note and "Blur, MedianBlur, ToGray, CLAHE" in note
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "albumentations" else real(name, *a))
-    assert albumentations_note(_args(path)) is None
 
 
 def _train_images(d, path, **kw):

@@ -59,14 +59,44 @@ _TASKS_NOT_BUILT = {
 }
 
 
-def albumentations_note(args):
-    """The warning for a training where Ultralytics' own loader would apply
-    its default Albumentations ops (albumentations importable, no
-    `augmentations` given), which stoker does not make; None otherwise."""
+# Ultralytics' default Albumentations ops that stokerd makes (pixels/albu.h,
+# OpenCV's arithmetic): the parameters its port takes. Any other op of the
+# defaults must have p = 0 (Ultralytics' RandomBrightnessContrast,
+# RandomGamma and ImageCompression have).
+_ALBU_MADE = {"Blur": {"blur_limit": (3, 7)}, "MedianBlur": {"blur_limit": (3, 7)},
+              "ToGray": {"num_output_channels": 3, "method": "weighted_average"},
+              "CLAHE": {"clip_limit": (1.0, 4.0), "tile_grid_size": (8, 8)}}
+
+
+def albumentations_p(args):
+    """stokerd's `albumentations` option for a training: the p of
+    Ultralytics' own default Albumentations ops (Blur, MedianBlur, ToGray,
+    CLAHE) when its loader applies them (albumentations importable at a
+    version it accepts, no custom `augmentations`), else 0. Read from the
+    Albumentations object Ultralytics builds; a default op or parameter
+    stoker does not make raises ValueError naming it."""
     if getattr(args, "augmentations", None) or importlib.util.find_spec("albumentations") is None:
-        return None
-    return ("stoker does not apply Ultralytics' default Albumentations ops (Blur, MedianBlur, ToGray, CLAHE, "
-            "p=0.01 each), which its own loader adds when albumentations is installed")
+        return 0.0
+    from ultralytics.data.augment import Albumentations
+
+    compose = Albumentations(p=1.0).transform
+    if compose is None:  # Ultralytics could not build it: it applies nothing
+        return 0.0
+    applied = {}
+    for op in compose.transforms:
+        if not op.p:
+            continue
+        name, want = type(op).__name__, _ALBU_MADE.get(type(op).__name__)
+        got = {k: tuple(v) if isinstance(v, (list, tuple)) else v
+               for k, v in ((k, getattr(op, k, None)) for k in (want or {}))}
+        if want is None or got != want:
+            raise ValueError(f"Ultralytics' default Albumentations op {op!r}: stoker makes {sorted(_ALBU_MADE)} "
+                             f"with {want or 'p=0'}; train with Ultralytics' own loader")
+        applied[name] = float(op.p)
+    if applied and (set(applied) != set(_ALBU_MADE) or len(set(applied.values())) != 1):
+        raise ValueError(f"Ultralytics' default Albumentations {applied}: stoker makes the four ops "
+                         f"{sorted(_ALBU_MADE)} with one p")
+    return next(iter(applied.values()), 0.0)
 
 
 def split_fraction(args, data, mode="train"):
@@ -133,6 +163,9 @@ def loader_options(args, mode="train", epochs=None):
         opts.update(transform="mosaic", shuffle=True, close_mosaic=int(args.close_mosaic or 0))
         opts.update((k, float(getattr(args, k))) for k in _SAME_NAME)
         opts["bgr"] = float(getattr(args, "bgr", 0.0) or 0.0)  # Ultralytics applies it in training only
+        albu = albumentations_p(args)
+        if albu:
+            opts["albumentations"] = albu
         if epochs is not None:
             opts["epochs"] = int(epochs)
     else:
@@ -231,9 +264,6 @@ class YOLOLoader:
         if resample is not None:
             self._opts["resample"] = resample
         self._epochs = self._opts.get("epochs")
-        note = albumentations_note(args) if mode == "train" else None
-        if note:
-            LOGGER.warning(note)
         self._stoker = stoker.torch.Loader(self._path, **self._opts)
         self._epoch = 0
         self._taken = False
