@@ -129,7 +129,8 @@ def summarize(res, task="detect"):
 
 def table(summary, seeds, task="detect"):
     losses, maps = TASKS[task][2:]
-    short = [k.split("/")[-1].replace("_loss", "").replace("(B)", "") for k in losses + maps]
+    short = [k.replace("train/", "").replace("metrics/", "").replace("_loss", "").replace("(B)", "")
+             for k in losses + maps]
     lines = ["| run | s/epoch | " + " | ".join(short[:len(losses)]) + " | "
              + " | ".join(f"last {k}" for k in short[len(losses):]) + " | "
              + " | ".join(f"best.pt {k}" for k in short[len(losses):]) + " |",
