@@ -249,7 +249,7 @@ uint32_t instgeom_remove_zero_area(struct instgeom_set *s)
 }
 
 void instgeom_perspective(struct instgeom_set *s, const float M[9], float scale, int width, int height,
-			  bool perspective, bool *keep)
+			  bool perspective, bool preserve_obb, float *scratch, bool *keep)
 {
 	const float W = (float)width, H = (float)height;
 	bool segs = s->npts > 0 && s->seg && s->n > 0;
@@ -267,10 +267,11 @@ void instgeom_perspective(struct instgeom_set *s, const float M[9], float scale,
 
 			instgeom_transform(M, true, sg, s->npts, 2);
 			instgeom_segment2box(sg, s->npts, width, height, nb);
-			for (uint32_t j = 0; j < s->npts; j++) {
-				sg[j * 2] = clipf(sg[j * 2], nb[0], nb[2]);
-				sg[j * 2 + 1] = clipf(sg[j * 2 + 1], nb[1], nb[3]);
-			}
+			if (!preserve_obb)
+				for (uint32_t j = 0; j < s->npts; j++) {
+					sg[j * 2] = clipf(sg[j * 2], nb[0], nb[2]);
+					sg[j * 2 + 1] = clipf(sg[j * 2 + 1], nb[1], nb[3]);
+				}
 		} else {
 			instgeom_transform(M, perspective, c, 4, 2);
 			nb[0] = np_min(np_min(c[0], c[2]), np_min(c[4], c[6]));
@@ -294,7 +295,10 @@ void instgeom_perspective(struct instgeom_set *s, const float M[9], float scale,
 						   .seg = s->seg ? s->seg + (size_t)i * s->npts * 2 : NULL,
 						   .kpt = s->kpt ? s->kpt + (size_t)i * s->nkpt * 3 : NULL};
 
-			instgeom_clip(&one, width, height);
+			if (preserve_obb && segs)
+				instgeom_clip_obb(&one, width, height, scratch);
+			else
+				instgeom_clip(&one, width, height);
 		}
 		{
 			bool ok = instgeom_box_candidate(orig, b, area_thr);
@@ -359,6 +363,359 @@ void instgeom_flip(struct instgeom_set *s, bool vertical, float extent, const ui
 					       3 * sizeof(float));
 				memcpy(kp, scratch, (size_t)s->nkpt * 3 * sizeof(float));
 			}
+	}
+}
+
+static int convex_hull(const float *pts, int total, bool clockwise, int *order, int *stack, int *hullbuf);
+
+/*
+ * ---- cv2.intersectConvexConvex: O'Rourke's algorithm with OpenCV's
+ * tolerances, its bounded result (4.11 and 5) and OpenCV 5's crossing
+ * point, computed in double from the coordinates as doubles ----
+ */
+
+
+enum { IN_P, IN_Q, IN_UNKNOWN };
+
+enum { LS_NONE = 0, LS_SINGLE = 1, LS_OVERLAP = 2, LS_ENDPOINT = 3 };
+
+static int area_sign(const float *a, const float *b, const float *c)
+{
+	double area2 = (b[0] - a[0]) * (double)(c[1] - a[1]) - (c[0] - a[0]) * (double)(b[1] - a[1]);
+
+	return area2 > 1e-5 ? 1 : area2 < -1e-5 ? -1 : 0;
+}
+
+/* c on the closed segment ab, abc known collinear */
+static bool between(const float *a, const float *b, const float *c)
+{
+	if (a[0] != b[0])
+		return (a[0] <= c[0] && c[0] <= b[0]) || (a[0] >= c[0] && c[0] >= b[0]);
+	return (a[1] <= c[1] && c[1] <= b[1]) || (a[1] >= c[1] && c[1] >= b[1]);
+}
+
+static void set_pt(float *d, const float *v)
+{
+	d[0] = v[0];
+	d[1] = v[1];
+}
+
+static int parallel_int(const float *a, const float *b, const float *c, const float *d, float *p, float *q)
+{
+	if (area_sign(a, b, c) != 0)
+		return LS_NONE;
+	if (between(a, b, c) && between(a, b, d))
+		set_pt(p, c), set_pt(q, d);
+	else if (between(c, d, a) && between(c, d, b))
+		set_pt(p, a), set_pt(q, b);
+	else if (between(a, b, c) && between(c, d, b))
+		set_pt(p, c), set_pt(q, b);
+	else if (between(a, b, c) && between(c, d, a))
+		set_pt(p, c), set_pt(q, a);
+	else if (between(a, b, d) && between(c, d, b))
+		set_pt(p, d), set_pt(q, b);
+	else if (between(a, b, d) && between(c, d, a))
+		set_pt(p, d), set_pt(q, a);
+	else
+		return LS_NONE;
+	return LS_OVERLAP;
+}
+
+static int intersect_segments(const float *a, const float *b, const float *c, const float *d, float *p, float *q)
+{
+	const double eps = 1e-5;
+	const double ax = a[0], ay = a[1], bx = b[0], by = b[1], cx = c[0], cy = c[1], dx = d[0], dy = d[1];
+	double denom = (ax - bx) * (dy - cy) - (ay - by) * (dx - cx);
+	double num, s, t;
+
+	if (denom == 0.)
+		return parallel_int(a, b, c, d, p, q);
+	num = (dy - ay) * (ax - cx) + (ax - dx) * (ay - cy);
+	s = num / denom;
+	num = (by - ay) * (ax - cx) + (cy - ay) * (bx - ax);
+	t = num / denom;
+	p[0] = (float)(ax + s * (bx - ax));
+	p[1] = (float)(ay + s * (by - ay));
+	set_pt(q, p);
+	return s < -eps || s > 1. + eps || t < -eps || t > 1. + eps ? LS_NONE
+	       : s < eps || s > 1. - eps || t < eps || t > 1. - eps ? LS_ENDPOINT
+								    : LS_SINGLE;
+}
+
+static inline bool pt_ne(const float *a, const float *b)
+{
+	return a[0] != b[0] || a[1] != b[1];
+}
+
+/* push v unless it repeats the last point */
+static void push_new(float **r, const float *v)
+{
+	if (pt_ne(v, *r - 2)) {
+		set_pt(*r, v);
+		*r += 2;
+	}
+}
+
+static int advance(int a, int *aa, int n, bool inside, const float *v, float **r)
+{
+	if (inside)
+		push_new(r, v);
+	(*aa)++;
+	return (a + 1) % n;
+}
+
+/* intersectConvexConvex_: result[0] is the sentinel; the count (with it on an early exit), or -1 */
+static int intersect_(const float *P, int n, const float *Q, int m, float *result, int result_size, float *area_out)
+{
+	float *result0 = result, *r = result;
+	int a = 0, b = 0, inflag = IN_UNKNOWN, aa = 0, ba = 0, nr;
+	bool first = true;
+	const float origin[2] = {0, 0};
+	double area = 0;
+
+	r[0] = r[1] = FLT_MAX;
+	r += 2;
+	do {
+		int a1 = (a + n - 1) % n, b1 = (b + m - 1) % m;
+		float A[2] = {P[a * 2] - P[a1 * 2], P[a * 2 + 1] - P[a1 * 2 + 1]};
+		float B[2] = {Q[b * 2] - Q[b1 * 2], Q[b * 2 + 1] - Q[b1 * 2 + 1]};
+		int cross = area_sign(origin, A, B);
+		int aHB = area_sign(Q + b1 * 2, Q + b * 2, P + a * 2);
+		int bHA = area_sign(P + a1 * 2, P + a * 2, Q + b * 2);
+		float p[2] = {0, 0}, q[2] = {0, 0};
+		int code = intersect_segments(P + a1 * 2, P + a * 2, Q + b1 * 2, Q + b * 2, p, q);
+
+		if (code == LS_SINGLE || code == LS_ENDPOINT) {
+			if (inflag == IN_UNKNOWN && first) {
+				aa = ba = 0;
+				first = false;
+				set_pt(r, p);
+				r += 2;
+			}
+			push_new(&r, p); /* inOut */
+			inflag = aHB > 0 ? IN_P : bHA > 0 ? IN_Q : inflag;
+		}
+		if (code == LS_OVERLAP && (double)A[0] * B[0] + (double)A[1] * B[1] < 0) {
+			push_new(&r, p); /* addSharedSeg */
+			push_new(&r, q);
+			return (int)((r - result0) / 2);
+		}
+		if (cross == 0 && aHB < 0 && bHA < 0)
+			return (int)((r - result0) / 2);
+		else if (cross == 0 && aHB == 0 && bHA == 0) {
+			if (inflag == IN_P)
+				b = advance(b, &ba, m, inflag == IN_Q, Q + b * 2, &r);
+			else
+				a = advance(a, &aa, n, inflag == IN_P, P + a * 2, &r);
+		} else if (cross >= 0) {
+			if (bHA > 0)
+				a = advance(a, &aa, n, inflag == IN_P, P + a * 2, &r);
+			else
+				b = advance(b, &ba, m, inflag == IN_Q, Q + b * 2, &r);
+		} else {
+			if (aHB > 0)
+				b = advance(b, &ba, m, inflag == IN_Q, Q + b * 2, &r);
+			else
+				a = advance(a, &aa, n, inflag == IN_P, P + a * 2, &r);
+		}
+	} while (((aa < n) || (ba < m)) && (aa < 2 * n) && (ba < 2 * m) && (int)((r - result0) / 2) <= result_size);
+
+	nr = (int)((r - result0) / 2);
+	if (nr > result_size) {
+		*area_out = -1.f;
+		return -1;
+	}
+	{
+		float prev[2] = {result0[(nr - 1) * 2], result0[(nr - 1) * 2 + 1]};
+
+		for (int i = 1; i < nr; i++) {
+			result0[(i - 1) * 2] = result0[i * 2];
+			result0[(i - 1) * 2 + 1] = result0[i * 2 + 1];
+			area += (double)prev[0] * result0[i * 2 + 1] - (double)prev[1] * result0[i * 2];
+			prev[0] = result0[i * 2];
+			prev[1] = result0[i * 2 + 1];
+		}
+	}
+	*area_out = (float)(area * 0.5);
+	if (nr > 1 && !pt_ne(result0 + (nr - 2) * 2, result0))
+		nr--;
+	return nr - 1;
+}
+
+/* reverse the order of n points */
+static void reverse_pts(float *p, int n)
+{
+	for (int i = 0, j = n - 1; i < j; i++, j--) {
+		float t[2] = {p[i * 2], p[i * 2 + 1]};
+
+		set_pt(p + i * 2, p + j * 2);
+		set_pt(p + j * 2, t);
+	}
+}
+
+/* contourArea(points, oriented=false) */
+static double contour_area(const float *p, int n)
+{
+	double a00 = 0;
+	float prev[2];
+
+	if (n == 0)
+		return 0;
+	set_pt(prev, p + (n - 1) * 2);
+	for (int i = 0; i < n; i++) {
+		a00 += (double)prev[0] * p[i * 2 + 1] - (double)prev[1] * p[i * 2];
+		set_pt(prev, p + i * 2);
+	}
+	return fabs(a00 * 0.5);
+}
+
+int instgeom_intersect_convex(const float *P, int n, const float *Q, int m, float *out, float *area, float *scratch)
+{
+	float *fp1 = scratch, *fp2 = scratch + (size_t)n * 2, *res = out, a = 0.f;
+	int orientation = 0, nr;
+
+	*area = 0.f;
+	if (n < 2 || m < 2)
+		return 0;
+	memcpy(fp1, P, (size_t)n * 2 * sizeof(float));
+	memcpy(fp2, Q, (size_t)m * 2 * sizeof(float));
+	for (int k = 0; k < 2; k++) {
+		float *d = k == 0 ? fp1 : fp2;
+		int len = k == 0 ? n : m;
+		float d0[2] = {d[0] - d[(len - 1) * 2], d[1] - d[(len - 1) * 2 + 1]};
+
+		for (int i = 1; i < len; i++) {
+			float di[2] = {d[i * 2] - d[(i - 1) * 2], d[i * 2 + 1] - d[(i - 1) * 2 + 1]};
+			double c = (double)d0[0] * di[1] - (double)d0[1] * di[0];
+
+			if (c != 0) {
+				if (c < 0) {
+					orientation++;
+					reverse_pts(d, len);
+				}
+				break;
+			}
+		}
+	}
+	nr = intersect_(fp1, n, fp2, m, res, n + m + 1, &a);
+	if (nr < 0) {
+		*area = -1.f;
+		return -1;
+	}
+	if (nr == 0) {
+		int inside = 0;
+
+		for (int i = 0; i < m; i++)
+			inside += instgeom_point_in_polygon(fp1, (uint32_t)n, fp2[i * 2], fp2[i * 2 + 1]) >= 0;
+		if (inside == m) {
+			memcpy(res, fp2, (size_t)m * 2 * sizeof(float));
+			nr = m;
+		} else {
+			inside = 0;
+			for (int i = 0; i < n; i++)
+				inside += instgeom_point_in_polygon(fp2, (uint32_t)m, fp1[i * 2], fp1[i * 2 + 1]) >= 0;
+			if (inside != n)
+				return 0;
+			memcpy(res, fp1, (size_t)n * 2 * sizeof(float));
+			nr = n;
+		}
+		a = (float)contour_area(res, nr);
+	}
+	if (orientation == 2)
+		reverse_pts(res, nr);
+	*area = fabsf(a);
+	return nr;
+}
+
+size_t instgeom_obb_scratch_floats(uint32_t npts)
+{
+	/* minAreaRect's or the hull's working space; the hull; the intersection and its two copies */
+	return (size_t)npts * 8 + 2 + (size_t)npts * 2 + ((size_t)2 * (npts + 4) + 4) * 2 + (size_t)(npts + 4) * 2;
+}
+
+void instgeom_clip_obb(struct instgeom_set *s, int width, int height, float *scratch)
+{
+	const float W = (float)width, H = (float)height;
+	const float canvas[8] = {0, 0, W, 0, W, H, 0, H};
+	uint32_t n = s->npts;
+
+	if (!n || !s->seg) {
+		instgeom_clip(s, width, height);
+		return;
+	}
+	for (uint32_t i = 0; i < s->n; i++) {
+		float *sg = s->seg + (size_t)i * n * 2, *b = s->box + (size_t)i * 4;
+		float mn[2] = {sg[0], sg[1]}, mx[2] = {sg[0], sg[1]};
+		float *work = scratch, *hull = scratch + (size_t)n * 8 + 2, *vis = hull + (size_t)n * 2;
+		float *iscratch = vis + ((size_t)2 * (n + 4) + 4) * 2, area, rect[5], u[2], v[2], corners[8];
+		int *order = (int *)work, *stack = order + n, *hullbuf = stack + n + 2, nh, nv;
+		double angle, c, sn;
+		float cs, sns;
+
+		for (uint32_t j = 1; j < n; j++) {
+			mn[0] = np_min(mn[0], sg[j * 2]);
+			mn[1] = np_min(mn[1], sg[j * 2 + 1]);
+			mx[0] = np_max(mx[0], sg[j * 2]);
+			mx[1] = np_max(mx[1], sg[j * 2 + 1]);
+		}
+		if (mn[0] >= 0 && mn[1] >= 0 && mx[0] <= W && mx[1] <= H)
+			continue;
+		nh = convex_hull(sg, (int)n, false, order, stack, hullbuf);
+		for (int k = 0; k < nh; k++)
+			set_pt(hull + k * 2, sg + (size_t)hullbuf[k] * 2);
+		nv = instgeom_intersect_convex(hull, nh, canvas, 4, vis, &area, iscratch);
+		if (nv <= 0 || !(area > 0)) {
+			memset(b, 0, 4 * sizeof(float));
+			memset(sg, 0, (size_t)n * 2 * sizeof(float));
+			continue;
+		}
+		b[0] = b[2] = vis[0];
+		b[1] = b[3] = vis[1];
+		for (int k = 1; k < nv; k++) {
+			b[0] = np_min(b[0], vis[k * 2]);
+			b[1] = np_min(b[1], vis[k * 2 + 1]);
+			b[2] = np_max(b[2], vis[k * 2]);
+			b[3] = np_max(b[3], vis[k * 2 + 1]);
+		}
+		/* the visible part in the frame of the segment's own minAreaRect */
+		instgeom_min_area_rect(sg, n, work, rect);
+		angle = rect[4];
+		if (rect[2] < rect[3])
+			angle += 90;
+		angle = angle * (M_PI / 180.0); /* np.deg2rad */
+		c = cos(angle);
+		sn = sin(angle);
+		cs = (float)c;
+		sns = (float)sn;
+		for (int k = 0; k < nv; k++) {
+			/* visible @ basis, basis = ((cos, -sin), (sin, cos)) in float32: sgemm's fused second product */
+			float x = vis[k * 2], y = vis[k * 2 + 1];
+			float pu = fmaf(y, sns, x * cs), pv = fmaf(y, cs, x * -sns);
+
+			u[0] = k ? np_min(u[0], pu) : pu;
+			u[1] = k ? np_max(u[1], pu) : pu;
+			v[0] = k ? np_min(v[0], pv) : pv;
+			v[1] = k ? np_max(v[1], pv) : pv;
+		}
+		{
+			const float cu[4] = {u[1], u[1], u[0], u[0]}, cv[4] = {v[1], v[0], v[0], v[1]};
+
+			/* corners @ basis.T */
+			for (int k = 0; k < 4; k++) {
+				corners[k * 2] = fmaf(cv[k], -sns, cu[k] * cs);
+				corners[k * 2 + 1] = fmaf(cv[k], cs, cu[k] * sns);
+			}
+		}
+		instmask_resample(corners, 4, n, sg);
+	}
+	if (s->nkpt && s->kpt) {
+		size_t count = (size_t)s->n * s->nkpt;
+
+		kpt_visibility(s->kpt, count, W, H);
+		for (size_t j = 0; j < count; j++) {
+			s->kpt[j * 3] = clipf(s->kpt[j * 3], 0.0f, W);
+			s->kpt[j * 3 + 1] = clipf(s->kpt[j * 3 + 1], 0.0f, H);
+		}
 	}
 }
 

@@ -25,6 +25,8 @@
  *                          convex hull, rotating calipers and float32
  *                          arithmetic; then Ultralytics' regularisation)
  *   xywhr2xyxyxyxy         instgeom_corners
+ *   Instances.clip(preserve_obb=True)  instgeom_clip_obb (OBB data sets;
+ *                          cv2.intersectConvexConvex ported)
  *
  * resample_segments is instmask.h's (instmask_resample; the dataset
  * resamples OBB corners to 100 points, other segments to 1000).
@@ -84,14 +86,41 @@ bool instgeom_box_candidate(const float box1[4], const float box2[4], float area
  * RandomPerspective.apply_instances on `s` (boxes xyxy, everything in the
  * input image's pixels) with the drawn matrix M (float32, as
  * _compute_affine_matrix builds it), its scale, the output size and
- * whether perspective is on; segments' boxes re-derived by segment2box,
- * keypoints' visibility zeroed outside the output; Instances.clip; then the
- * candidates kept (area_thr 0.01 with segments, else 0.1). Updates `s` in
- * place (n reduced). `keep`, when not NULL, receives for each input
- * instance whether it was kept ([n] bytes). No preserve_obb.
+ * whether perspective is on; segments' boxes re-derived by segment2box
+ * (and, without preserve_obb, segments clipped to them), keypoints'
+ * visibility zeroed outside the output; Instances.clip (preserve_obb: as
+ * instgeom_clip_obb); then the candidates kept (area_thr 0.01 with
+ * segments, else 0.1). Updates `s` in place (n reduced). `keep`, when not
+ * NULL, receives for each input instance whether it was kept ([n] bytes).
+ * `scratch`: instgeom_obb_scratch_floats(npts) floats with preserve_obb
+ * (else may be NULL).
  */
 void instgeom_perspective(struct instgeom_set *s, const float M[9], float scale, int width, int height,
-			  bool perspective, bool *keep);
+			  bool perspective, bool preserve_obb, float *scratch, bool *keep);
+
+/*
+ * Instances.clip(w, h, preserve_obb=True), Ultralytics' clip for OBB data
+ * sets: an instance whose segment leaves the image gets, as its segment,
+ * the rectangle aligned with its own minAreaRect that bounds its visible
+ * part (cv2.intersectConvexConvex of its convex hull with the image, as
+ * OpenCV computes it), resampled to its point count, and as its box the
+ * visible part's bounds; no visible area: box and segment zero. Instances
+ * inside are left as they are (their boxes unclipped). Keypoints as
+ * instgeom_clip. `scratch`: instgeom_obb_scratch_floats(npts) floats.
+ */
+void instgeom_clip_obb(struct instgeom_set *s, int width, int height, float *scratch);
+size_t instgeom_obb_scratch_floats(uint32_t npts);
+
+/*
+ * cv2.intersectConvexConvex(P, Q, handleNested=True) of two float32
+ * polygons of n and m points: its points into `out` (room for 2 * (n + m)
+ * + 4 points), their number returned, the area in *area; 0 points for
+ * none (n or m below 2, or no intersection), -1 where OpenCV's loop does
+ * not converge (area -1). Its quirks kept: an early exit's result starts
+ * with its (FLT_MAX, FLT_MAX) sentinel and has area 0. `scratch`: 2 * (n +
+ * m) floats.
+ */
+int instgeom_intersect_convex(const float *P, int n, const float *Q, int m, float *out, float *area, float *scratch);
 
 /* Instances.clip(w, h) without preserve_obb: boxes (xyxy) and segments clipped to the image, keypoints
  * outside it made invisible, then clipped. */

@@ -13,7 +13,9 @@
  *   C cx cy w h r                   xywhr2xyxyxyxy      -> 8 doubles
  *   Q box1 box2 area_thr            box_candidates      -> 0 / 1
  *   M x y M0..M8 divide             transform one point -> x y
- *   P W H persp scale M0..M8 SET    apply_instances     -> keep flags ; SET
+ *   P W H persp obb scale M0..M8 SET    apply_instances (obb: preserve_obb) -> keep flags ; SET
+ *   V w h SET                       Instances.clip(preserve_obb=True) -> SET
+ *   I n pts m pts                   intersectConvexConvex -> count area pts...
  *   L w h padw padh SET             _update_labels      -> SET
  *   K w h SET                       clip + remove_zero_area -> SET
  *   F vertical extent nidx idx... SET   RandomFlip      -> SET
@@ -189,8 +191,8 @@ int main(void)
 		}
 		case 'P': {
 			int W = (int)num(), H = (int)num();
-			bool persp = num() != 0;
-			float scale = (float)num(), M[9];
+			bool persp = num() != 0, obb = num() != 0;
+			float scale = (float)num(), M[9], *scratch;
 			uint32_t n_in;
 			bool *keep;
 
@@ -201,7 +203,11 @@ int main(void)
 			if (!keep)
 				return 1;
 			n_in = s.n;
-			instgeom_perspective(&s, M, scale, W, H, persp, keep);
+			scratch = calloc(instgeom_obb_scratch_floats(s.npts), sizeof(float));
+			if (!scratch)
+				return 1;
+			instgeom_perspective(&s, M, scale, W, H, persp, obb, scratch, keep);
+			free(scratch);
 			for (uint32_t i = 0; i < n_in; i++)
 				printf(" %d", keep[i]);
 			printf(" ;");
@@ -332,6 +338,41 @@ int main(void)
 			free(kpt);
 			free(scratch);
 			set_free(&s);
+			break;
+		}
+		case 'V': {
+			int w = (int)num(), h = (int)num();
+			float *scratch;
+
+			set_read(&s);
+			scratch = calloc(instgeom_obb_scratch_floats(s.npts), sizeof(float));
+			if (!scratch)
+				return 1;
+			instgeom_clip_obb(&s, w, h, scratch);
+			set_put(&s);
+			free(scratch);
+			set_free(&s);
+			break;
+		}
+		case 'I': {
+			uint32_t n = count();
+			float *P = floats((size_t)n * 2);
+			uint32_t m = count();
+			float *Q = floats((size_t)m * 2), area;
+			float *out = calloc(((size_t)n + m) * 4 + 8, sizeof(float)),
+			      *scratch = calloc(((size_t)n + m) * 2 + 1, sizeof(float));
+			int r;
+
+			if (!out || !scratch)
+				return 1;
+			r = instgeom_intersect_convex(P, (int)n, Q, (int)m, out, &area, scratch);
+			printf(" %d %.9g", r, (double)area);
+			if (r > 0)
+				put_f(out, (size_t)r * 2);
+			free(P);
+			free(Q);
+			free(out);
+			free(scratch);
 			break;
 		}
 		default: fprintf(stderr, "instgeom: unknown request '%c'\n", op); return 2;

@@ -228,7 +228,7 @@ def test_perspective(geom, task, perspective):
         labels = {"cls": cls, "instances": inst}
         params = {"M": M, "scale": s, "orig_shape": (H0, W0), "size": size}
         out = rp.apply_instances(labels, params)
-        words = geom.ask("P", size[0], size[1], int(bool(perspective)), repr(float(np.float32(s))), f32s(M),
+        words = geom.ask("P", size[0], size[1], int(bool(perspective)), 0, repr(float(np.float32(s))), f32s(M),
                          set_text(n, boxes, segs, kpts))
         semi = words.index(";")
         keep = np.asarray([w == "1" for w in words[:semi]], bool)
@@ -259,7 +259,7 @@ def test_scale_is_float32(geom):
         inst = Instances(boxes.copy(), None, None, bbox_format="xyxy", normalized=False)
         out = rp.apply_instances({"cls": np.zeros((2, 1), np.float32), "instances": inst},
                                  {"M": M, "scale": s, "orig_shape": (20, 20), "size": (20, 20)})
-        words = geom.ask("P", 20, 20, 0, repr(s), f32s(M), set_text(2, boxes, None, None))
+        words = geom.ask("P", 20, 20, 0, 0, repr(s), f32s(M), set_text(2, boxes, None, None))
         ob, _, _ = parse_set(words[words.index(";") + 1 :])
         same(ob, out["instances"].bboxes, f"scale {s}")
 
@@ -622,3 +622,102 @@ def test_format(geom, task):
         same(v[: n * k].reshape(n, k), out["bboxes"].numpy().reshape(n, k), f"format boxes {task} {trial}")
         if task == "pose":
             same(v[n * k :].reshape(n, 6, 3), out["keypoints"].numpy(), f"format keypoints {trial}")
+
+
+# ---- OBB data sets: preserve_obb ----
+
+
+def test_intersect_convex(geom):
+    """cv2.intersectConvexConvex of a polygon's convex hull with the image
+    rectangle (as Instances.clip(preserve_obb=True) calls it), and of other
+    convex pairs: the same points in the same order and the same area."""
+    rng = np.random.default_rng(38)
+    W, H = 640, 480
+    canvas = np.float32([[0, 0], [W, 0], [W, H], [0, H]])
+    cases = [(canvas, canvas), (canvas * 0.5 + 10, canvas), (canvas + 1000, canvas)]
+    for k in range(600):
+        if k % 3 == 2:  # rotated rectangles crossing the border, resampled as OBB segments are
+            c = rng.uniform(-100, 740, 2)
+            wh = rng.uniform(1, 400, 2)
+            p = cv2.boxPoints(((float(c[0]), float(c[1])), (float(wh[0]), float(wh[1])), float(rng.uniform(-180, 180))))
+            p = resample_segments([p.astype(np.float32)], 100)[0]
+        else:
+            p = random_polygon(rng, int(rng.integers(1, 20)), -300, 900)
+        hull = cv2.convexHull(p).reshape(-1, 2)
+        cases.append((hull, canvas) if k % 2 else (canvas, hull))
+    for P, Q in cases:
+        area, pts = cv2.intersectConvexConvex(P, Q)
+        words = geom.ask("I", len(P), f32s(P), len(Q), f32s(Q))
+        r, ours_area = int(words[0]), np.float32(float(words[1]))
+        theirs = np.zeros((0, 2), np.float32) if pts is None else pts.reshape(-1, 2)
+        assert ours_area == np.float32(area), (P.tolist(), Q.tolist(), ours_area, area)
+        if pts is None:
+            assert r <= 0 or area <= 0, (P.tolist(), Q.tolist())
+        else:
+            same(as_f32(words[2:]).reshape(-1, 2), theirs, f"intersection {P.tolist()[:3]}")
+
+
+def obb_instances(rng, n, W, H):
+    segs = []
+    for _ in range(n):
+        c = rng.uniform(-0.3, 1.3, 2) * [W, H]
+        wh = rng.uniform(1, 0.5 * max(W, H), 2)
+        p = cv2.boxPoints(((float(c[0]), float(c[1])), (float(wh[0]), float(wh[1])), float(rng.uniform(-180, 180))))
+        segs.append(resample_segments([p.astype(np.float32)], 100)[0])
+    segs = np.stack(segs) if n else np.zeros((0, 100, 2), np.float32)
+    boxes = np.concatenate([segs.min(1), segs.max(1)], 1).astype(np.float32) if n else np.zeros((0, 4), np.float32)
+    return boxes, segs
+
+
+def test_clip_preserve_obb(geom):
+    """Instances.clip(w, h, preserve_obb=True): crossing instances become the
+    rectangle in their own orientation bounding their visible part, boxes
+    the visible part's bounds, invisible ones zero."""
+    rng = np.random.default_rng(39)
+    changed = zeroed = 0
+    for trial in range(150):
+        W, H = int(rng.integers(64, 1300)), int(rng.integers(64, 1300))
+        n = int(rng.integers(0, 8))
+        boxes, segs = obb_instances(rng, n, W, H)
+        inst = Instances(boxes.copy(), segs.copy(), None, bbox_format="xyxy", normalized=False)
+        inst.clip(W, H, preserve_obb=True)
+        ob, osg, _ = parse_set(geom.ask("V", W, H, set_text(n, boxes, segs, None)))
+        same(ob, inst.bboxes, f"obb clip boxes {trial}")
+        if n:
+            same(osg, inst.segments, f"obb clip segments {trial}")
+            changed += int((osg != segs).any(axis=(1, 2)).sum())
+            zeroed += int((ob == 0).all(1).sum())
+    assert changed > 50 and zeroed > 0, (changed, zeroed)
+
+
+@pytest.mark.parametrize("perspective", [0.0, 0.0005])
+def test_perspective_preserve_obb(geom, perspective):
+    """RandomPerspective(preserve_obb=True).apply_instances, as an OBB data
+    set's training uses it: segments not clipped to their boxes, then the
+    preserve_obb clip, then the candidate rule."""
+    rng = np.random.default_rng(40 + int(perspective * 1e4))
+    random.seed(41)
+    kept = 0
+    for trial in range(60):
+        W0, H0 = int(rng.integers(200, 1300)), int(rng.integers(200, 1300))
+        size = (int(rng.integers(100, 700)), int(rng.integers(100, 700)))
+        rp = RandomPerspective(degrees=float(rng.choice([0, 30, 180])), translate=0.1, scale=0.5,
+                               shear=float(rng.choice([0, 5])), perspective=perspective, preserve_obb=True)
+        M, s = rp._compute_affine_matrix(np.zeros((H0, W0, 3), np.uint8), size)
+        n = int(rng.integers(0, 10))
+        boxes, segs = obb_instances(rng, n, W0, H0)
+        cls = np.arange(n, dtype=np.float32).reshape(-1, 1)
+        inst = Instances(boxes.copy(), segs.copy(), None, bbox_format="xyxy", normalized=False)
+        out = rp.apply_instances({"cls": cls, "instances": inst}, {"M": M, "scale": s, "orig_shape": (H0, W0),
+                                                                   "size": size})
+        words = geom.ask("P", size[0], size[1], int(bool(perspective)), 1, repr(float(np.float32(s))), f32s(M),
+                         set_text(n, boxes, segs, None))
+        semi = words.index(";")
+        keep = np.asarray([w == "1" for w in words[:semi]], bool)
+        ob, osg, _ = parse_set(words[semi + 1 :])
+        same(cls[keep], out["cls"], f"obb perspective kept {trial}")
+        same(ob, out["instances"].bboxes, f"obb perspective boxes {trial}")
+        if len(ob):
+            same(osg, out["instances"].segments, f"obb perspective segments {trial}")
+        kept += len(ob)
+    assert kept > 30
