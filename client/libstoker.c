@@ -96,6 +96,9 @@ struct stoker {
 	bool detect;
 	uint64_t boxes_offset, label_errors;
 	uint64_t shapes_offset, ratio_pad_offset; /* 0: the daemon sends no metadata */
+	/* yolo_task segment: overlap masks; pose: keypoints (0: none). */
+	uint64_t masks_offset, keypoints_offset;
+	uint32_t mask_ratio, mask_side, kpt_points;
 	/* A batch op: soft targets [batch_size][soft_classes] and mix records; 0: none. */
 	uint64_t soft_offset, mix_offset;
 	uint32_t soft_classes;
@@ -880,6 +883,8 @@ static const struct opt_key opt_keys[] = {
 	DKEY(yolo_task, OPT_CHOICE, "detect|segment|pose|obb"),
 	CUSTOM(kpt_shape, true, "u32,u32", opt_set_kpt_shape),
 	CUSTOM(flip_idx, true, "u32list", opt_set_flip_idx),
+	DKEY(mask_ratio, OPT_U32, "u32"),
+	DKEY(overlap_mask, OPT_BOOL, "bool"),
 };
 
 #undef A
@@ -1208,6 +1213,19 @@ static int map_ring(struct stoker *s, const Stoker__Attached *at, int fd)
 	     at->ratio_pad_offset < at->shapes_offset + 16ull * at->batch_size ||
 	     at->ratio_pad_offset > at->slot_bytes || (at->slot_bytes - at->ratio_pad_offset) / 32 < at->batch_size))
 		return set_error(s, -EPROTO, "the daemon described an impossible metadata area");
+	if (at->task == STOKER__TASK__DETECT && at->masks_offset &&
+	    (at->mask_ratio == 0 || at->mask_side == 0 || at->masks_offset % 2 ||
+	     at->masks_offset < at->indices_offset + 8ull * at->batch_size || at->masks_offset > at->slot_bytes ||
+	     (at->slot_bytes - at->masks_offset) / (2ull * at->mask_side * at->mask_side) < at->batch_size ||
+	     (uint64_t)at->mask_side * at->mask_ratio < at->image_height ||
+	     (uint64_t)at->mask_side * at->mask_ratio < at->image_width))
+		return set_error(s, -EPROTO, "the daemon described an impossible mask area");
+	if (at->task == STOKER__TASK__DETECT && at->keypoints_offset &&
+	    (at->kpt_points == 0 || at->kpt_points > OPT_MAX_KPT || at->keypoints_offset % 4 ||
+	     at->keypoints_offset < at->indices_offset + 8ull * at->batch_size ||
+	     at->keypoints_offset > at->slot_bytes ||
+	     (at->slot_bytes - at->keypoints_offset) / (12ull * at->kpt_points * at->batch_size) < at->max_boxes))
+		return set_error(s, -EPROTO, "the daemon described an impossible keypoint area");
 	if (at->soft_offset &&
 	    (at->soft_classes == 0 || at->soft_offset % 4 || at->mix_offset % 8 ||
 	     at->soft_offset < at->indices_offset + 8ull * at->batch_size || at->soft_offset > at->slot_bytes ||
@@ -1386,6 +1404,11 @@ STOKER_API int stoker_attach(struct stoker *s, const char *dataset, const struct
 	s->max_boxes = at->max_boxes;
 	s->shapes_offset = s->detect ? at->shapes_offset : 0;
 	s->ratio_pad_offset = s->detect ? at->ratio_pad_offset : 0;
+	s->masks_offset = s->detect ? at->masks_offset : 0;
+	s->mask_ratio = s->masks_offset ? at->mask_ratio : 0;
+	s->mask_side = s->masks_offset ? at->mask_side : 0;
+	s->keypoints_offset = s->detect ? at->keypoints_offset : 0;
+	s->kpt_points = s->keypoints_offset ? at->kpt_points : 0;
 	s->soft_offset = s->detect ? 0 : at->soft_offset;
 	s->mix_offset = s->soft_offset ? at->mix_offset : 0;
 	s->soft_classes = s->soft_offset ? at->soft_classes : 0;
@@ -1728,6 +1751,28 @@ STOKER_API const double *stoker_batch_ratio_pad(const struct stoker_batch *b)
 	if (!b || !b->s->detect || !b->s->ratio_pad_offset)
 		return NULL;
 	return (const double *)(slot_base(b) + b->s->ratio_pad_offset);
+}
+
+STOKER_API const uint16_t *stoker_batch_masks(const struct stoker_batch *b, uint32_t *ratio, uint32_t *stride)
+{
+	if (!b || !b->s->masks_offset)
+		return NULL;
+	if (ratio)
+		*ratio = b->s->mask_ratio;
+	if (stride)
+		*stride = b->s->mask_side * b->s->mask_side;
+	return (const uint16_t *)(slot_base(b) + b->s->masks_offset);
+}
+
+STOKER_API const float *stoker_batch_keypoints(const struct stoker_batch *b, uint32_t *points, uint32_t *max_boxes)
+{
+	if (!b || !b->s->keypoints_offset)
+		return NULL;
+	if (points)
+		*points = b->s->kpt_points;
+	if (max_boxes)
+		*max_boxes = b->s->max_boxes;
+	return (const float *)(slot_base(b) + b->s->keypoints_offset);
 }
 
 /* ---- sample names ---- */

@@ -241,7 +241,9 @@ int stoker_pinned(const struct stoker *s);
  * read for (segment, pose, obb: each file as its verify_image_label reads
  * it, a corrupt one dropping its image, counted in stoker_label_errors;
  * transform letterbox only for now), kpt_shape=N,D and flip_idx=i,j,...
- * (pose: data.yaml's, checked by the daemon). Images
+ * (pose: data.yaml's, checked by the daemon), mask_ratio (segment: a power
+ * of two up to 32 dividing image_size and stride; default 4) and
+ * overlap_mask (only true is built). Images
  * are uint8 [count, size, size, 3] (rect: each batch's own height and
  * width); the labels array holds each image's box count.
  */
@@ -267,6 +269,21 @@ const float *stoker_batch_boxes(const struct stoker_batch *b, uint32_t *count);
  * classification batches (or a daemon that sends no metadata).
  */
 const int32_t *stoker_batch_shapes(const struct stoker_batch *b);
+/*
+ * yolo_task=segment (letterbox): each image's overlap mask, Ultralytics'
+ * polygons2masks_overlap: image i's at masks + i * *stride, uint16
+ * [height / *ratio][width / *ratio] (the batch's height and width), 0 for
+ * background and k + 1 where image i's k-th box row (its rows come in the
+ * mask's area order, largest first) is the last to cover. NULL without
+ * masks.
+ */
+const uint16_t *stoker_batch_masks(const struct stoker_batch *b, uint32_t *ratio, uint32_t *stride);
+/*
+ * yolo_task=pose (letterbox): float32 [count][*max_boxes][*points][3], image
+ * i's row k the keypoints (x, y normalised to the batch image, visibility)
+ * of its k-th box row. NULL without keypoints.
+ */
+const float *stoker_batch_keypoints(const struct stoker_batch *b, uint32_t *points, uint32_t *max_boxes);
 const double *stoker_batch_ratio_pad(const struct stoker_batch *b);
 /*
  * With a batch op (option batch_transform: MixUp / CutMix / RandomChoice of

@@ -23,6 +23,7 @@
 #include "detect.h"
 #include "errtext.h"
 #include "instances.h"
+#include "instmask.h"
 #include "log.h"
 #include "rect.h"
 #include "ring.h"
@@ -62,6 +63,7 @@ struct attach_request {
 	 * label files are read; has_inst false for detect's. */
 	struct instances_spec inst;
 	bool has_inst;
+	uint32_t mask_ratio; /* segment: masks downsampled by it; 0: no masks */
 	enum fit_resample resample;
 	struct transform_spec spec; /* the host ring's (attach_start) */
 	uint32_t rect_side;         /* rect: the largest shape's side */
@@ -264,6 +266,28 @@ static int validate_task(const Stoker__Attach *a, char *errbuf, size_t errlen)
 				return -EINVAL;
 			}
 	}
+	if (o && o->yolo_task != STOKER__YOLO_TASK__YOLO_SEGMENT && (o->has_mask_ratio || o->has_overlap_mask)) {
+		set_err(errbuf, errlen, "mask_ratio and overlap_mask are options of yolo_task segment");
+		return -EINVAL;
+	}
+	if (o && o->yolo_task == STOKER__YOLO_TASK__YOLO_SEGMENT) {
+		uint32_t k = o->mask_ratio;
+
+		if (k == 0 || k > INSTMASK_MAX_RATIO || (k & (k - 1)) || a->image_size % k ||
+		    (o->rect && o->stride % k)) {
+			set_err(errbuf, errlen,
+				"mask_ratio %u is not a power of two up to %u dividing image_size%s (Ultralytics' "
+				"cv2.resize of a mask is exact there)",
+				k, INSTMASK_MAX_RATIO, o->rect ? " and stride" : "");
+			return -EINVAL;
+		}
+		if (!o->overlap_mask) {
+			set_err(errbuf, errlen,
+				"overlap_mask false (a mask per object) is not built: stoker serves "
+				"Ultralytics' default overlap_mask=True");
+			return -EINVAL;
+		}
+	}
 	if (o && o->split && (!o->split[0] || strlen(o->split) > ATTACH_MAX_SPLIT_LEN || strchr(o->split, '/'))) {
 		set_err(errbuf, errlen, "split '%.40s' is not a data.yaml key", o->split);
 		return -EINVAL;
@@ -455,6 +479,21 @@ int attach_slot_layout(const struct slot_request *r, struct slot_layout *out)
 		ok = ok && align_up(end, 64, &end);
 		l.ratio_pad_offset = end;
 		ok = ok && area_end(end, r->batch_size, 4 * sizeof(double), &end);
+		if (r->mask_ratio) {
+			/* segment: an overlap mask per image, uint16 */
+			l.mask_side = (uint32_t)(side / r->mask_ratio);
+			ok = ok && align_up(end, 64, &end);
+			l.masks_offset = end;
+			ok = ok && area_end(end, (uint64_t)r->batch_size * l.mask_side,
+					    (uint64_t)l.mask_side * sizeof(uint16_t), &end);
+		}
+		if (r->kpt_points) {
+			/* pose: the keypoints of each box row, float32 x, y, visibility */
+			ok = ok && align_up(end, 64, &end);
+			l.keypoints_offset = end;
+			ok = ok && area_end(end, (uint64_t)r->batch_size * r->max_boxes,
+					    (uint64_t)r->kpt_points * 3 * sizeof(float), &end);
+		}
 	}
 	if (r->soft_classes) {
 		ok = ok && align_up(end, 64, &end);
@@ -670,6 +709,11 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	s->boxes_offset = lay->boxes_offset;
 	s->shapes_offset = lay->shapes_offset;
 	s->ratio_pad_offset = lay->ratio_pad_offset;
+	s->masks_offset = lay->masks_offset;
+	s->mask_side = lay->mask_side;
+	s->mask_ratio = req->mask_ratio;
+	s->keypoints_offset = lay->keypoints_offset;
+	s->kpt_points = req->inst.keypoint ? req->inst.nkpt : 0;
 	if (req->has_mix) {
 		s->mix = req->mix;
 		s->has_mix = true;
@@ -850,6 +894,8 @@ static void attach_start(struct conn *c, struct attach_request *req, struct data
 		.rect_side = req->rect_side,
 		.detect = a->task == STOKER__TASK__DETECT,
 		.max_boxes = req->max_boxes,
+		.mask_ratio = req->mask_ratio,
+		.kpt_points = req->inst.keypoint ? req->inst.nkpt : 0,
 		.mosaic = a->task == STOKER__TASK__DETECT && a->transform != STOKER__TRANSFORM__LETTERBOX,
 		.soft_classes = req->has_mix ? batchmix_classes(&req->mix, ds->num_classes) : 0,
 		.prefetch = a->prefetch ? a->prefetch : d->cfg.prefetch,
@@ -1270,6 +1316,7 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 			req->inst.nkpt = o->kpt_points;
 			req->inst.ndim = o->kpt_dims;
 		}
+		req->mask_ratio = o && o->yolo_task == STOKER__YOLO_TASK__YOLO_SEGMENT ? o->mask_ratio : 0;
 		dataset_yolo_key(req->has_inst ? &req->inst : NULL, req->split, real, req->key, sizeof(req->key));
 	} else {
 		snprintf(req->key, sizeof(req->key), "%s", real);

@@ -318,6 +318,11 @@ static void job_prepare(struct session *s, uint32_t slot, uint64_t b)
 		job->albu = s->albu;
 		job->shapes = (int32_t *)(base + s->shapes_offset);
 		job->ratio_pad = (double *)(base + s->ratio_pad_offset);
+		job->mask_ratio = s->mask_ratio;
+		job->mask_side = s->mask_side;
+		job->masks = s->mask_ratio ? (uint16_t *)(base + s->masks_offset) : NULL;
+		job->kpt_points = s->kpt_points;
+		job->keypoints = s->kpt_points ? (float *)(base + s->keypoints_offset) : NULL;
 	}
 	atomic_store_explicit(&job->replaced, 0, memory_order_relaxed);
 	atomic_store_explicit(&job->cancelled, false, memory_order_relaxed);
@@ -591,6 +596,17 @@ void session_announce(struct session *s, int fd)
 		at.has_shapes_offset = at.has_ratio_pad_offset = true;
 		at.shapes_offset = s->shapes_offset;
 		at.ratio_pad_offset = s->ratio_pad_offset;
+		if (s->mask_ratio) {
+			at.has_masks_offset = at.has_mask_ratio = at.has_mask_side = true;
+			at.masks_offset = s->masks_offset;
+			at.mask_ratio = s->mask_ratio;
+			at.mask_side = s->mask_side;
+		}
+		if (s->kpt_points) {
+			at.has_keypoints_offset = at.has_kpt_points = true;
+			at.keypoints_offset = s->keypoints_offset;
+			at.kpt_points = s->kpt_points;
+		}
 		/* Names while they fit a frame; the classes themselves are numbers. */
 		for (uint32_t i = 0; ds->class_names && i < ds->num_classes; i++) {
 			names_bytes += strlen(ds->class_names[i]) + 4;

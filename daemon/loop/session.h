@@ -70,6 +70,9 @@ struct session {
 	size_t boxes_offset;
 	enum fit_resample resample;
 	size_t shapes_offset, ratio_pad_offset; /* per-image metadata in each slot */
+	/* yolo_task segment: overlap masks (mask_ratio 0: none); pose: keypoints (kpt_points 0: none). */
+	size_t masks_offset, keypoints_offset;
+	uint32_t mask_side, mask_ratio, kpt_points;
 	/* A batch op (batchmix.h): its soft targets, records and scratch in each slot. */
 	bool has_mix;
 	struct batchmix mix;

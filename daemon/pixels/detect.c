@@ -70,6 +70,7 @@
 /* A box in pixels, corners (x1, y1) (x2, y2). */
 struct dbox {
 	float cls, x1, y1, x2, y2;
+	uint32_t src; /* the object's index in its sample (letterbox's rows_src) */
 };
 
 struct detect {
@@ -1514,8 +1515,8 @@ static size_t append_boxes(struct detect *d, int which, size_t n, const struct d
 		/* NaN fails here too */
 		if (!(x2 > x1 && y2 > y1))
 			continue;
-		out[n++] = (struct dbox){b->cls, (float)(x1 + padw), (float)(y1 + padh), (float)(x2 + padw),
-					 (float)(y2 + padh)};
+		out[n++] = (struct dbox){
+			b->cls, (float)(x1 + padw), (float)(y1 + padh), (float)(x2 + padw), (float)(y2 + padh), i};
 	}
 	return n;
 }
@@ -1719,7 +1720,7 @@ static size_t perspective_boxes(struct dbox *b, size_t n, const double M[9], boo
 		ar = fmax(w2 / (h2 + eps), h2 / (w2 + eps));
 		/* box_candidates(wh_thr=2, ar_thr=100, area_thr=0.1); NaN fails */
 		if (w2 > 2 && h2 > 2 && w2 * h2 / (w1 * h1 + eps) > 0.1 && ar < 100)
-			b[k++] = (struct dbox){b[i].cls, (float)x1, (float)y1, (float)x2, (float)y2};
+			b[k++] = (struct dbox){b[i].cls, (float)x1, (float)y1, (float)x2, (float)y2, b[i].src};
 	}
 	return k;
 }
@@ -1855,7 +1856,7 @@ out:
 
 /* Rows of (0, cls, cx, cy, w, h), normalised, flipped as asked. */
 static void write_boxes(const struct dbox *b, size_t n, uint32_t width, uint32_t height, bool flipud, bool fliplr,
-			float *out, uint32_t max_boxes, uint32_t *written, uint64_t *dropped)
+			float *out, uint32_t max_boxes, uint32_t *written, uint64_t *dropped, uint32_t *src)
 {
 	const double fw = width, fh = height;
 	uint32_t k = 0;
@@ -1882,6 +1883,8 @@ static void write_boxes(const struct dbox *b, size_t n, uint32_t width, uint32_t
 			y1 = fh - y2;
 			y2 = fh - t;
 		}
+		if (src)
+			src[k] = b[i].src;
 		o = out + (size_t)k++ * DETECT_BOX_FLOATS;
 		o[0] = 0.0f;
 		o[1] = b[i].cls;
@@ -1960,7 +1963,8 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 		if (!s.placed)
 			letterbox_copy(&s, g.left, g.top, image, o->out_w, o->out_h, false, false);
 		prof_lap(d, DETECT_STAGE_COPY, &tm);
-		write_boxes(d->boxes[0], n[0], o->out_w, o->out_h, false, false, boxes, max_boxes, &written, &dropped);
+		write_boxes(d->boxes[0], n[0], o->out_w, o->out_h, false, false, boxes, max_boxes, &written, &dropped,
+			    o->rows_src);
 		prof_lap(d, DETECT_STAGE_BOXES, &tm);
 		goto done;
 	}
@@ -1996,13 +2000,13 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 		hsv_jitter(d, image, (size_t)size * size, pl.gain);
 	prof_lap(d, DETECT_STAGE_HSV, &tm);
 
-	write_boxes(d->boxes[0], n[0], size, size, pl.flipud, pl.fliplr, boxes, max_boxes, &written, &dropped);
+	write_boxes(d->boxes[0], n[0], size, size, pl.flipud, pl.fliplr, boxes, max_boxes, &written, &dropped, NULL);
 	if (pl.mixup) {
 		uint32_t more = 0;
 
 		write_boxes(d->boxes[1], n[1], size, size, pl.flipud, pl.fliplr,
 			    boxes ? boxes + (size_t)written * DETECT_BOX_FLOATS : NULL, max_boxes - written, &more,
-			    &dropped);
+			    &dropped, NULL);
 		written += more;
 	}
 	prof_lap(d, DETECT_STAGE_BOXES, &tm);
@@ -2020,7 +2024,8 @@ int detect_run(struct detect *d, enum detect_transform t, const struct detect_pa
 	       uint64_t count, struct rng *rng, detect_load_fn load, void *ctx, uint8_t *image, float *boxes,
 	       uint32_t max_boxes, uint32_t *box_count, uint64_t *boxes_dropped)
 {
-	struct detect_output o = {image, size, size, boxes, max_boxes, box_count, boxes_dropped, NULL, NULL, NULL};
+	struct detect_output o = {image,         size, size, boxes, max_boxes, box_count,
+				  boxes_dropped, NULL, NULL, NULL,  NULL};
 
 	return detect_make(d, t, p, size, index, count, rng, load, ctx, &o);
 }

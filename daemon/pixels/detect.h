@@ -163,6 +163,9 @@ struct detect_output {
 	 * warp). A negative return fails the sample. */
 	int (*before_hsv)(void *ctx, uint8_t *image, uint32_t w, uint32_t h, bool flipud, bool fliplr);
 	void *before_hsv_ctx;
+	/* DETECT_LETTERBOX: each written row's object index in the sample
+	 * (max_boxes entries; NULL: not wanted). */
+	uint32_t *rows_src;
 };
 int detect_make(struct detect *d, enum detect_transform t, const struct detect_params *p, uint32_t size, uint64_t index,
 		uint64_t count, struct rng *rng, detect_load_fn load, void *ctx, const struct detect_output *out);

@@ -14,6 +14,7 @@
 #include "clock.h"
 #include "dataset.h"
 #include "grow.h"
+#include "instmask.h"
 #include "log.h"
 #include "workers.h"
 
@@ -57,6 +58,12 @@ struct worker {
 	struct albu *albu; /* Ultralytics' Albumentations' scratch, made on first use */
 	uint8_t *fit;      /* a detection sample at its long side (detect_load) */
 	size_t fit_cap;
+	/* yolo_task segment and pose: each row's object, the polygons, masks */
+	struct instmask *instmask;
+	uint32_t *rows_src, *inst_off, *inst_order;
+	size_t rows_src_cap, inst_off_cap, inst_order_cap;
+	float *inst_pts, *rows_tmp;
+	size_t inst_pts_cap, rows_tmp_cap;
 	/* Read by the loop for stats, on their own cache line. */
 	_Alignas(CACHELINE) _Atomic uint64_t counters[COUNTER_N];
 };
@@ -388,6 +395,81 @@ static int albu_hook(void *ctx, uint8_t *image, uint32_t width, uint32_t height,
 	return albu_apply(h->w->albu, image, width, height, &d, flipud, fliplr);
 }
 
+/*
+ * yolo_task pose and segment, letterboxed: the keypoints of each row, and
+ * the image's overlap mask with its rows put in the mask's area order, as
+ * Ultralytics' LetterBox and Format(return_keypoint, return_mask) make them
+ * (instmask.h). A segment data set without polygons (Ultralytics dropped
+ * them all) leaves the image no rows, as Format's empty sort does.
+ */
+static int finish_instances(struct worker *w, struct batch_job *job, uint32_t pos, uint64_t index, float *rows,
+			    uint32_t *nrows, const struct detect_meta *meta)
+{
+	const struct dataset *ds = job->ds;
+	uint64_t first = ds->box_off[index], count = ds->box_off[index + 1] - first;
+	uint32_t n = *nrows, rw = (uint32_t)meta->shape[3], rh = (uint32_t)meta->shape[2];
+	struct detect_letterbox g;
+	int r;
+
+	detect_letterbox_geometry(rw, rh, job->out_w, job->out_h, &g);
+	if (job->keypoints) {
+		uint32_t nk = job->kpt_points;
+
+		for (uint32_t k = 0; k < n; k++) {
+			float *dst = job->keypoints + ((size_t)pos * job->max_boxes + k) * nk * 3;
+
+			memcpy(dst, ds->kpt + (first + w->rows_src[k]) * nk * 3, (size_t)nk * 3 * sizeof(float));
+			instmask_letterbox(dst, nk, 3, rw, rh, g.r, g.left, g.top);
+			for (uint32_t j = 0; j < nk; j++) { /* Format's normalize: float32 divisions */
+				dst[j * 3] = dst[j * 3] / (float)job->out_w;
+				dst[j * 3 + 1] = dst[j * 3 + 1] / (float)job->out_h;
+			}
+		}
+	}
+	if (!job->masks)
+		return 0;
+	{
+		uint16_t *mask = job->masks + (size_t)pos * job->mask_side * job->mask_side;
+		uint32_t longest = 0, m;
+
+		if (!ds->seg_off)
+			n = *nrows = 0;
+		for (uint64_t k = 0; ds->seg_off && k < count; k++) {
+			uint64_t np = ds->seg_off[first + k + 1] - ds->seg_off[first + k];
+
+			if (np > longest)
+				longest = (uint32_t)(np < UINT32_MAX / 4 ? np : UINT32_MAX / 4);
+		}
+		m = instmask_resample_count(longest);
+		if (!w->instmask && (r = instmask_new(&w->instmask)) < 0)
+			return r;
+		if (grow((void **)&w->inst_pts, &w->inst_pts_cap, (size_t)n * m * 2 + 2, sizeof(float)) < 0 ||
+		    grow((void **)&w->inst_off, &w->inst_off_cap, (size_t)n + 1, sizeof(uint32_t)) < 0 ||
+		    grow((void **)&w->inst_order, &w->inst_order_cap, (size_t)n + 1, sizeof(uint32_t)) < 0 ||
+		    grow((void **)&w->rows_tmp, &w->rows_tmp_cap, (size_t)n * DETECT_BOX_FLOATS + 1, sizeof(float)) < 0)
+			return -ENOMEM;
+		for (uint32_t k = 0; k < n; k++) {
+			uint64_t o = first + w->rows_src[k], s0 = ds->seg_off[o];
+			float *pts = w->inst_pts + (size_t)k * m * 2;
+
+			instmask_resample(ds->seg + s0 * 2, (uint32_t)(ds->seg_off[o + 1] - s0), m, pts);
+			instmask_letterbox(pts, m, 2, rw, rh, g.r, g.left, g.top);
+			w->inst_off[k] = k * m;
+		}
+		w->inst_off[n] = n * m;
+		r = instmask_overlap(w->instmask, w->inst_pts, w->inst_off, n, job->out_w, job->out_h, job->mask_ratio,
+				     mask, w->inst_order);
+		if (r < 0)
+			return r;
+		memcpy(w->rows_tmp, rows, (size_t)n * DETECT_BOX_FLOATS * sizeof(float));
+		for (uint32_t k = 0; k < n; k++)
+			memcpy(rows + (size_t)k * DETECT_BOX_FLOATS,
+			       w->rows_tmp + (size_t)w->inst_order[k] * DETECT_BOX_FLOATS,
+			       DETECT_BOX_FLOATS * sizeof(float));
+	}
+	return 0;
+}
+
 /* A detection sample: pixels at dst, its rows at `rows`, their number out. */
 static int produce_detect(struct worker *w, struct batch_job *job, uint32_t pos, uint64_t index, uint8_t *dst,
 			  float *rows, uint32_t *nrows)
@@ -411,6 +493,7 @@ static int produce_detect(struct worker *w, struct batch_job *job, uint32_t pos,
 				  .before_hsv =
 					  job->albu > 0 && job->detect_transform == DETECT_TRAIN ? albu_hook : NULL,
 				  .before_hsv_ctx = &hook};
+	bool instances = job->detect_transform == DETECT_LETTERBOX && (job->masks || job->keypoints);
 	struct rng rng;
 	int r;
 
@@ -419,9 +502,17 @@ static int produce_detect(struct worker *w, struct batch_job *job, uint32_t pos,
 		if (r < 0)
 			return r;
 	}
+	if (instances) {
+		r = grow((void **)&w->rows_src, &w->rows_src_cap, job->max_boxes, sizeof(*w->rows_src));
+		if (r < 0)
+			return r;
+		o.rows_src = w->rows_src;
+	}
 	rng_init(&rng, job->seed, job->epoch, index, RNG_AUGMENT);
 	r = detect_make(w->detect, job->detect_transform, &job->detect_params, job->spec.image_size, pos, job->count,
 			&rng, detect_load, &l, &o);
+	if (r == 0 && instances)
+		r = finish_instances(w, job, pos, index, rows, nrows, &meta);
 	if (r == 0) {
 		memcpy(job->shapes + (size_t)pos * 4, meta.shape, sizeof(meta.shape));
 		memcpy(job->ratio_pad + (size_t)pos * 4, meta.ratio_pad, sizeof(meta.ratio_pad));
@@ -676,6 +767,12 @@ static void worker_free(struct worker *w)
 	detect_free(w->detect);
 	albu_free(w->albu);
 	free(w->fit);
+	instmask_free(w->instmask);
+	free(w->rows_src);
+	free(w->inst_off);
+	free(w->inst_order);
+	free(w->inst_pts);
+	free(w->rows_tmp);
 	free(w->buf);
 	free(w->pixels);
 	free(w);

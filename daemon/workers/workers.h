@@ -107,6 +107,15 @@ struct batch_job {
 	float albu;        /* p of each default Albumentations op (albu.h), training; 0: none */
 	int32_t *shapes;   /* [count][4] in the slot: detect_meta.shape */
 	double *ratio_pad; /* [count][4] in the slot: detect_meta.ratio_pad */
+	/* yolo_task segment (letterbox): each image's overlap mask, uint16
+	 * [mask_side][mask_side] apart, of which (out_h / mask_ratio) x (out_w /
+	 * mask_ratio) are written, and its rows in the mask's area order
+	 * (instmask.h); NULL: none. pose: float [count][max_boxes][kpt_points][3],
+	 * each row's keypoints; NULL: none. */
+	uint16_t *masks;
+	uint32_t mask_ratio, mask_side;
+	float *keypoints;
+	uint32_t kpt_points;
 	/* Classification's batch op (batchmix.h), or NULL: the worker that
 	 * finishes the job draws from the stream (seed, epoch, mix_key,
 	 * RNG_BATCHMIX), mixes the images in place (mix_w x mix_h, spec.dtype)

@@ -133,6 +133,10 @@ def test_corrupt_label_files_are_counted(daemon, instances_set):
     ({"yolo_task": "pose", "kpt_shape": "4,3", "flip_idx": "1,0,3,4"}, "flip_idx.* is not a keypoint"),
     ({"yolo_task": "segment", "kpt_shape": "4,3"}, "options of yolo_task pose"),
     ({"yolo_task": "segment", "transform": "mosaic"}, "do not carry segments"),
+    ({"yolo_task": "segment", "mask_ratio": 3}, "mask_ratio 3 is not a power of two"),
+    ({"yolo_task": "segment", "mask_ratio": 64}, "mask_ratio 64"),
+    ({"yolo_task": "segment", "overlap_mask": False}, "overlap_mask false"),
+    ({"yolo_task": "pose", "kpt_shape": "4,3", "mask_ratio": 4}, "options of yolo_task segment"),
 ])
 def test_bad_instance_options_are_refused(daemon, tmp_path, opts, why):
     yaml = make_instances_set(tmp_path, "pose")
@@ -141,3 +145,104 @@ def test_bad_instance_options_are_refused(daemon, tmp_path, opts, why):
     kw.update(opts)
     with pytest.raises(stoker.StokerError, match=why):
         stoker.Loader(str(yaml), socket=d.socket, task="detect", **kw)
+
+
+def _per_image(batches, task):
+    """Each image's tensors out of the batch dicts: its pixels, classes,
+    boxes, and its masks (segment) or keypoints (pose)."""
+    out = {}
+    for b in batches:
+        for i, f in enumerate(b["im_file"]):
+            m = b["batch_idx"] == i
+            d = dict(img=b["img"][i], cls=b["cls"][m], bboxes=b["bboxes"][m], rp=b["ratio_pad"][i],
+                     ori=b["ori_shape"][i])
+            if task == "segment":
+                d.update(masks=b["masks"][i], sem=b["sem_masks"][i])
+            else:
+                d.update(kpts=b["keypoints"][m])
+            out[pathlib.Path(f).name] = d
+    return out
+
+
+def test_val_batches_equal_ultralytics(daemon, instances_set):
+    """StokerSegmentationValidator's / StokerPoseValidator's loader against
+    Ultralytics' YOLODataset(task=..., rect=True) with its collate: the same
+    keys and dtypes, and per image the same pixels, classes and boxes in
+    the same order, the same overlap masks (mask_ratio 4) and sem_masks, or
+    the same keypoints."""
+    from stoker.ultralytics import YOLOLoader
+
+    task, yaml = instances_set
+    d = daemon(workers=2)
+    args = _args(yaml, task)
+    data = check_det_dataset(args.data)
+    ld = YOLOLoader(data["val"], args, data, batch_size=2, mode="val", rank=-1, stride=STRIDE, socket=d.socket)
+    try:
+        got = [{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in b.items()} for b in ld]
+    finally:
+        ld.close()
+    want = ultralytics_val_batches(yaml, task, 2)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert set(g) == set(w)
+        for k, v in w.items():
+            if isinstance(v, torch.Tensor):
+                assert g[k].dtype == v.dtype and g[k].shape == v.shape, k
+        assert [pathlib.Path(f).name for f in g["im_file"]] == [pathlib.Path(f).name for f in w["im_file"]]
+    g, w = _per_image(got, task), _per_image(want, task)
+    assert g.keys() == w.keys()
+    for name in w:
+        a, b = g[name], w[name]
+        assert a["ori"] == b["ori"] and a["rp"] == b["rp"], name
+        assert torch.equal(a["img"], b["img"]), name
+        assert torch.equal(a["cls"], b["cls"]), name
+        assert torch.allclose(a["bboxes"], b["bboxes"], atol=1e-5), name
+        if task == "segment":
+            assert int(a["masks"].max()) == len(a["cls"]), name  # every object has cells of its own
+            assert torch.equal(a["masks"], b["masks"]), f"{name}: {(a['masks'] != b['masks']).sum()} mask cells"
+            assert torch.equal(a["sem"], b["sem"]), name
+        else:
+            assert len(a["kpts"]) == len(a["cls"]), name
+            assert torch.equal(a["kpts"], b["kpts"]), f"{name}: {(a['kpts'] - b['kpts']).abs().max()}"
+
+
+def test_validator_on_its_own_equals_ultralytics(daemon, instances_set, monkeypatch):
+    """model.val(validator=StokerSegmentationValidator / StokerPoseValidator)
+    runs Ultralytics' own validator over stoker's batches (masks, keypoints,
+    sem_masks as its metrics read them): the same metrics as with its own
+    loader. The model is untrained (from its yaml, CPU): what this shows is
+    that the validator runs on stoker's batches; their equality with
+    Ultralytics' own is test_val_batches_equal_ultralytics'."""
+    from ultralytics import YOLO
+
+    from stoker.ultralytics import StokerPoseValidator, StokerSegmentationValidator
+
+    task, yaml = instances_set
+    d = daemon(workers=2)
+    monkeypatch.setenv("STOKER_SOCKET", d.socket)
+    torch.manual_seed(0)
+    model = YOLO("yolo11n-seg.yaml" if task == "segment" else "yolo11n-pose.yaml")
+    if task == "pose":  # the head for the data set's kpt_shape
+        from ultralytics.nn.tasks import PoseModel
+
+        model.model = PoseModel("yolo11n-pose.yaml", nc=1, data_kpt_shape=tuple(KPT_SHAPE), verbose=False)
+    kw = dict(data=str(yaml), imgsz=IMGSZ, batch=2, device="cpu", plots=False, workers=0, conf=0.0001,
+              verbose=False)
+    ours = model.val(validator=StokerSegmentationValidator if task == "segment" else StokerPoseValidator, **kw)
+    theirs = model.val(**kw)
+    assert ours.results_dict == pytest.approx(theirs.results_dict, abs=1e-9)
+    assert ours.results_dict.keys() == theirs.results_dict.keys()
+
+
+@pytest.mark.parametrize("task", ["segment", "pose"])
+def test_trainers_refuse_training_with_the_reason(tmp_path, task):
+    from ultralytics import YOLO
+
+    from stoker.ultralytics import StokerPoseTrainer, StokerSegmentationTrainer
+
+    yaml = make_instances_set(tmp_path, task)
+    model = YOLO("yolo11n-seg.yaml" if task == "segment" else "yolo11n-pose.yaml")
+    trainer = StokerSegmentationTrainer if task == "segment" else StokerPoseTrainer
+    with pytest.raises(ValueError, match=f"task={task} training: .*not built yet"):
+        model.train(data=str(yaml), trainer=trainer, imgsz=IMGSZ, epochs=1, batch=2, device="cpu", workers=0,
+                    project=str(tmp_path / "runs"), plots=False)

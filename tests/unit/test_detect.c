@@ -351,10 +351,10 @@ static void test_letterbox_placed(void **state)
 		for (uint64_t idx = 0; idx < 3; idx++) {
 			const uint32_t ow = shapes[k][0], oh = shapes[k][1];
 			struct detect_meta ma, mb;
-			struct detect_output oa = {a->image, ow,          oh,  a->boxes, MAX_BOXES,
-						   &a->n,    &a->dropped, &ma, NULL,     NULL};
-			struct detect_output ob = {b->image, ow,          oh,  b->boxes, MAX_BOXES,
-						   &b->n,    &b->dropped, &mb, NULL,     NULL};
+			struct detect_output oa = {a->image,    ow,  oh,   a->boxes, MAX_BOXES, &a->n,
+						   &a->dropped, &ma, NULL, NULL,     NULL};
+			struct detect_output ob = {b->image,    ow,  oh,   b->boxes, MAX_BOXES, &b->n,
+						   &b->dropped, &mb, NULL, NULL,     NULL};
 			struct placing pl = {f, b->image, ow, oh, false};
 			uint32_t side = ow;
 			assert_int_equal(
@@ -684,8 +684,8 @@ static void test_load_failures(void **state)
 	f->fail_all_after_first = true;
 	for (int mode = 0; mode < 2; mode++) {
 		struct detect_meta meta = {{-7, -7, -7, -7}, {-7, -7, -7, -7}}, before = meta;
-		struct detect_output out = {o->image, SIZE,        SIZE,  o->boxes, MAX_BOXES,
-					    &o->n,    &o->dropped, &meta, NULL,     NULL};
+		struct detect_output out = {o->image,    SIZE,  SIZE, o->boxes, MAX_BOXES, &o->n,
+					    &o->dropped, &meta, NULL, NULL,     NULL};
 		struct rng rng;
 
 		p.mosaic = mode == 0;

@@ -108,6 +108,9 @@ def _declare(lib):
         "stoker_batch_boxes": (ctypes.c_void_p, [P, ctypes.POINTER(ctypes.c_uint32)]),
         "stoker_batch_shapes": (ctypes.c_void_p, [P]),
         "stoker_batch_ratio_pad": (ctypes.c_void_p, [P]),
+        "stoker_batch_masks": (ctypes.c_void_p, [P, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32)]),
+        "stoker_batch_keypoints": (ctypes.c_void_p, [P, ctypes.POINTER(ctypes.c_uint32),
+                                                     ctypes.POINTER(ctypes.c_uint32)]),
         "stoker_batch_soft_labels": (ctypes.c_void_p, [P, ctypes.POINTER(ctypes.c_uint32)]),
         "stoker_batch_mix": (ctypes.c_void_p, [P]),
         "stoker_sample_path": (ctypes.c_int, [P, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t]),
@@ -222,6 +225,20 @@ def _view(addr, shape, dtype, readonly=True):
     return arr
 
 
+def _masks_view(mem, readonly=True):
+    """uint16 [B, H / mask_ratio, W / mask_ratio] over the slot's masks (each
+    image's at its own stride), or None."""
+    if mem.masks is None:
+        return None
+    n, mh, mw = mem.mask_shape
+    flat = _view(mem.masks, (n, mem.mask_stride), np.uint16, readonly)
+    return flat[:, :mh * mw].reshape(n, mh, mw)
+
+
+def _keypoints_view(mem, readonly=True):
+    return None if mem.keypoints is None else _view(mem.keypoints, mem.keypoint_shape, np.float32, readonly)
+
+
 def _mix_view(addr, count):
     """The batch's mix records (MIX_DTYPE [count]), read-only."""
     return _view(addr, (count * MIX_DTYPE.itemsize,), np.uint8).view(MIX_DTYPE)
@@ -276,14 +293,21 @@ class Batch:
     (batch_transform=: MixUp / CutMix), .soft_labels float32 [B, classes]
     holds the mixed soft targets (unpacking gives `images, soft_labels`;
     .labels keeps the hard ones) and .mix what each sample got (MIX_DTYPE
-    records: lam, lam_drawn, partner, kind, x1, y1, x2, y2). Valid until
-    the loader takes the next batch."""
+    records: lam, lam_drawn, partner, kind, x1, y1, x2, y2). With
+    yolo_task=segment, .masks is uint16 [B, H / mask_ratio, W / mask_ratio],
+    each image's overlap mask (0 background, k + 1 its k-th box row, the rows
+    in the mask's area order); with yolo_task=pose, .keypoints is float32
+    [B, max_boxes, kpt_points, 3], image i's first .labels[i] rows its box
+    rows' keypoints (x, y normalised, visibility). Valid until the loader
+    takes the next batch."""
 
     __slots__ = ("images", "labels", "indices", "epoch", "index", "replaced", "boxes", "shapes", "ratio_pad",
-                 "soft_labels", "mix")
+                 "soft_labels", "mix", "masks", "keypoints")
 
     def __init__(self, images, labels, indices, epoch, index, replaced, boxes=None, shapes=None, ratio_pad=None,
-                 soft_labels=None, mix=None):
+                 soft_labels=None, mix=None, masks=None, keypoints=None):
+        self.masks = masks
+        self.keypoints = keypoints
         self.images = images
         self.labels = labels
         self.indices = indices
@@ -324,7 +348,8 @@ class _BatchMemory:
 
     __slots__ = ("count", "images", "image_shape", "image_dtype", "labels", "label_dtype", "indices",
                  "boxes", "box_rows", "shapes", "ratio_pad", "epoch", "index", "replaced", "device", "stream",
-                 "soft", "soft_classes", "mix")
+                 "soft", "soft_classes", "mix", "masks", "mask_shape", "mask_stride", "keypoints",
+                 "keypoint_shape")
 
     def __init__(self, b, device=-1, stream=0):
         n = int(_lib.stoker_batch_count(b))
@@ -351,6 +376,14 @@ class _BatchMemory:
         self.soft = _lib.stoker_batch_soft_labels(b, ctypes.byref(classes)) or None
         self.soft_classes = int(classes.value)
         self.mix = _lib.stoker_batch_mix(b) or None
+        # yolo_task segment: uint16 masks, image i's at masks + i * stride elements; pose: keypoints.
+        ratio, stride = ctypes.c_uint32(), ctypes.c_uint32()
+        self.masks = _lib.stoker_batch_masks(b, ctypes.byref(ratio), ctypes.byref(stride)) or None
+        self.mask_stride = int(stride.value)
+        self.mask_shape = (n, h // ratio.value, w // ratio.value) if self.masks else None
+        points, rows = ctypes.c_uint32(), ctypes.c_uint32()
+        self.keypoints = _lib.stoker_batch_keypoints(b, ctypes.byref(points), ctypes.byref(rows)) or None
+        self.keypoint_shape = (n, int(rows.value), int(points.value), 3) if self.keypoints else None
         self.epoch = int(_lib.stoker_batch_epoch(b))
         self.index = int(_lib.stoker_batch_index(b))
         self.replaced = int(_lib.stoker_batch_replaced(b))
@@ -794,6 +827,7 @@ class Loader:
             ratio_pad=None if mem.ratio_pad is None else _view(mem.ratio_pad, (mem.count, 4), np.float64),
             soft_labels=None if mem.soft is None else _view(mem.soft, (mem.count, mem.soft_classes), np.float32),
             mix=None if mem.mix is None else _mix_view(mem.mix, mem.count),
+            masks=_masks_view(mem), keypoints=_keypoints_view(mem),
             images=(DeviceArray(mem.images, mem.image_shape, mem.image_dtype, mem.device, mem.stream)
                     if mem.device >= 0 else _view(mem.images, mem.image_shape, mem.image_dtype)),
             labels=_view(mem.labels, (mem.count,), mem.label_dtype),

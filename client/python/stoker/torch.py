@@ -87,16 +87,19 @@ class Batch(tuple):
     delivered), .epoch, .index (batch number in the epoch), .replaced
     (unreadable samples replaced). With a batch op (batch_transform=),
     the second element is .soft_labels (float32 [B, classes], the mixed soft
-    targets) and .mix the numpy records of what each sample got. Valid until
-    the next batch."""
+    targets) and .mix the numpy records of what each sample got. yolo_task
+    segment: .masks, numpy uint16 [B, H / mask_ratio, W / mask_ratio] (see
+    stoker.Batch); pose: .keypoints, float32 [B, max_boxes, kpt_points, 3].
+    Valid until the next batch."""
 
     def __new__(cls, images, labels, indices, epoch, index, replaced, boxes=None, shapes=None, ratio_pad=None,
-                soft_labels=None, mix=None):
+                soft_labels=None, mix=None, masks=None, keypoints=None):
         second = boxes if boxes is not None else soft_labels if soft_labels is not None else labels
         self = super().__new__(cls, (images, second))
         self.images, self.labels, self.indices, self.boxes = images, labels, indices, boxes
         self.shapes, self.ratio_pad = shapes, ratio_pad
         self.soft_labels, self.mix = soft_labels, mix
+        self.masks, self.keypoints = masks, keypoints
         self.epoch, self.index, self.replaced = epoch, index, replaced
         return self
 
@@ -161,7 +164,9 @@ class Loader(_core.Loader):
         mix = None if mem.mix is None else _core._mix_view(mem.mix, mem.count)
         return Batch(images=images, labels=labels, indices=_tensor(mem.indices, (mem.count,), np.int64),
                      epoch=mem.epoch, index=mem.index, replaced=mem.replaced, boxes=boxes, shapes=shapes,
-                     ratio_pad=ratio_pad, soft_labels=soft, mix=mix)
+                     ratio_pad=ratio_pad, soft_labels=soft, mix=mix, masks=_core._masks_view(mem),
+                     keypoints=None if mem.keypoints is None else _tensor(mem.keypoints, mem.keypoint_shape,
+                                                                          np.float32))
 
     def __repr__(self):
         return "<stoker.torch" + super().__repr__()[len("<stoker"):]

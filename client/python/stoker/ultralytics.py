@@ -16,7 +16,11 @@ The daemon's socket is $STOKER_SOCKET (DDP ranks inherit it), else
 stoker's default; `StokerDetectionTrainer.using(socket=..., timeout=...)`
 gives a trainer class with others. StokerDetectionValidator does the same
 for a validation on its own: `YOLO("best.pt").val(data=...,
-validator=StokerDetectionValidator)`.
+validator=StokerDetectionValidator)`. StokerSegmentationValidator and
+StokerPoseValidator do it for segment (overlap masks, sem_masks) and pose
+(keypoints), with batches equal to Ultralytics' own; their trainers refuse
+training (the training transforms of segments and keypoints are not built
+yet).
 
 The batches are the dict Ultralytics' own loader yields: img (uint8
 [B, 3, H, W], a zero-copy view of the daemon's ring in channels_last
@@ -36,13 +40,16 @@ import torch
 from ultralytics.data.dataset import YOLODataset
 from ultralytics.models.yolo.classify import ClassificationTrainer, ClassificationValidator
 from ultralytics.models.yolo.detect import DetectionTrainer, DetectionValidator
+from ultralytics.models.yolo.pose import PoseTrainer, PoseValidator
+from ultralytics.models.yolo.segment import SegmentationTrainer, SegmentationValidator
 from ultralytics.utils import LOGGER, colorstr
 from ultralytics.utils.torch_utils import torch_distributed_zero_first, unwrap_model
 
 import stoker.torch
 
 __all__ = ["StokerDetectionTrainer", "StokerDetectionValidator", "YOLOLoader", "loader_options",
-           "StokerClassificationTrainer", "StokerClassificationValidator", "ClassifyLoader"]
+           "StokerClassificationTrainer", "StokerClassificationValidator", "ClassifyLoader",
+           "StokerSegmentationValidator", "StokerPoseValidator", "StokerSegmentationTrainer", "StokerPoseTrainer"]
 
 # Ultralytics hyper-parameters that are stoker detect options of the same
 # name and meaning (docs/detection.md).
@@ -53,9 +60,14 @@ _SAME_NAME = ("mosaic", "mixup", "degrees", "translate", "scale", "shear", "pers
 _NOT_BUILT = ("cutmix", "copy_paste")
 # Tasks whose labels and transforms stoker does not make yet (docs/ultralytics.md).
 _TASKS_NOT_BUILT = {
-    "segment": "segment polygons and masks are not built yet (stoker reads boxes only)",
-    "pose": "pose keypoints (kpt_shape, flip_idx) are not built yet (stoker reads boxes only)",
     "obb": "oriented boxes (xywhr) are not built yet (stoker reads axis-aligned boxes only)",
+}
+# Tasks whose validation stoker makes, but not yet their training transforms.
+_TRAINING_NOT_BUILT = {
+    "segment": "the training transforms of segments and masks (mosaic, affine with resampled segments, flips) "
+               "are not built yet; validation is (StokerSegmentationValidator)",
+    "pose": "the training transforms of keypoints (mosaic, affine, flips with flip_idx) are not built yet; "
+            "validation is (StokerPoseValidator)",
 }
 
 
@@ -140,9 +152,15 @@ def loader_options(args, mode="train", epochs=None):
     if task == "classify":
         raise ValueError("task=classify: YOLO-cls trains with StokerClassificationTrainer and validates with "
                          "StokerClassificationValidator")
-    if task != "detect":
+    if task in _TRAINING_NOT_BUILT and mode == "train":
+        raise ValueError(f"stoker does not build task={task} training: {_TRAINING_NOT_BUILT[task]}; train with "
+                         "Ultralytics' own loader")
+    if task not in ("detect", *_TRAINING_NOT_BUILT):
         why = _TASKS_NOT_BUILT.get(task, "stoker.ultralytics serves task=detect")
         raise ValueError(f"stoker does not build task={task}: {why}; train with Ultralytics' own loader")
+    if task == "segment" and args.classes is not None:
+        raise ValueError("classes= with task=segment is not built (the masks would keep the other classes' "
+                         "objects); unset it, or use Ultralytics' own loader")
     bad = [f"{k}={getattr(args, k)}" for k in _NOT_BUILT if getattr(args, k, 0)]
     if getattr(args, "augmentations", None):
         bad.append("augmentations (Albumentations)")
@@ -170,6 +188,21 @@ def loader_options(args, mode="train", epochs=None):
             opts["epochs"] = int(epochs)
     else:
         opts.update(transform="letterbox", shuffle=False)
+    if task == "segment":
+        opts.update(yolo_task="segment", mask_ratio=int(args.mask_ratio), overlap_mask=bool(args.overlap_mask))
+    return opts
+
+
+def _instance_options(task, data):
+    """The daemon's options for the data.yaml's keypoints (task pose)."""
+    if task != "pose":
+        return {}
+    kpt = data.get("kpt_shape")
+    if not kpt or len(kpt) != 2:
+        raise ValueError(f"task=pose needs the data.yaml's kpt_shape [points, 2 or 3], not {kpt!r}")
+    opts = {"yolo_task": "pose", "kpt_shape": f"{int(kpt[0])},{int(kpt[1])}"}
+    if data.get("flip_idx"):
+        opts["flip_idx"] = ",".join(str(int(i)) for i in data["flip_idx"])
     return opts
 
 
@@ -256,8 +289,10 @@ class YOLOLoader:
         whole = {"rank": 0, "world_size": 1} if rank == -1 else {}
         # fraction: the split's first images, as Ultralytics' build_yolo_dataset takes them.
         self._fraction = split_fraction(args, data, mode)
+        self._task = getattr(args, "task", "detect") or "detect"
         self._opts = dict(loader_options(args, mode, epochs), socket=socket, timeout=timeout,
-                          batch_size=int(batch_size), **whole, **_fraction_options(self._fraction))
+                          batch_size=int(batch_size), **whole, **_fraction_options(self._fraction),
+                          **_instance_options(self._task, data))
         self._rect = mode == "val" and rect
         if self._rect:
             self._opts.update(rect=True, stride=int(stride), pad=0.5)
@@ -333,8 +368,12 @@ class YOLOLoader:
 
     def _batch(self, b):
         boxes = b.boxes.clone()  # N x 24 bytes: copied, so they are writable and contiguous
+        keep = None
         if self._classes is not None:
-            boxes = boxes[torch.isin(boxes[:, 1], self._classes)]
+            if self._task == "segment":
+                raise ValueError("classes= with task=segment is not built (the masks keep every object)")
+            keep = torch.isin(boxes[:, 1], self._classes)
+            boxes = boxes[keep]
         if self._single_cls:
             boxes[:, 1] = 0
         img = b.images  # uint8 NCHW, channels_last: the ring's NHWC slot, not copied
@@ -350,12 +389,43 @@ class YOLOLoader:
             # LetterBox's new_shape: the batch's rect_shape, or the square imgsz.
             resized = tuple(np.array([h, w]) for _ in files) if self._rect else ((h, w),) * len(files)
             ratio_pad = tuple(((rh, rw), (int(left), int(top))) for rh, rw, left, top in rp)
-        return {"batch_idx": boxes[:, 0].contiguous(), "bboxes": boxes[:, 2:6].contiguous(),
-                "cls": boxes[:, 1:2].contiguous(), "im_file": tuple(files), "img": img, "ori_shape": ori,
-                "ratio_pad": ratio_pad, "resized_shape": resized}
+        out = {"batch_idx": boxes[:, 0].contiguous(), "bboxes": boxes[:, 2:6].contiguous(),
+               "cls": boxes[:, 1:2].contiguous(), "im_file": tuple(files), "img": img, "ori_shape": ori,
+               "ratio_pad": ratio_pad, "resized_shape": resized}
+        if self._task == "segment":
+            out.update(_masks(b, out["cls"]))
+        elif self._task == "pose":
+            rows = b.labels.tolist()
+            kpts = torch.cat([b.keypoints[i, :n] for i, n in enumerate(rows)], 0) if rows else \
+                torch.zeros(0, b.keypoints.shape[2], 3)
+            out["keypoints"] = kpts[keep] if keep is not None else kpts.clone()
+        return out
 
     def __repr__(self):
         return f"<stoker.ultralytics.YOLOLoader {self.mode} {self._path!r} batches={len(self)}>"
+
+
+def _masks(b, cls):
+    """masks and sem_masks as Ultralytics' Format and collate make them:
+    per image its overlap mask [1, h, w] (uint8, int32 past 255 objects;
+    float32 zeros for an image without objects), concatenated; sem_masks
+    the class of the mask's object at each pixel (Format's
+    cls[masks - 1], the last row's class where there is none), float32,
+    stacked."""
+    rows = b.labels.tolist()
+    masks, sems, at = [], [], 0
+    for i, n in enumerate(rows):
+        m = b.masks[i]
+        if n:
+            t = torch.from_numpy(m.astype(np.uint8 if n <= 255 else np.int32))[None]
+            c = cls[at:at + n, 0]
+            sems.append(c[t[0].long() - 1].float())
+        else:
+            t = torch.zeros(1, *m.shape)
+            sems.append(torch.zeros(*m.shape))
+        masks.append(t)
+        at += n
+    return {"masks": torch.cat(masks, 0), "sem_masks": torch.stack(sems, 0)}
 
 
 def _set_loader_epoch(trainer):
@@ -410,11 +480,8 @@ class StokerDetectionTrainer(_Configurable, DetectionTrainer):
         return loader
 
 
-class StokerDetectionValidator(_Configurable, DetectionValidator):
-    """Ultralytics' DetectionValidator whose loader is stoker's, for a
-    validation on its own: `YOLO("best.pt").val(data="data.yaml",
-    validator=StokerDetectionValidator)`. (In training, the trainer's own
-    validator already reads stoker's validation loader.)"""
+class _StokerValidatorLoader:
+    """get_dataloader of a validator on its own: stoker's rect loader."""
 
     def get_dataloader(self, dataset_path, batch_size):
         stride = max(int(self.stride.max() if isinstance(self.stride, torch.Tensor) else self.stride), 32)
@@ -426,6 +493,47 @@ class StokerDetectionValidator(_Configurable, DetectionValidator):
             keep = torch.arange(len(self.names), dtype=torch.float32)
             loader._classes = keep if loader._classes is None else loader._classes[torch.isin(loader._classes, keep)]
         return loader
+
+
+class StokerDetectionValidator(_Configurable, _StokerValidatorLoader, DetectionValidator):
+    """Ultralytics' DetectionValidator whose loader is stoker's, for a
+    validation on its own: `YOLO("best.pt").val(data="data.yaml",
+    validator=StokerDetectionValidator)`. (In training, the trainer's own
+    validator already reads stoker's validation loader.)"""
+
+
+class StokerSegmentationValidator(_Configurable, _StokerValidatorLoader, SegmentationValidator):
+    """Ultralytics' SegmentationValidator with stoker's loader: rect
+    letterboxed batches with overlap masks (mask_ratio, overlap_mask=True)
+    made by stokerd as Ultralytics' loader makes them:
+    `YOLO("yolo11n-seg.pt").val(data=..., validator=StokerSegmentationValidator)`."""
+
+
+class StokerPoseValidator(_Configurable, _StokerValidatorLoader, PoseValidator):
+    """Ultralytics' PoseValidator with stoker's loader (keypoints of the
+    data.yaml's kpt_shape, letterboxed as Ultralytics' loader does):
+    `YOLO("yolo11n-pose.pt").val(data=..., validator=StokerPoseValidator)`."""
+
+
+class _TrainingNotBuilt:
+    """A trainer whose training loader stoker does not build yet: refused
+    with the reason when the trainer asks for it."""
+
+    def get_dataloader(self, dataset_path, batch_size=16, rank=0, mode="train"):
+        loader_options(self.args, mode)  # raises for training
+        return super().get_dataloader(dataset_path, batch_size, rank, mode)
+
+
+class StokerSegmentationTrainer(_Configurable, _TrainingNotBuilt, SegmentationTrainer):
+    """Refuses training (ValueError with the reason): stoker does not build
+    the segment training transforms yet. Validation is built:
+    StokerSegmentationValidator."""
+
+
+class StokerPoseTrainer(_Configurable, _TrainingNotBuilt, PoseTrainer):
+    """Refuses training (ValueError with the reason): stoker does not build
+    the keypoint training transforms yet. Validation is built:
+    StokerPoseValidator."""
 
 
 # ---- classification (YOLO-cls) ----
