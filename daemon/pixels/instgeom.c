@@ -367,6 +367,7 @@ void instgeom_flip(struct instgeom_set *s, bool vertical, float extent, const ui
 }
 
 static int convex_hull(const float *pts, int total, bool clockwise, int *order, int *stack, int *hullbuf);
+static bool all_finite(const float *p, size_t count);
 
 /*
  * ---- cv2.intersectConvexConvex: O'Rourke's algorithm with OpenCV's
@@ -660,6 +661,11 @@ void instgeom_clip_obb(struct instgeom_set *s, int width, int height, float *scr
 		}
 		if (mn[0] >= 0 && mn[1] >= 0 && mx[0] <= W && mx[1] <= H)
 			continue;
+		if (!all_finite(sg, (size_t)n * 2)) { /* a perspective's point at infinity: nothing to fit */
+			memset(b, 0, 4 * sizeof(float));
+			memset(sg, 0, (size_t)n * 2 * sizeof(float));
+			continue;
+		}
 		nh = convex_hull(sg, (int)n, false, order, stack, hullbuf);
 		for (int k = 0; k < nh; k++)
 			set_pt(hull + k * 2, sg + (size_t)hullbuf[k] * 2);
@@ -882,6 +888,14 @@ void instgeom_copy_paste_append(struct instgeom_set *s, int width, const uint32_
 }
 
 /* ---- cv2.minAreaRect ---- */
+
+static bool all_finite(const float *p, size_t count)
+{
+	for (size_t i = 0; i < count; i++)
+		if (!isfinite(p[i]))
+			return false;
+	return true;
+}
 
 size_t instgeom_scratch_floats(uint32_t n)
 {
@@ -1239,7 +1253,7 @@ int instgeom_min_area_rect(const float *pts, uint32_t n, float *scratch, float r
 	double angle = 0;
 	int nh;
 
-	if (n == 0 || n > INSTGEOM_MAX_POINTS)
+	if (n == 0 || n > INSTGEOM_MAX_POINTS || !all_finite(pts, (size_t)n * 2))
 		return -EINVAL;
 	_Static_assert(sizeof(int) == sizeof(float), "scratch shares ints and floats");
 	nh = convex_hull(pts, (int)n, false, order, stack, hullbuf);

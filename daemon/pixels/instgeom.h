@@ -105,8 +105,9 @@ void instgeom_perspective(struct instgeom_set *s, const float M[9], float scale,
  * part (cv2.intersectConvexConvex of its convex hull with the image, as
  * OpenCV computes it), resampled to its point count, and as its box the
  * visible part's bounds; no visible area: box and segment zero. Instances
- * inside are left as they are (their boxes unclipped). Keypoints as
- * instgeom_clip. `scratch`: instgeom_obb_scratch_floats(npts) floats.
+ * inside are left as they are (their boxes unclipped). A crossing
+ * instance with a coordinate that is not finite is zeroed (Ultralytics'
+ * result there is not a rectangle). Keypoints as instgeom_clip. `scratch`: instgeom_obb_scratch_floats(npts) floats.
  */
 void instgeom_clip_obb(struct instgeom_set *s, int width, int height, float *scratch);
 size_t instgeom_obb_scratch_floats(uint32_t npts);
@@ -196,7 +197,9 @@ void instgeom_copy_paste_append(struct instgeom_set *s, int width, const uint32_
  * cv2.minAreaRect of n float32 points (OpenCV's convexHull and rotating
  * calipers, float arithmetic as it has it): centre, size, angle in degrees
  * in [-90, 0). `scratch`: instgeom_scratch_floats(n) floats. 0, or -EINVAL
- * for n = 0 or n > INSTGEOM_MAX_POINTS.
+ * for n = 0, n > INSTGEOM_MAX_POINTS or a coordinate that is not finite (a
+ * perspective warp can send points to infinity; OpenCV's answer there is
+ * no rectangle either).
  */
 int instgeom_min_area_rect(const float *pts, uint32_t n, float *scratch, float rect[5]);
 /* Floats of scratch instgeom_min_area_rect and instgeom_xywhr need for n points. */

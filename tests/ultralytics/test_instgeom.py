@@ -721,3 +721,28 @@ def test_perspective_preserve_obb(geom, perspective):
             same(osg, out["instances"].segments, f"obb perspective segments {trial}")
         kept += len(ob)
     assert kept > 30
+
+
+def test_non_finite_points(geom):
+    """Points a perspective warp sent to infinity (or NaN) never crash the
+    code: minAreaRect and xywhr refuse them (-EINVAL), the preserve_obb clip
+    zeroes such an instance, the other functions answer."""
+    inf, nan = float("inf"), float("nan")
+    bad = [np.float32([[0, 0], [inf, 5], [3, 4], [1, 1]]), np.float32([[nan, 0], [1, 1], [2, 0], [3, 3]]),
+           np.float32([[-inf, -inf], [inf, inf], [nan, nan]])]
+    for p in bad:
+        assert geom.ask("A", len(p), f32s(p))[:2] == ["error", "-22"]
+        assert geom.ask("O", len(p), f32s(p))[:2] == ["error", "-22"]
+        assert len(geom.ask("B", 640, 480, len(p), f32s(p))) == 4
+        assert len(geom.ask("I", len(p), f32s(p), 4, f32s([[0, 0], [640, 0], [640, 480], [0, 480]]))) >= 2
+        segs = resample_segments([np.nan_to_num(p, nan=5.0, posinf=1e6, neginf=-1e6)], 100)[0][None]
+        segs[0, 3] = p[0 if np.isfinite(p[0]).all() else 0]
+        segs[0, 7] = [inf, nan]
+        ob, osg, _ = parse_set(geom.ask("V", 640, 480, set_text(1, np.float32([[0, 0, 10, 10]]), segs, None)))
+        assert (ob == 0).all() and (osg == 0).all()
+    # a warp whose third coordinate crosses zero inside the instances
+    M = np.float32([[1, 0, 0], [0, 1, 0], [0.01, 0.0, -1.0]])
+    boxes, segs = obb_instances(np.random.default_rng(42), 6, 400, 400)
+    for obb in (0, 1):
+        words = geom.ask("P", 320, 320, 1, obb, "1.0", f32s(M), set_text(6, boxes, segs, None))
+        assert ";" in words
