@@ -182,6 +182,14 @@ BODY void blend_row_body(uint8_t *restrict p, const uint8_t *restrict d, size_t 
 }
 KERNEL(blend_row, (uint8_t *restrict p, const uint8_t *restrict d, size_t n, float alpha), (p, d, n, alpha))
 
+void color_blend(struct rgb_image *im, const uint8_t *deg, float alpha)
+{
+	bool avx2 = use_avx2();
+
+	for (uint32_t y = 0; y < im->height; y++)
+		PICK(avx2, blend_row)(im->px + y * im->stride, deg + y * im->stride, (size_t)im->width * 3, alpha);
+}
+
 void color_saturation(struct rgb_image *im, double factor)
 {
 	/* the degenerate image, convert("L") widened to RGB, a chunk of a row at a time */

@@ -44,6 +44,8 @@ void color_invert(struct rgb_image *im);
 void color_hue(struct rgb_image *im, double hue_factor);
 /* Per-band level table applied to every pixel. */
 void color_lut(struct rgb_image *im, const uint8_t lut[3][256]);
+/* Image.blend(deg, im, alpha) into im: deg an image of im's size and stride */
+void color_blend(struct rgb_image *im, const uint8_t *deg, float alpha);
 
 /* torchvision's gaussian_blur kernel weights (float32 softmax of the
  * linspace), n odd, into w[n]. */

@@ -276,6 +276,21 @@ static const unsigned char TIMM_RAND_INC[15] = {
 	T_SHARPNESS_INC, T_SHEAR_X,      T_SHEAR_Y,   T_TRANSLATE_X_REL, T_TRANSLATE_Y_REL,
 };
 
+/* _RAND_WEIGHTED_0 (the tweights section) in its order, and its weights */
+static const unsigned char TIMM_WEIGHTED[15] = {
+	T_ROTATE,       T_SHEAR_X,        T_SHEAR_Y,      T_TRANSLATE_X_REL, T_TRANSLATE_Y_REL,
+	T_COLOR_INC,    T_SHARPNESS_INC,  T_AUTOCONTRAST, T_SOLARIZE_INC,    T_SOLARIZE_ADD,
+	T_CONTRAST_INC, T_BRIGHTNESS_INC, T_EQUALIZE,     T_POSTERIZE_INC,   T_INVERT,
+};
+static const double TIMM_WEIGHTS[15] = {3, 2, 2, 1, 1, .25, .25, .25, .05, .05, .05, .05, .05, .05, .05};
+
+/* _AUGMIX_TRANSFORMS (augment_and_mix_transform) */
+static const unsigned char TIMM_AUGMIX[13] = {
+	T_AUTOCONTRAST, T_COLOR_INC,       T_CONTRAST_INC,    T_BRIGHTNESS_INC, T_SHARPNESS_INC,
+	T_EQUALIZE,     T_ROTATE,          T_POSTERIZE_INC,   T_SOLARIZE_INC,   T_SHEAR_X,
+	T_SHEAR_Y,      T_TRANSLATE_X_REL, T_TRANSLATE_Y_REL,
+};
+
 struct timm_step {
 	unsigned char op; /* TIMM_OPS index */
 	float p;
@@ -318,7 +333,7 @@ static const struct timm_step TIMM_V0[25][2] = {
 
 /* ---- the policy object ---- */
 
-enum policy_kind { POL_RAND, POL_TRIVIAL, POL_AUTO, POL_AUGMIX, POL_TIMM_RAND, POL_TIMM_AUTO };
+enum policy_kind { POL_RAND, POL_TRIVIAL, POL_AUTO, POL_AUGMIX, POL_TIMM_RAND, POL_TIMM_AUTO, POL_TIMM_AUGMIX };
 
 struct policy {
 	enum policy_kind kind;
@@ -333,6 +348,8 @@ struct policy {
 	double m, mstd, mmax, prob, translate_pct;
 	bool random_interp;
 	const unsigned char *rand_ops; /* 15 */
+	const double *weights;         /* tweights: the ops' weights, chosen without replacement; NULL: uniform */
+	bool blended;                  /* timm's AugMix b1: a blend per chain, no final mix */
 	const struct timm_step (*subs)[2];
 	const struct aa_step (*aa)[2]; /* AutoAugment's policy */
 	/* both */
@@ -340,8 +357,13 @@ struct policy {
 	uint8_t fill[3];
 };
 
-static const char *const POLICIES[] = {"RandAugment", "TrivialAugmentWide",     "AutoAugment",
-				       "AugMix",      "rand_augment_transform", "auto_augment_transform"};
+static const char *const POLICIES[] = {"RandAugment",
+				       "TrivialAugmentWide",
+				       "AutoAugment",
+				       "AugMix",
+				       "rand_augment_transform",
+				       "auto_augment_transform",
+				       "augment_and_mix_transform"};
 
 bool policy_known(const char *name)
 {
@@ -382,9 +404,11 @@ static const char *const KEYS_TIMM[] = {"config_str",    "img_mean",        "int
 					"translate_pct", "translate_const", NULL};
 
 /* timm's config sections: key letters then a number (re.split(r'(\d.*)', c)). */
-static int timm_config(const struct params *ps, bool rand, const char *cfg, struct policy *pol)
+static int timm_config(const struct params *ps, enum policy_kind kind, const char *cfg, struct policy *pol)
 {
-	char buf[128], *save = NULL, *tok;
+	const bool rand = kind == POL_TIMM_RAND, mix = kind == POL_TIMM_AUGMIX;
+	char buf[128], tset[128] = "", *save = NULL, *tok;
+	bool has_tset = false, inc = false;
 	int n = 0;
 
 	if (strlen(cfg) >= sizeof(buf))
@@ -395,9 +419,10 @@ static int timm_config(const struct params *ps, bool rand, const char *cfg, stru
 		double v;
 
 		if (n == 0) {
-			if (rand) {
-				if (strcmp(tok, "rand"))
-					return params_fail(ps, "config_str", "\"%s\" does not start with rand", cfg);
+			if (rand || mix) {
+				if (strcmp(tok, rand ? "rand" : "augmix"))
+					return params_fail(ps, "config_str", "\"%s\" does not start with %s", cfg,
+							   rand ? "rand" : "augmix");
 			} else if (!strcmp(tok, "original")) {
 				pol->subs = TIMM_ORIGINAL;
 			} else if (!strcmp(tok, "v0")) {
@@ -408,9 +433,13 @@ static int timm_config(const struct params *ps, bool rand, const char *cfg, stru
 			}
 			continue;
 		}
-		if (rand && tok[0] == 't')
-			return params_fail(ps, "config_str", "section \"%s\": transform sets (t...) are not built",
-					   tok);
+		if (rand && tok[0] == 't') {
+			/* the transform set: the first t section names it */
+			if (!has_tset)
+				snprintf(tset, sizeof(tset), "%s", tok + 1);
+			has_tset = true;
+			continue;
+		}
 		while (*digits && (*digits < '0' || *digits > '9'))
 			digits++;
 		if (!*digits)
@@ -428,8 +457,8 @@ static int timm_config(const struct params *ps, bool rand, const char *cfg, stru
 				return params_fail(ps, "config_str", "mmax %g is not an integer in [0, 1000]", v);
 			pol->mmax = v;
 		} else if (rand && !strcmp(tok, "inc")) {
-			pol->rand_ops = (int)v ? TIMM_RAND_INC : TIMM_RAND;
-		} else if (rand && !strcmp(tok, "m")) {
+			inc = (int)v != 0;
+		} else if ((rand || mix) && !strcmp(tok, "m")) {
 			if (v != floor(v) || v < 0 || v > 1000)
 				return params_fail(ps, "config_str", "m %g is not an integer in [0, 1000]", v);
 			pol->m = v;
@@ -441,12 +470,41 @@ static int timm_config(const struct params *ps, bool rand, const char *cfg, stru
 			if (v < 0 || v > 1)
 				return params_fail(ps, "config_str", "p %g is outside [0, 1]", v);
 			pol->prob = v;
+		} else if (mix && !strcmp(tok, "w")) {
+			if (v != floor(v) || v < 1 || v > 16)
+				return params_fail(ps, "config_str", "w %g is not an integer in [1, 16]", v);
+			pol->width = (unsigned)v;
+		} else if (mix && !strcmp(tok, "d")) {
+			if (v != floor(v) || v > 16)
+				return params_fail(ps, "config_str", "d %g is not an integer in [0, 16]", v);
+			pol->depth = (int)v;
+		} else if (mix && !strcmp(tok, "a")) {
+			if (!(v >= 1e-3 && v <= 1e3))
+				return params_fail(ps, "config_str", "a %g is not in [0.001, 1000]", v);
+			pol->alpha = v;
+		} else if (mix && !strcmp(tok, "b")) {
+			pol->blended = (int)v != 0;
 		} else {
 			return params_fail(ps, "config_str", "unknown section \"%s\"", tok);
 		}
 	}
 	if (n == 0)
 		return params_fail(ps, "config_str", "is empty");
+	if (!rand)
+		return 0;
+	/* rand_augment_choices(): weights, 3a and 3aw are sets of their own, any other name the default set */
+	pol->rand_ops = inc ? TIMM_RAND_INC : TIMM_RAND;
+	if (has_tset && !strcmp(tset, "weights")) {
+		pol->rand_ops = TIMM_WEIGHTED;
+		pol->weights = TIMM_WEIGHTS;
+		if (pol->num_ops > 15)
+			return params_fail(ps, "config_str",
+					   "n %u: the weighted set (tweights) picks without replacement from 15 ops",
+					   pol->num_ops);
+	} else if (has_tset && (!strcmp(tset, "3a") || !strcmp(tset, "3aw"))) {
+		return params_fail(ps, "config_str", "section \"t%s\": its GaussianBlur and Desaturate are not built",
+				   tset);
+	}
 	return 0;
 }
 
@@ -526,20 +584,26 @@ int policy_parse(const char *name, const struct params *ps, struct policy **out)
 					"bicubic: torchvision's tensor kernels take nearest or bilinear");
 		goto out;
 	} else {
-		bool rand = !strcmp(name, "rand_augment_transform");
+		bool rand = !strcmp(name, "rand_augment_transform"), mix = !strcmp(name, "augment_and_mix_transform");
 
-		pol->kind = rand ? POL_TIMM_RAND : POL_TIMM_AUTO;
-		pol->m = 10;
+		pol->kind = rand ? POL_TIMM_RAND : mix ? POL_TIMM_AUGMIX : POL_TIMM_AUTO;
+		pol->m = mix ? 3 : 10;
 		pol->num_ops = 2;
 		pol->prob = 0.5;
 		pol->rand_ops = TIMM_RAND;
+		/* augment_and_mix_transform's defaults: width 3, depth -1 (1..3), alpha 1, magnitudes uniform */
+		pol->width = 3;
+		pol->depth = -1;
+		pol->alpha = 1.0;
+		if (mix)
+			pol->mstd = INFINITY;
 		r = params_check_keys(ps, KEYS_TIMM);
 		if (r >= 0)
 			r = params_text(ps, "config_str", NULL, &text);
 		if (r >= 0 && !text)
 			r = params_fail(ps, "config_str", "is required");
 		if (r >= 0)
-			r = timm_config(ps, rand, text, pol);
+			r = timm_config(ps, pol->kind, text, pol);
 		if (r >= 0)
 			r = params_number(ps, "translate_pct", 0.45, 0, 1, &pol->translate_pct);
 		/* accepted (create_transform passes it); only TranslateX/Y absolute use it, in none of these */
@@ -966,6 +1030,116 @@ static int timm_step(const struct policy *pol, unsigned idx, double prob, double
 	return timm_apply(t->op, arg, rs, pol->fill, im, s);
 }
 
+/*
+ * np.random.choice(15 ops, n, replace=False, p=weights): numpy keeps the
+ * distinct draws of each round in order, which is drawing one at a time
+ * in proportion to the weights of the ops not yet chosen.
+ */
+static void weighted_choice(const struct policy *pol, unsigned n, struct rng *rng, unsigned *chosen)
+{
+	bool taken[15] = {false};
+
+	for (unsigned i = 0; i < n; i++) {
+		double total = 0, u, acc = 0;
+		unsigned k, last = 0;
+
+		for (k = 0; k < 15; k++)
+			if (!taken[k])
+				total += pol->weights[k];
+		u = rng_uniform(rng) * total;
+		for (k = 0; k < 15; k++) {
+			if (taken[k])
+				continue;
+			last = k;
+			acc += pol->weights[k];
+			if (u < acc)
+				break;
+		}
+		if (k == 15)
+			k = last; /* rounding at the top end */
+		taken[k] = true;
+		chosen[i] = pol->rand_ops[k];
+	}
+}
+
+/*
+ * timm's AugMixAugment: float32 weights from a Dirichlet(alpha, ..., alpha)
+ * and m from a Beta(alpha, alpha); each of `width` chains applies
+ * `depth` (or 1..3) ops drawn with replacement from _AUGMIX_TRANSFORMS to
+ * the original (AugmentOp at prob 1, magnitudes uniform in [0, m] unless
+ * mstd says otherwise). _apply_basic: the chains summed in float32 (each
+ * weight times the chain's pixels, rounded, then added), clipped to
+ * [0, 255], truncated to uint8, Image.blend(original, that, m).
+ * _apply_blended (b1): Image.blend of the running image with each chain
+ * at weights _calc_blended_weights computes in float32.
+ */
+static int timm_augmix(const struct policy *pol, struct rgb_image *im, struct rng *rng, struct pixel_scratch *s)
+{
+	const size_t n = (size_t)im->width * 3;
+	uint8_t *orig = scratch_image(s, 3, im), *acc = pol->blended ? scratch_image(s, 1, im) : NULL;
+	float w[16], ws[16], m, *mix = pol->blended ? NULL : scratch_floats(s, n * im->height);
+	double ga, gb;
+	int r = 0;
+
+	if (!orig || (pol->blended ? !acc : !mix))
+		return -ENOMEM;
+	dirichlet(rng, pol->alpha, pol->width, w);
+	ga = gamma_draw(rng, pol->alpha);
+	gb = gamma_draw(rng, pol->alpha);
+	m = (float)(ga / (ga + gb));
+	pixel_trace(s, "m", m);
+	for (unsigned i = 0; i < pol->width; i++)
+		pixel_trace(s, "w", w[i]);
+	memcpy(orig, im->px, im->stride * im->height);
+	if (pol->blended) {
+		float cump = 1.0f;
+
+		memcpy(acc, orig, im->stride * im->height);
+		for (unsigned i = pol->width; i-- > 0;) {
+			float a = w[i] * m / cump;
+
+			cump *= 1.0f - a;
+			ws[i] = a;
+		}
+	} else {
+		for (size_t i = 0; i < n * im->height; i++)
+			mix[i] = 0.0f;
+	}
+	for (unsigned c = 0; c < pol->width && r >= 0; c++) {
+		unsigned depth = pol->depth > 0 ? (unsigned)pol->depth : 1 + (unsigned)rng_below(rng, 3), ops[16];
+
+		pixel_trace(s, "depth", depth);
+		/* np.random.choice(ops, depth, replace=True): all chosen first */
+		for (unsigned d = 0; d < depth; d++)
+			ops[d] = TIMM_AUGMIX[rng_below(rng, 13)];
+		memcpy(im->px, orig, im->stride * im->height);
+		for (unsigned d = 0; d < depth && r >= 0; d++)
+			r = timm_step(pol, ops[d], 1.0, pol->m, im, rng, s);
+		if (r < 0)
+			break;
+		if (pol->blended) {
+			/* img = Image.blend(img, img_aug, w) */
+			color_blend(im, acc, ws[c]);
+			for (uint32_t y = 0; y < im->height; y++)
+				memcpy(acc + y * im->stride, im->px + y * im->stride, n);
+			continue;
+		}
+		for (uint32_t y = 0; y < im->height; y++)
+			for (size_t i = 0; i < n; i++)
+				mix[y * n + i] += w[c] * (float)im->px[y * im->stride + i];
+	}
+	if (r < 0 || pol->blended)
+		return r;
+	for (uint32_t y = 0; y < im->height; y++)
+		for (size_t i = 0; i < n; i++) {
+			float v = mix[y * n + i];
+
+			im->px[y * im->stride + i] = (uint8_t)(int)(v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v);
+		}
+	color_blend(im, orig, m);
+	return 0;
+}
+
 int policy_apply(const struct policy *pol, struct rgb_image *im, struct rng *rng, struct pixel_scratch *s)
 {
 	unsigned chosen[16];
@@ -1008,11 +1182,15 @@ int policy_apply(const struct policy *pol, struct rgb_image *im, struct rng *rng
 	case POL_AUGMIX: return augmix(pol, im, rng, s);
 	case POL_TIMM_RAND:
 		/* np.random.choice(ops, n, replace=True): all chosen first */
-		for (unsigned i = 0; i < pol->num_ops; i++)
-			chosen[i] = pol->rand_ops[rng_below(rng, 15)];
+		if (pol->weights)
+			weighted_choice(pol, pol->num_ops, rng, chosen);
+		else
+			for (unsigned i = 0; i < pol->num_ops; i++)
+				chosen[i] = pol->rand_ops[rng_below(rng, 15)];
 		for (unsigned i = 0; i < pol->num_ops && r >= 0; i++)
 			r = timm_step(pol, chosen[i], pol->prob, pol->m, im, rng, s);
 		return r;
+	case POL_TIMM_AUGMIX: return timm_augmix(pol, im, rng, s);
 	case POL_TIMM_AUTO: {
 		unsigned sub = (unsigned)rng_below(rng, 25);
 
@@ -1028,7 +1206,7 @@ int policy_apply(const struct policy *pol, struct rgb_image *im, struct rng *rng
 int policy_apply_named(const struct policy *pol, const char *spec, struct rgb_image *im, struct pixel_scratch *s,
 		       char *err, size_t errlen)
 {
-	const bool timm = pol->kind == POL_TIMM_RAND || pol->kind == POL_TIMM_AUTO;
+	const bool timm = pol->kind == POL_TIMM_RAND || pol->kind == POL_TIMM_AUTO || pol->kind == POL_TIMM_AUGMIX;
 	enum affine_resample rs = pol->interp;
 	char name[32], interp[16] = "";
 	double v = 0.0;

@@ -232,7 +232,7 @@ def test_policies_refused():
                              ("AugMix", {"severity": 0}, "severity"),
                              ("AugMix", {"interpolation": "bicubic"}, "interpolation"),
                              ("rand_augment_transform", {"config_str": "rand-m9-x3"}, "config_str"),
-                             ("rand_augment_transform", {"config_str": "rand-m9-tweights"}, "config_str"),
+                             ("rand_augment_transform", {"config_str": "rand-m9-t3a"}, "config_str"),
                              ("rand_augment_transform", {}, "config_str"),
                              ("auto_augment_transform", {"config_str": "v1"}, "config_str"),
                              ("auto_augment_transform", {"config_str": "v0", "img_mean": [300, 0, 0]}, "img_mean")]:

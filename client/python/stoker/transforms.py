@@ -16,9 +16,10 @@ stokerd cannot run exactly (a Lambda, an unknown op, a parameter value that
 is not built) raises ValueError naming the op and the parameter: nothing is
 dropped or approximated silently. The PIL-to-tensor steps (PILToTensor,
 ToTensor, ToImage, ToDtype, ConvertImageDtype, timm's MaybeToTensor) say
-the output dtype; ToPureTensor changes nothing. timm's RandAugment and
-AutoAugment objects are given back as their policy strings
-(rand_augment_transform / auto_augment_transform).
+the output dtype; ToPureTensor changes nothing. timm's RandAugment,
+AutoAugment and AugMixAugment objects are given back as their policy
+strings (rand_augment_transform / auto_augment_transform /
+augment_and_mix_transform).
 """
 
 import math
@@ -217,11 +218,15 @@ def _timm_rand_augment(op):
     ops = op.ops
     if not ops:
         _fail(op, "ops", "no ops")
-    if op.choice_weights is not None:
-        _fail(op, "choice_weights", "weighted op choice (the w section) is not built")
     names = [o.name for o in ops]
+    weighted = op.choice_weights is not None
     inc = names == list(aa._RAND_INCREASING_TRANSFORMS)
-    if not inc and names != list(aa._RAND_TRANSFORMS):
+    if weighted:
+        ref_names, ref_p = aa._get_weighted_transforms(aa._RAND_WEIGHTED_0)
+        if names != list(ref_names) or [float(x) for x in op.choice_weights] != [float(x) for x in ref_p]:
+            _fail(op, "choice_weights", "a weighted op set other than timm's tweights (_RAND_WEIGHTED_0) "
+                  "is not built (t3a / t3aw: GaussianBlur and Desaturate are not)")
+    elif not inc and names != list(aa._RAND_TRANSFORMS):
         _fail(op, "ops", f"the op set {names} is not timm's default or increasing set")
     first = ops[0]
     for o in ops:
@@ -235,8 +240,34 @@ def _timm_rand_augment(op):
         cfg.append(f"mmax{first.magnitude_max:g}")
     if first.prob != 0.5:
         cfg.append(f"p{first.prob:g}")
-    cfg.append(f"inc{1 if inc else 0}")
+    cfg.append("tweights" if weighted else f"inc{1 if inc else 0}")
     return [("rand_augment_transform", {"config_str": "-".join(cfg), **_timm_hparams(op, first.hparams)})]
+
+
+def _timm_augmix(op):
+    """timm's AugMixAugment back to its augment_and_mix_transform string."""
+    from timm.data import auto_augment as aa
+    ops = op.ops
+    if [o.name for o in ops] != list(aa._AUGMIX_TRANSFORMS):
+        _fail(op, "ops", "an op set other than timm's _AUGMIX_TRANSFORMS is not built")
+    first = ops[0]
+    for o in ops:
+        if (o.prob, o.magnitude, o.magnitude_std, o.magnitude_max, o.hparams) != \
+                (first.prob, first.magnitude, first.magnitude_std, first.magnitude_max, first.hparams):
+            _fail(op, "ops", "ops with different probabilities or magnitudes are not built")
+    if first.prob != 1.0:
+        _fail(op, "prob", f"{first.prob} (augment_and_mix_transform's ops always apply) is not built")
+    if first.magnitude_max is not None:
+        _fail(op, "magnitude_max", "augment_and_mix_transform has no mmax section")
+    if int(first.magnitude) != first.magnitude or not 1 <= op.width <= 16 or op.depth > 16:
+        _fail(op, "magnitude", "m, w (1..16) and d (up to 16) are whole numbers")
+    cfg = [f"augmix-m{int(first.magnitude)}", f"w{op.width}", f"a{float(op.alpha)!r}", f"b{1 if op.blended else 0}"]
+    if op.depth > 0:
+        cfg.append(f"d{op.depth}")
+    std = first.magnitude_std
+    if math.isfinite(std):
+        cfg.append(f"mstd{float(std)!r}")
+    return [("augment_and_mix_transform", {"config_str": "-".join(cfg), **_timm_hparams(op, first.hparams)})]
 
 
 def _timm_auto_augment(op):
@@ -274,6 +305,8 @@ def _timm(op, cls):
         return _timm_rand_augment(op)
     if cls == "AutoAugment":
         return _timm_auto_augment(op)
+    if cls == "AugMixAugment":
+        return _timm_augmix(op)
     if cls == "RandomErasing":
         if op.num_splits:
             _fail(op, "num_splits", f"{op.num_splits} (split batches) is not built")
