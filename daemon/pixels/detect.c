@@ -1638,6 +1638,7 @@ static int mosaic4(const struct job *j, const struct image_draw *im, uint64_t in
 	if (all_stable) {
 		lazy->yc = yc;
 		lazy->x0 = lazy->x1 = 0;
+		lazy->row_y[0] = lazy->row_y[1] = -1;
 		lazy->rows = d->canvas;
 		goto labels;
 	}
