@@ -5,7 +5,7 @@ stoker, the same seeds, and their per-epoch curves compared.
 
     STOKER_BUILD=build PYTHONPATH=client/python nice -n 10 python3 bench/recipe_proof.py \\
         [--model resnet18] [--size 48] [--epochs 12] [--seeds 1,2] [--json OUT.json]
-    python3 bench/recipe_proof.py --report OUT.json     # the tables and criterion of a saved run
+    python3 bench/recipe_proof.py --report OUT.json [MORE.json]   # the tables and criterion of saved runs
 
 The recipe (references/classification, ResNet-50 v2): RandomResizedCrop,
 RandomHorizontalFlip, TrivialAugmentWide, PILToTensor, ToDtype(float32),
@@ -241,13 +241,16 @@ def main():
     ap.add_argument("--loader-workers", type=int, default=1, help="the DataLoader's num_workers")
     ap.add_argument("--data", help="a directory to build the data sets in (default: a scratch one)")
     ap.add_argument("--json", help="write the runs and the comparison here")
-    ap.add_argument("--report", metavar="JSON", help="only print the tables and the criterion of a saved run")
+    ap.add_argument("--report", metavar="JSON", nargs="+",
+                    help="only print the tables and the criterion of saved runs (several: their runs together)")
     a = ap.parse_args()
     if a.report:
-        with open(a.report) as f:
-            saved = json.load(f)
-        a.factor = saved["config"].get("factor", a.factor) if a.factor == 1.0 else a.factor
-        report(saved["runs"], a.factor)
+        runs = []
+        for path in a.report:
+            with open(path) as f:
+                runs += json.load(f)["runs"]
+        runs.sort(key=lambda r: (r["loader"] != "torchvision", r["seed"]))
+        report(runs, a.factor)
         return
     import torch
     from cpu_per_image import scratch_daemon
