@@ -16,6 +16,43 @@
 #include "instgeom.h"
 #include "instmask.h"
 
+/* numpy's float32 3x3 @ 3x3: per output, a0 * b0 rounded, then a1 * b1 and a2 * b2 fused in */
+static void mat3_mul_f32(const float a[9], const float b[9], float out[9])
+{
+	float t[9];
+
+	for (int i = 0; i < 3; i++)
+		for (int j = 0; j < 3; j++)
+			t[i * 3 + j] = fmaf(a[i * 3 + 2], b[6 + j], fmaf(a[i * 3 + 1], b[3 + j], a[i * 3] * b[j]));
+	memcpy(out, t, sizeof(t));
+}
+
+void instgeom_affine_matrix(const struct instgeom_affine_draw *d, int in_w, int in_h, int out_w, int out_h, float M[9])
+{
+	/* cv2.getRotationMatrix2D(center=(0, 0)): angle *= CV_PI / 180 */
+	double rad = d->angle * M_PI / 180, alpha = cos(rad) * d->scale, beta = sin(rad) * d->scale;
+	const float C[9] = {1, 0, (float)(-in_w / 2.0), 0, 1, (float)(-in_h / 2.0), 0, 0, 1};
+	const float P[9] = {1, 0, 0, 0, 1, 0, (float)d->persp_x, (float)d->persp_y, 1};
+	const float R[9] = {(float)alpha,
+			    (float)beta,
+			    (float)((1 - alpha) * 0.0 - beta * 0.0),
+			    (float)-beta,
+			    (float)alpha,
+			    (float)(beta * 0.0 + (1 - alpha) * 0.0),
+			    0,
+			    0,
+			    1};
+	const float S[9] = {1, (float)tan(d->shear_x * M_PI / 180), 0, (float)tan(d->shear_y * M_PI / 180), 1, 0, 0, 0,
+			    1};
+	const float T[9] = {1, 0, (float)(d->trans_x * out_w), 0, 1, (float)(d->trans_y * out_h), 0, 0, 1};
+
+	/* numpy evaluates T @ S @ R @ P @ C from the left */
+	mat3_mul_f32(T, S, M);
+	mat3_mul_f32(M, R, M);
+	mat3_mul_f32(M, P, M);
+	mat3_mul_f32(M, C, M);
+}
+
 /*
  * numpy's float32 `xy1 @ M.T` is OpenBLAS's sgemm: per output, x * m0
  * rounded, then y * m1 fused into it, then + m2 (the 1 * m2 term). fmaf is

@@ -58,6 +58,20 @@ struct instgeom_set {
 };
 
 /*
+ * RandomPerspective._compute_affine_matrix's M = T @ S @ R @ P @ C in
+ * float32 from its draws (Python floats, in its order: perspective x, y;
+ * angle in degrees; scale; shear x, y in degrees; translation x, y as
+ * fractions of the output size, uniform(0.5 - translate, 0.5 +
+ * translate)): each factor rounded to float32 as numpy stores it (R from
+ * cv2.getRotationMatrix2D in double, the shears' math.tan), the products
+ * as numpy's float32 matmul (OpenBLAS: fused multiply-adds in k order).
+ */
+struct instgeom_affine_draw {
+	double persp_x, persp_y, angle, scale, shear_x, shear_y, trans_x, trans_y;
+};
+void instgeom_affine_matrix(const struct instgeom_affine_draw *d, int in_w, int in_h, int out_w, int out_h, float M[9]);
+
+/*
  * `npts` points (x, y pairs, `stride` floats apart) through the 3x3 float32
  * matrix M (row major) as `xy1 @ M.T`, in float32; divided by the third
  * coordinate when `divide` (apply_segments and apply_keypoints always

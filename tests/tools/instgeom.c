@@ -13,6 +13,7 @@
  *   C cx cy w h r                   xywhr2xyxyxyxy      -> 8 doubles
  *   Q box1 box2 area_thr            box_candidates      -> 0 / 1
  *   M x y M0..M8 divide             transform one point -> x y
+ *   Z in_w in_h out_w out_h draws(8)   _compute_affine_matrix -> M0..M8
  *   P W H persp obb scale M0..M8 SET    apply_instances (obb: preserve_obb) -> keep flags ; SET
  *   V w h SET                       Instances.clip(preserve_obb=True) -> SET
  *   I n pts m pts                   intersectConvexConvex -> count area pts...
@@ -338,6 +339,23 @@ int main(void)
 			free(kpt);
 			free(scratch);
 			set_free(&s);
+			break;
+		}
+		case 'Z': {
+			int iw = (int)num(), ih = (int)num(), ow = (int)num(), oh = (int)num();
+			struct instgeom_affine_draw d;
+			float M[9];
+
+			d.persp_x = num();
+			d.persp_y = num();
+			d.angle = num();
+			d.scale = num();
+			d.shear_x = num();
+			d.shear_y = num();
+			d.trans_x = num();
+			d.trans_y = num();
+			instgeom_affine_matrix(&d, iw, ih, ow, oh, M);
+			put_f(M, 9);
 			break;
 		}
 		case 'V': {

@@ -746,3 +746,28 @@ def test_non_finite_points(geom):
     for obb in (0, 1):
         words = geom.ask("P", 320, 320, 1, obb, "1.0", f32s(M), set_text(6, boxes, segs, None))
         assert ";" in words
+
+
+def test_affine_matrix(geom):
+    """RandomPerspective._compute_affine_matrix's float32 M from the same
+    draws: Python's random seeded, its uniform() calls replayed in its order
+    and handed to instgeom_affine_matrix."""
+    rng = np.random.default_rng(43)
+    for trial in range(300):
+        hyp = dict(degrees=float(rng.choice([0.0, 10.0, 180.0])), translate=float(rng.choice([0.0, 0.1, 0.3])),
+                   scale=float(rng.choice([0.0, 0.5, 0.9])), shear=float(rng.choice([0.0, 2.0, 10.0])),
+                   perspective=float(rng.choice([0.0, 0.0005, 0.001])))
+        rp = RandomPerspective(**hyp)
+        iw, ih = int(rng.integers(1, 1400)), int(rng.integers(1, 1400))
+        size = (int(rng.integers(32, 1300)), int(rng.integers(32, 1300)))
+        random.seed(trial)
+        M, s = rp._compute_affine_matrix(np.zeros((ih, iw, 3), np.uint8), size)
+        random.seed(trial)
+        u = random.uniform
+        p = hyp["perspective"]
+        draws = [u(-p, p), u(-p, p), u(-hyp["degrees"], hyp["degrees"]), u(1 - hyp["scale"], 1 + hyp["scale"]),
+                 u(-hyp["shear"], hyp["shear"]), u(-hyp["shear"], hyp["shear"]),
+                 u(0.5 - hyp["translate"], 0.5 + hyp["translate"]), u(0.5 - hyp["translate"], 0.5 + hyp["translate"])]
+        assert draws[3] == s
+        ours = as_f32(geom.ask("Z", iw, ih, size[0], size[1], " ".join(repr(x) for x in draws)))
+        same(ours.reshape(3, 3), M, f"affine matrix {trial} {hyp}")
