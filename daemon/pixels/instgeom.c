@@ -852,10 +852,19 @@ static inline float clip0(float v)
 	return isnan(v) ? v : (v < 0 ? 0.0f : v);
 }
 
+/* bbox_ioa(box1, box2) for one pair, float32: the intersection over box2's area + 1e-7 */
+static float bbox_ioa(const float *b1, const float *b2)
+{
+	float iw = clip0(np_min(b1[2], b2[2]) - np_max(b1[0], b2[0]));
+	float ih = clip0(np_min(b1[3], b2[3]) - np_max(b1[1], b2[1]));
+
+	return iw * ih / ((b2[2] - b2[0]) * (b2[3] - b2[1]) + 1e-7f);
+}
+
 uint32_t instgeom_copy_paste_select(const struct instgeom_set *s, int width, double p, uint32_t *selected,
 				    float *scratch)
 {
-	const float W = (float)width, eps = 1e-7f, thr = 0.30f;
+	const float W = (float)width, thr = 0.30f;
 	uint32_t eligible = 0, take;
 
 	if (s->n == 0 || s->npts == 0 || !s->seg)
@@ -866,10 +875,7 @@ uint32_t instgeom_copy_paste_select(const struct instgeom_set *s, int width, dou
 
 		mirror_box(s->box + (size_t)i * 4, W, m);
 		for (uint32_t j = 0; j < s->n; j++) {
-			const float *b = s->box + (size_t)j * 4;
-			float iw = clip0(np_min(m[2], b[2]) - np_max(m[0], b[0]));
-			float ih = clip0(np_min(m[3], b[3]) - np_max(m[1], b[1]));
-			float ioa = iw * ih / ((b[2] - b[0]) * (b[3] - b[1]) + eps);
+			float ioa = bbox_ioa(m, s->box + (size_t)j * 4);
 
 			ok = ok && ioa < thr;
 			worst = j == 0 ? ioa : np_max(worst, ioa);
@@ -922,6 +928,71 @@ void instgeom_copy_paste_append(struct instgeom_set *s, int width, const uint32_
 			}
 	}
 	s->n += count;
+}
+
+/* ---- CutMix ---- */
+
+uint32_t instgeom_cutmix_free_areas(const float *areas, uint32_t count, const struct instgeom_set *s, uint32_t *idx)
+{
+	uint32_t k = 0;
+
+	for (uint32_t a = 0; a < count; a++) {
+		/* ioa1.sum(axis=1) <= 0: the terms are not negative, so in any order the sum is 0 only when each is */
+		float sum = 0;
+
+		for (uint32_t j = 0; j < s->n; j++)
+			sum += bbox_ioa(areas + (size_t)a * 4, s->box + (size_t)j * 4);
+		if (sum <= 0)
+			idx[k++] = a;
+	}
+	return k;
+}
+
+uint32_t instgeom_cutmix_select(const float area[4], const struct instgeom_set *s2, float thr, uint32_t *indexes)
+{
+	uint32_t k = 0;
+
+	for (uint32_t j = 0; j < s2->n; j++)
+		if (bbox_ioa(area, s2->box + (size_t)j * 4) >= thr)
+			indexes[k++] = j;
+	return k;
+}
+
+static void shift_set(struct instgeom_set *s, float dx, float dy)
+{
+	for (uint32_t i = 0; i < s->n; i++) {
+		float *b = s->box + (size_t)i * 4;
+
+		b[0] += dx;
+		b[1] += dy;
+		b[2] += dx;
+		b[3] += dy;
+	}
+	if (s->npts && s->seg)
+		for (size_t j = 0; j < (size_t)s->n * s->npts; j++) {
+			s->seg[j * 2] += dx;
+			s->seg[j * 2 + 1] += dy;
+		}
+	if (s->nkpt && s->kpt)
+		for (size_t j = 0; j < (size_t)s->n * s->nkpt; j++) {
+			s->kpt[j * 3] += dx;
+			s->kpt[j * 3 + 1] += dy;
+		}
+}
+
+void instgeom_cutmix_piece(struct instgeom_set *piece, const float area[4], bool preserve_obb, float *scratch)
+{
+	/* area.astype(np.int32): truncation */
+	int x1 = (int)area[0], y1 = (int)area[1], x2 = (int)area[2], y2 = (int)area[3];
+
+	shift_set(piece, (float)-x1, (float)-y1);
+	if (preserve_obb && piece->npts && piece->seg) {
+		instgeom_clip_obb(piece, x2 - x1, y2 - y1, scratch);
+		instgeom_remove_zero_area(piece);
+	} else {
+		instgeom_clip(piece, x2 - x1, y2 - y1);
+	}
+	shift_set(piece, (float)x1, (float)y1);
 }
 
 /* ---- cv2.minAreaRect ---- */

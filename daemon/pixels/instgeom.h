@@ -15,6 +15,7 @@
  *   Mosaic._cat_labels     instgeom_cat, instgeom_clip,
  *                          instgeom_remove_zero_area
  *   MixUp                  instgeom_cat
+ *   CutMix                 instgeom_cutmix_free_areas, _select, _piece
  *   Format                 instgeom_format (normalised xywh, keypoints,
  *                          OBB xywhr)
  *   RandomFlip             instgeom_flip (flip_idx for keypoints)
@@ -206,6 +207,24 @@ uint32_t instgeom_copy_paste_select(const struct instgeom_set *s, int width, dou
  * instances.
  */
 void instgeom_copy_paste_append(struct instgeom_set *s, int width, const uint32_t *selected, uint32_t count);
+
+/*
+ * CutMix's geometry for drawn cut areas (xyxy float32, as _rand_bbox gives
+ * them). instgeom_cutmix_free_areas: the indices (into `idx`, count of
+ * them) of the areas that overlap none of s's boxes (bbox_ioa's sum 0).
+ * instgeom_cutmix_select: the instances of the second image `s2` whose
+ * bbox_ioa with the chosen area reaches `thr` (0.01 when the first image
+ * has segments, else 0.1), into `indexes`. instgeom_cutmix_piece: those
+ * instances (the caller copies them into `piece`, xyxy pixels) moved into
+ * the area's frame (its corners truncated to int as astype(np.int32)),
+ * clipped to it (preserve_obb: instgeom_clip_obb, then zero-area ones
+ * removed: carry the second image's indices in piece->cls to know which)
+ * and moved back; then instgeom_cat appends them. `scratch`:
+ * instgeom_obb_scratch_floats(npts) floats with preserve_obb.
+ */
+uint32_t instgeom_cutmix_free_areas(const float *areas, uint32_t count, const struct instgeom_set *s, uint32_t *idx);
+uint32_t instgeom_cutmix_select(const float area[4], const struct instgeom_set *s2, float thr, uint32_t *indexes);
+void instgeom_cutmix_piece(struct instgeom_set *piece, const float area[4], bool preserve_obb, float *scratch);
 
 /*
  * cv2.minAreaRect of n float32 points (OpenCV's convexHull and rotating

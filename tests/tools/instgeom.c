@@ -16,6 +16,9 @@
  *   Z in_w in_h out_w out_h draws(8)   _compute_affine_matrix -> M0..M8
  *   P W H persp obb scale M0..M8 SET    apply_instances (obb: preserve_obb) -> keep flags ; SET
  *   V w h SET                       Instances.clip(preserve_obb=True) -> SET
+ *   U count areas... SET            CutMix's free areas -> count idx...
+ *   S area(4) thr SET               CutMix's selection -> count indexes...
+ *   W area(4) obb SET               CutMix's piece -> SET (then 'J' to append)
  *   I n pts m pts                   intersectConvexConvex -> count area pts...
  *   L w h padw padh SET             _update_labels      -> SET
  *   K w h SET                       clip + remove_zero_area -> SET
@@ -356,6 +359,59 @@ int main(void)
 			d.trans_y = num();
 			instgeom_affine_matrix(&d, iw, ih, ow, oh, M);
 			put_f(M, 9);
+			break;
+		}
+		case 'U': {
+			uint32_t na = count(), *idx, k;
+			float *areas = floats((size_t)na * 4);
+
+			set_read(&s);
+			idx = calloc(na + 1, sizeof(uint32_t));
+			if (!idx)
+				return 1;
+			k = instgeom_cutmix_free_areas(areas, na, &s, idx);
+			printf(" %u", k);
+			for (uint32_t i = 0; i < k; i++)
+				printf(" %u", idx[i]);
+			free(idx);
+			free(areas);
+			set_free(&s);
+			break;
+		}
+		case 'S': {
+			float area[4], thr;
+			uint32_t *idx, k;
+
+			for (int i = 0; i < 4; i++)
+				area[i] = (float)num();
+			thr = (float)num();
+			set_read(&s);
+			idx = calloc(s.n + 1, sizeof(uint32_t));
+			if (!idx)
+				return 1;
+			k = instgeom_cutmix_select(area, &s, thr, idx);
+			printf(" %u", k);
+			for (uint32_t i = 0; i < k; i++)
+				printf(" %u", idx[i]);
+			free(idx);
+			set_free(&s);
+			break;
+		}
+		case 'W': {
+			float area[4], *scratch;
+			bool obb;
+
+			for (int i = 0; i < 4; i++)
+				area[i] = (float)num();
+			obb = num() != 0;
+			set_read(&s);
+			scratch = calloc(instgeom_obb_scratch_floats(s.npts), sizeof(float));
+			if (!scratch)
+				return 1;
+			instgeom_cutmix_piece(&s, area, obb, scratch);
+			set_put(&s);
+			free(scratch);
+			set_free(&s);
 			break;
 		}
 		case 'V': {

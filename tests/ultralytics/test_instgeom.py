@@ -771,3 +771,90 @@ def test_affine_matrix(geom):
         assert draws[3] == s
         ours = as_f32(geom.ask("Z", iw, ih, size[0], size[1], " ".join(repr(x) for x in draws)))
         same(ours.reshape(3, 3), M, f"affine matrix {trial} {hyp}")
+
+
+# ---- CutMix ----
+
+
+class _ObbDataset(_Dataset):
+    use_obb = True
+
+
+@pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
+def test_cutmix(geom, task):
+    """CutMix with its drawn cut areas injected: the areas free of the
+    first image's boxes and the second image's instances chosen (bbox_ioa as
+    get_params computes them), and apply_instances' pasted instances
+    (shifted into the area, clipped to it, preserve_obb for OBB, shifted
+    back, concatenated)."""
+    from ultralytics.data.augment import CutMix
+    from ultralytics.utils.metrics import bbox_ioa
+
+    rng = np.random.default_rng(44 + len(task))
+    cm = CutMix(_ObbDataset() if task == "obb" else _Dataset(), p=1.0)
+    pasted = free_seen = 0
+    for trial in range(60):
+        W, H = int(rng.integers(64, 900)), int(rng.integers(64, 900))
+
+        def image():
+            n = int(rng.integers(0, 8))
+            if task == "obb":
+                boxes, segs = obb_instances(rng, n, W, H)
+                return n, boxes, segs, None
+            x1y1 = rng.uniform(0, 1, (n, 2)) * [W, H]
+            boxes = np.concatenate([x1y1, np.minimum(x1y1 + rng.uniform(0, 0.4, (n, 2)) * [W, H], [W, H])],
+                                   1).astype(np.float32)
+            segs = (rng.uniform(0, 1, (n, 40, 2)) * [W, H]).astype(np.float32) if task == "segment" else None
+            kpts = None
+            if task == "pose":
+                kpts = (rng.uniform(0, 1, (n, 4, 3)) * [W, H, 2]).astype(np.float32)
+            return n, boxes, segs, kpts
+
+        n1, b1, s1, k1 = image()
+        n2, b2, s2, k2 = image()
+        areas = []
+        for _ in range(3):  # _rand_bbox's arithmetic on drawn values
+            ratio = math.sqrt(1.0 - rng.beta(1.0, 1.0))
+            cw, ch = int(W * ratio), int(H * ratio)
+            cx, cy = int(rng.integers(W)), int(rng.integers(H))
+            areas.append((np.clip(cx - cw // 2, 0, W), np.clip(cy - ch // 2, 0, H), np.clip(cx + cw // 2, 0, W),
+                          np.clip(cy + ch // 2, 0, H)))
+        areas = np.asarray(areas, dtype=np.float32)
+        ioa1 = bbox_ioa(areas, b1)
+        free = np.nonzero(ioa1.sum(axis=1) <= 0)[0].tolist()
+        words = geom.ask("U", 3, f32s(areas), set_text(n1, b1, s1, k1))
+        assert [int(w) for w in words[1:]] == free and int(words[0]) == len(free), (trial, words, free)
+        if not free:
+            continue
+        free_seen += 1
+        area = areas[free[int(rng.integers(len(free)))]]
+        thr = 0.01 if task in ("segment", "obb") and n1 else 0.1
+        ioa2 = bbox_ioa(area[None], b2).squeeze(0)
+        indexes2 = np.nonzero(ioa2 >= thr)[0]
+        words = geom.ask("S", f32s(area), repr(thr), set_text(n2, b2, s2, k2))
+        assert [int(w) for w in words[1:]] == indexes2.tolist(), (trial, words, indexes2)
+        if not len(indexes2):
+            continue
+
+        def inst(b, s, k):
+            return Instances(b.copy(), None if s is None else s.copy(), None if k is None else k.copy(),
+                             bbox_format="xyxy", normalized=False)
+
+        labels = {"img": np.zeros((H, W, 3), np.uint8), "cls": np.zeros((n1, 1), np.float32),
+                  "instances": inst(b1, s1, k1),
+                  "mix_labels": [{"cls": np.arange(n2, dtype=np.float32).reshape(-1, 1),
+                                  "instances": inst(b2, s2, k2)}]}
+        out = cm.apply_instances(labels, {"area": area, "indexes2": indexes2, "w": W, "h": H})
+        pb = b2[indexes2]
+        ps = None if s2 is None else s2[indexes2]
+        pk = None if k2 is None else k2[indexes2]
+        piece = geom.ask("W", f32s(area), int(task == "obb"), set_text(len(indexes2), pb, ps, pk))
+        first = set_text(n1, b1, s1, k1) if n1 or s1 is None else f"0 {s1.shape[1]} 0"
+        ob, osg, okp = parse_set(geom.ask("J", 2, first, " ".join(piece)))
+        same(ob, out["instances"].bboxes, f"cutmix boxes {trial}")
+        if s1 is not None and len(ob):
+            same(osg, out["instances"].segments, f"cutmix segments {trial}")
+        if k1 is not None:
+            same(okp, out["instances"].keypoints, f"cutmix keypoints {trial}")
+        pasted += len(out["instances"]) - n1
+    assert free_seen > 10 and pasted > 10, (free_seen, pasted)
