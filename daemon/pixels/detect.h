@@ -180,8 +180,8 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
  */
 enum detect_stage {
 	DETECT_STAGE_LOAD,   /* the loader's calls (decode and resize, in the daemon) */
-	DETECT_STAGE_CANVAS, /* the mosaic's patches and its 114 fill */
-	DETECT_STAGE_WARP,   /* RandomPerspective's warp, into the output */
+	DETECT_STAGE_CANVAS, /* the mosaic's patches and its 114 fill (none for four stable samples) */
+	DETECT_STAGE_WARP,   /* RandomPerspective's warp, into the output (and the canvas rows it makes) */
 	DETECT_STAGE_COPY,   /* the letterbox copy and its padding, into the output */
 	DETECT_STAGE_MIXUP,  /* the blend of the second image */
 	DETECT_STAGE_HSV,    /* RandomHSV */
