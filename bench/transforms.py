@@ -2,7 +2,17 @@
 """The user's per-sample transform in stokerd against torchvision's v2
 DataLoader, one run, one data set: torchvision's ResNet-50 v2 training
 pipeline (RandomResizedCrop 176, flip, TrivialAugmentWide, ToDtype float32,
-Normalize, RandomErasing 0.1), and RandomResizedCrop + flip alone.
+Normalize, RandomErasing 0.1), and RandomResizedCrop + flip alone; NVIDIA
+DALI's CPU pipeline for both (fn.decoders.image on the CPU,
+fn.random_resized_crop, fn.flip, its auto_aug trivial_augment_wide,
+fn.crop_mirror_normalize to float32 CHW; DALI has no op drawing
+torchvision's RandomErasing boxes, so its ResNet-50 v2 row has no erasing
+(p = 0.1: a small share)); and timm's DeiT training pipeline
+(create_transform(224, is_training=True, color_jitter=0.3,
+auto_augment="rand-m9-mstd0.5-inc1", interpolation="bicubic",
+re_prob=0.25, re_mode="pixel")) on stokerd against timm's create_loader
+(ImageDataset, use_prefetcher=False: the prefetcher normalises and erases on
+a GPU).
 
     STOKER_BUILD=build PYTHONPATH=client/python python3 bench/transforms.py DATASET [--workers N]
 
@@ -27,6 +37,48 @@ sys.path.insert(0, HERE)
 from cpu_per_image import children, cpu_seconds, scratch_daemon  # noqa: E402
 
 MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+DEIT = dict(is_training=True, color_jitter=0.3, auto_augment="rand-m9-mstd0.5-inc1", interpolation="bicubic",
+            re_prob=0.25, re_mode="pixel", re_count=1)
+
+
+def deit_transform():
+    from timm.data import create_transform
+    return create_transform(224, use_prefetcher=False, **DEIT)
+
+
+def dali_epoch_fn(dataset, name, workers, batch_size):
+    """A DALI CPU pipeline for `name` and a function running one epoch of it; None when DALI is missing."""
+    try:
+        from nvidia.dali import fn, pipeline_def, types
+        from nvidia.dali.auto_aug import trivial_augment
+    except ImportError:
+        return None
+
+    @pipeline_def(batch_size=batch_size, num_threads=workers, device_id=None, seed=0, enable_conditionals=True)
+    def pipe():
+        jpegs, labels = fn.readers.file(file_root=dataset, random_shuffle=True, name="Reader")
+        images = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
+        images = fn.random_resized_crop(images, size=176)
+        images = fn.flip(images, horizontal=fn.random.coin_flip())
+        if name == "resnet50-v2":
+            images = trivial_augment.trivial_augment_wide(images)
+        images = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW",
+                                          mean=[255 * m for m in MEAN], std=[255 * s for s in STD])
+        return images, labels
+
+    p = pipe()
+    p.build()
+    steps = -(-p.epoch_size("Reader") // batch_size)
+
+    def epoch(_e):
+        n = 0
+        for _ in range(steps):
+            images, _labels = p.run()
+            n += len(images)
+        return n
+    return epoch
 
 
 def pipelines():
@@ -67,7 +119,7 @@ def main():
 
     rows = {}
     with scratch_daemon(a.workers) as (sock, daemon_pid):
-        for name, compose in pipelines().items():
+        for name, compose in list(pipelines().items()) + [("deit", deit_transform())]:
             with stoker.torch.Loader(a.dataset, socket=sock, batch_size=a.batch_size, transform=compose,
                                      dct_scaling=False) as ld:
                 def epoch(e, ld=ld):
@@ -85,14 +137,46 @@ def main():
                                       lambda: [os.getpid()] + children(os.getpid()), a.epochs)
         del loader
 
+    from timm.data import ImageDataset, create_loader
+    from timm.data import auto_augment as aa
+    from PIL import Image
+
+    def posterize(img, bits_to_keep, **__):
+        # Pillow >= 11 refuses bits 0, which PosterizeIncreasing reaches at
+        # magnitude 10 (rand-m9 with mstd0.5): older Pillows black the image,
+        # as stokerd does; without this timm's own loader raises.
+        if bits_to_keep >= 8:
+            return img
+        return Image.new(img.mode, img.size) if bits_to_keep <= 0 else aa.ImageOps.posterize(img, bits_to_keep)
+
+    for name in ("Posterize", "PosterizeIncreasing", "PosterizeOriginal"):
+        aa.NAME_TO_OP[name] = posterize
+    loader = create_loader(ImageDataset(a.dataset), input_size=(3, 224, 224), batch_size=a.batch_size,
+                           use_prefetcher=False, num_workers=a.workers, persistent_workers=True, **DEIT)
+    rows[("timm", "deit")] = timed(lambda e: sum(len(labels) for _, labels in loader),
+                                   lambda: [os.getpid()] + children(os.getpid()), a.epochs)
+    del loader
+
+    for name in ("rrc+flip", "resnet50-v2"):
+        epoch = dali_epoch_fn(a.dataset, name, a.workers, a.batch_size)
+        if epoch is None:
+            print("DALI not installed (bench/install-peers.sh): no DALI rows")
+            break
+        rows[("dali", name)] = timed(epoch, lambda: [os.getpid()], a.epochs)
+
     print(f"{'pipeline':14} {'loader':8} {'images/s':>10} {'CPU ms/image':>13}")
     for (who, name), (rate, cpu) in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         print(f"{name:14} {who:8} {rate:10.1f} {cpu:13.2f}")
-    for name in ("rrc+flip", "resnet50-v2"):
-        (sr, sc), (tr, tc) = rows[("stoker", name)], rows[("torch", name)]
-        print(f"{name}: stoker / DataLoader images/s {sr / tr:.2f}x, DataLoader / stoker CPU per image "
+    for name, peer in (("rrc+flip", "torch"), ("resnet50-v2", "torch"), ("rrc+flip", "dali"),
+                       ("resnet50-v2", "dali"), ("deit", "timm")):
+        if (peer, name) not in rows:
+            continue
+        (sr, sc), (tr, tc) = rows[("stoker", name)], rows[(peer, name)]
+        print(f"{name}: stoker / {peer} images/s {sr / tr:.2f}x, {peer} / stoker CPU per image "
               f"{tc / sc:.2f}x")
-    for who in ("stoker", "torch"):
+    for who in ("stoker", "torch", "dali"):
+        if (who, "rrc+flip") not in rows or (who, "resnet50-v2") not in rows:
+            continue
         base, full = rows[(who, "rrc+flip")][1], rows[(who, "resnet50-v2")][1]
         print(f"{who}: TrivialAugmentWide + erasing cost {100 * (full / base - 1):+.0f}% CPU per image over "
               f"RRC + flip")
