@@ -97,7 +97,7 @@ struct stoker {
 	uint64_t boxes_offset, label_errors;
 	uint64_t shapes_offset, ratio_pad_offset; /* 0: the daemon sends no metadata */
 	/* yolo_task segment: overlap masks; pose: keypoints (0: none). */
-	uint64_t masks_offset, keypoints_offset;
+	uint64_t masks_offset, keypoints_offset, obb_offset;
 	uint32_t mask_ratio, mask_side, kpt_points;
 	/* A batch op: soft targets [batch_size][soft_classes] and mix records; 0: none. */
 	uint64_t soft_offset, mix_offset;
@@ -1226,6 +1226,11 @@ static int map_ring(struct stoker *s, const Stoker__Attached *at, int fd)
 	     at->keypoints_offset > at->slot_bytes ||
 	     (at->slot_bytes - at->keypoints_offset) / (12ull * at->kpt_points * at->batch_size) < at->max_boxes))
 		return set_error(s, -EPROTO, "the daemon described an impossible keypoint area");
+	if (at->task == STOKER__TASK__DETECT && at->obb_offset &&
+	    (at->obb_offset % 4 || at->obb_offset < at->indices_offset + 8ull * at->batch_size ||
+	     at->obb_offset > at->slot_bytes ||
+	     (at->slot_bytes - at->obb_offset) / (20ull * at->batch_size) < at->max_boxes))
+		return set_error(s, -EPROTO, "the daemon described an impossible oriented box area");
 	if (at->soft_offset &&
 	    (at->soft_classes == 0 || at->soft_offset % 4 || at->mix_offset % 8 ||
 	     at->soft_offset < at->indices_offset + 8ull * at->batch_size || at->soft_offset > at->slot_bytes ||
@@ -1409,6 +1414,7 @@ STOKER_API int stoker_attach(struct stoker *s, const char *dataset, const struct
 	s->mask_side = s->masks_offset ? at->mask_side : 0;
 	s->keypoints_offset = s->detect ? at->keypoints_offset : 0;
 	s->kpt_points = s->keypoints_offset ? at->kpt_points : 0;
+	s->obb_offset = s->detect ? at->obb_offset : 0;
 	s->soft_offset = s->detect ? 0 : at->soft_offset;
 	s->mix_offset = s->soft_offset ? at->mix_offset : 0;
 	s->soft_classes = s->soft_offset ? at->soft_classes : 0;
@@ -1773,6 +1779,15 @@ STOKER_API const float *stoker_batch_keypoints(const struct stoker_batch *b, uin
 	if (max_boxes)
 		*max_boxes = b->s->max_boxes;
 	return (const float *)(slot_base(b) + b->s->keypoints_offset);
+}
+
+STOKER_API const float *stoker_batch_obb(const struct stoker_batch *b, uint32_t *max_boxes)
+{
+	if (!b || !b->s->obb_offset)
+		return NULL;
+	if (max_boxes)
+		*max_boxes = b->s->max_boxes;
+	return (const float *)(slot_base(b) + b->s->obb_offset);
 }
 
 /* ---- sample names ---- */

@@ -284,6 +284,13 @@ const uint16_t *stoker_batch_masks(const struct stoker_batch *b, uint32_t *ratio
  * of its k-th box row. NULL without keypoints.
  */
 const float *stoker_batch_keypoints(const struct stoker_batch *b, uint32_t *points, uint32_t *max_boxes);
+/*
+ * yolo_task=obb (letterbox): float32 [count][*max_boxes][5], image i's row k
+ * the xywhr of its k-th box row (Ultralytics' xyxyxyxy2xywhr of the
+ * letterboxed corners; x, w normalised to the width, y, h to the height, r
+ * in radians). NULL otherwise.
+ */
+const float *stoker_batch_obb(const struct stoker_batch *b, uint32_t *max_boxes);
 const double *stoker_batch_ratio_pad(const struct stoker_batch *b);
 /*
  * With a batch op (option batch_transform: MixUp / CutMix / RandomChoice of

@@ -64,6 +64,7 @@ struct attach_request {
 	struct instances_spec inst;
 	bool has_inst;
 	uint32_t mask_ratio; /* segment: masks downsampled by it; 0: no masks */
+	bool obb;            /* obb: xywhr per box row */
 	enum fit_resample resample;
 	struct transform_spec spec; /* the host ring's (attach_start) */
 	uint32_t rect_side;         /* rect: the largest shape's side */
@@ -494,6 +495,12 @@ int attach_slot_layout(const struct slot_request *r, struct slot_layout *out)
 			ok = ok && area_end(end, (uint64_t)r->batch_size * r->max_boxes,
 					    (uint64_t)r->kpt_points * 3 * sizeof(float), &end);
 		}
+		if (r->obb) {
+			/* obb: each box row's xywhr */
+			ok = ok && align_up(end, 64, &end);
+			l.obb_offset = end;
+			ok = ok && area_end(end, (uint64_t)r->batch_size * r->max_boxes, 5 * sizeof(float), &end);
+		}
 	}
 	if (r->soft_classes) {
 		ok = ok && align_up(end, 64, &end);
@@ -714,6 +721,7 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	s->mask_ratio = req->mask_ratio;
 	s->keypoints_offset = lay->keypoints_offset;
 	s->kpt_points = req->inst.keypoint ? req->inst.nkpt : 0;
+	s->obb_offset = lay->obb_offset;
 	if (req->has_mix) {
 		s->mix = req->mix;
 		s->has_mix = true;
@@ -896,6 +904,7 @@ static void attach_start(struct conn *c, struct attach_request *req, struct data
 		.max_boxes = req->max_boxes,
 		.mask_ratio = req->mask_ratio,
 		.kpt_points = req->inst.keypoint ? req->inst.nkpt : 0,
+		.obb = req->obb,
 		.mosaic = a->task == STOKER__TASK__DETECT && a->transform != STOKER__TRANSFORM__LETTERBOX,
 		.soft_classes = req->has_mix ? batchmix_classes(&req->mix, ds->num_classes) : 0,
 		.prefetch = a->prefetch ? a->prefetch : d->cfg.prefetch,
@@ -1317,6 +1326,7 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 			req->inst.ndim = o->kpt_dims;
 		}
 		req->mask_ratio = o && o->yolo_task == STOKER__YOLO_TASK__YOLO_SEGMENT ? o->mask_ratio : 0;
+		req->obb = o && o->yolo_task == STOKER__YOLO_TASK__YOLO_OBB;
 		dataset_yolo_key(req->has_inst ? &req->inst : NULL, req->split, real, req->key, sizeof(req->key));
 	} else {
 		snprintf(req->key, sizeof(req->key), "%s", real);

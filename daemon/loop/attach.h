@@ -61,6 +61,7 @@ struct slot_request {
 	uint32_t max_boxes;      /* detect: rows per image */
 	uint32_t mask_ratio;     /* yolo_task segment: an overlap mask per image, the side / it; 0: none */
 	uint32_t kpt_points;     /* yolo_task pose: keypoints per box row; 0: none */
+	bool obb;                /* yolo_task obb: xywhr per box row */
 	bool mosaic;             /* detect's training transform: partner images per slot */
 	uint32_t soft_classes;   /* a batch op: float soft targets per sample, its records and one image of scratch */
 	uint32_t prefetch;       /* batches ready ahead: slots = prefetch + 1 */
@@ -77,6 +78,7 @@ struct slot_layout {
 	size_t masks_offset;                  /* segment: uint16[mask_side][mask_side] per image */
 	uint32_t mask_side;                   /* the side (largest rect shape's) / mask_ratio */
 	size_t keypoints_offset;              /* pose: float[max_boxes][kpt_points][3] per image */
+	size_t obb_offset;                    /* obb: float[max_boxes][5] per image */
 	size_t soft_offset;                   /* batch op: float[soft_classes] per image */
 	size_t mix_offset;                    /* batch op: struct batchmix_rec per image */
 	size_t mix_scratch_offset;            /* batch op: one image's bytes */

@@ -323,6 +323,7 @@ static void job_prepare(struct session *s, uint32_t slot, uint64_t b)
 		job->masks = s->mask_ratio ? (uint16_t *)(base + s->masks_offset) : NULL;
 		job->kpt_points = s->kpt_points;
 		job->keypoints = s->kpt_points ? (float *)(base + s->keypoints_offset) : NULL;
+		job->obb = s->obb_offset ? (float *)(base + s->obb_offset) : NULL;
 	}
 	atomic_store_explicit(&job->replaced, 0, memory_order_relaxed);
 	atomic_store_explicit(&job->cancelled, false, memory_order_relaxed);
@@ -606,6 +607,10 @@ void session_announce(struct session *s, int fd)
 			at.has_keypoints_offset = at.has_kpt_points = true;
 			at.keypoints_offset = s->keypoints_offset;
 			at.kpt_points = s->kpt_points;
+		}
+		if (s->obb_offset) {
+			at.has_obb_offset = true;
+			at.obb_offset = s->obb_offset;
 		}
 		/* Names while they fit a frame; the classes themselves are numbers. */
 		for (uint32_t i = 0; ds->class_names && i < ds->num_classes; i++) {

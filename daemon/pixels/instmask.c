@@ -52,9 +52,9 @@ void instmask_free(struct instmask *m)
 
 /* ---- resample_segments ---- */
 
-uint32_t instmask_resample_count(uint32_t longest)
+uint32_t instmask_resample_count(uint32_t longest, uint32_t points)
 {
-	return longest > INSTMASK_SEGMENT_POINTS ? longest + 1 : INSTMASK_SEGMENT_POINTS;
+	return longest > points ? longest + 1 : points;
 }
 
 /* The closed polygon's points at x: (x, y) from the n points and the first again. */

@@ -28,14 +28,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The points Ultralytics resamples each segment to (not OBB's corners). */
+/* The points Ultralytics resamples each segment to, and an OBB's corners. */
 #define INSTMASK_SEGMENT_POINTS 1000u
+#define INSTMASK_OBB_POINTS 100u
 /* mask_ratio's largest value. */
 #define INSTMASK_MAX_RATIO 32u
 
 /* The point count update_labels_info resamples an image's segments to:
- * 1000, or one more than its longest polygon when that is longer. */
-uint32_t instmask_resample_count(uint32_t longest);
+ * `points` (1000; OBB 100), or one more than its longest polygon when that
+ * is longer. */
+uint32_t instmask_resample_count(uint32_t longest, uint32_t points);
 
 /* `n` points (x, y) resampled to `m` (m >= n, or m == n: copied) into out
  * [m][2]. */

@@ -14,6 +14,7 @@
 #include "clock.h"
 #include "dataset.h"
 #include "grow.h"
+#include "instgeom.h"
 #include "instmask.h"
 #include "log.h"
 #include "workers.h"
@@ -396,6 +397,52 @@ static int albu_hook(void *ctx, uint8_t *image, uint32_t width, uint32_t height,
 }
 
 /*
+ * yolo_task obb, letterboxed: each row's xywhr as Ultralytics' Format makes
+ * it (return_obb): the object's corners resampled to 100 points
+ * (update_labels_info), letterboxed in float32, xyxyxyxy2xywhr (cv2's
+ * minAreaRect, instgeom.h) in double, cast to float32 and normalised.
+ */
+static int finish_obb(struct worker *w, struct batch_job *job, uint32_t pos, uint64_t first, uint64_t count, uint32_t n,
+		      const struct detect_letterbox *g, uint32_t rw, uint32_t rh)
+{
+	const struct dataset *ds = job->ds;
+	uint32_t longest = 0, m;
+	size_t need;
+
+	for (uint64_t k = 0; ds->seg_off && k < count; k++) {
+		uint64_t np = ds->seg_off[first + k + 1] - ds->seg_off[first + k];
+
+		if (np > longest)
+			longest = (uint32_t)(np < UINT32_MAX / 4 ? np : UINT32_MAX / 4);
+	}
+	m = instmask_resample_count(longest, INSTMASK_OBB_POINTS);
+	need = (size_t)m * 2 + instgeom_scratch_floats(m);
+	if (grow((void **)&w->inst_pts, &w->inst_pts_cap, need, sizeof(float)) < 0)
+		return -ENOMEM;
+	for (uint32_t k = 0; k < n; k++) {
+		float *out = job->obb + ((size_t)pos * job->max_boxes + k) * 5;
+		uint64_t o = first + w->rows_src[k];
+		double xywhr[5];
+
+		if (!ds->seg_off) { /* no corners: Ultralytics' empty segments give no box */
+			memset(out, 0, 5 * sizeof(float));
+			continue;
+		}
+		instmask_resample(ds->seg + ds->seg_off[o] * 2, (uint32_t)(ds->seg_off[o + 1] - ds->seg_off[o]), m,
+				  w->inst_pts);
+		instmask_letterbox(w->inst_pts, m, 2, rw, rh, g->r, g->left, g->top);
+		if (instgeom_xywhr(w->inst_pts, m, w->inst_pts + (size_t)m * 2, xywhr) < 0)
+			return -EINVAL;
+		out[0] = (float)xywhr[0] / (float)job->out_w;
+		out[1] = (float)xywhr[1] / (float)job->out_h;
+		out[2] = (float)xywhr[2] / (float)job->out_w;
+		out[3] = (float)xywhr[3] / (float)job->out_h;
+		out[4] = (float)xywhr[4];
+	}
+	return 0;
+}
+
+/*
  * yolo_task pose and segment, letterboxed: the keypoints of each row, and
  * the image's overlap mask with its rows put in the mask's area order, as
  * Ultralytics' LetterBox and Format(return_keypoint, return_mask) make them
@@ -426,6 +473,8 @@ static int finish_instances(struct worker *w, struct batch_job *job, uint32_t po
 			}
 		}
 	}
+	if (job->obb)
+		return finish_obb(w, job, pos, first, count, n, &g, rw, rh);
 	if (!job->masks)
 		return 0;
 	{
@@ -440,7 +489,7 @@ static int finish_instances(struct worker *w, struct batch_job *job, uint32_t po
 			if (np > longest)
 				longest = (uint32_t)(np < UINT32_MAX / 4 ? np : UINT32_MAX / 4);
 		}
-		m = instmask_resample_count(longest);
+		m = instmask_resample_count(longest, INSTMASK_SEGMENT_POINTS);
 		if (!w->instmask && (r = instmask_new(&w->instmask)) < 0)
 			return r;
 		if (grow((void **)&w->inst_pts, &w->inst_pts_cap, (size_t)n * m * 2 + 2, sizeof(float)) < 0 ||
@@ -493,7 +542,7 @@ static int produce_detect(struct worker *w, struct batch_job *job, uint32_t pos,
 				  .before_hsv =
 					  job->albu > 0 && job->detect_transform == DETECT_TRAIN ? albu_hook : NULL,
 				  .before_hsv_ctx = &hook};
-	bool instances = job->detect_transform == DETECT_LETTERBOX && (job->masks || job->keypoints);
+	bool instances = job->detect_transform == DETECT_LETTERBOX && (job->masks || job->keypoints || job->obb);
 	struct rng rng;
 	int r;
 

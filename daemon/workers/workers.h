@@ -116,6 +116,7 @@ struct batch_job {
 	uint32_t mask_ratio, mask_side;
 	float *keypoints;
 	uint32_t kpt_points;
+	float *obb; /* obb: float [count][max_boxes][5], each row's xywhr; NULL: none */
 	/* Classification's batch op (batchmix.h), or NULL: the worker that
 	 * finishes the job draws from the stream (seed, epoch, mix_key,
 	 * RNG_BATCHMIX), mixes the images in place (mix_w x mix_h, spec.dtype)

@@ -32,7 +32,7 @@ FLIP_IDX = [1, 0, 3, 2]
 def make_instances_set(root, task):
     """A YOLO data set (data.yaml; train and val are the same images) of the
     photos with the task's hand-written labels."""
-    labels = HERE / "instances" / ("pose" if task == "pose" else "segment")
+    labels = HERE / "instances" / task
     (root / "images" / "val").mkdir(parents=True)
     (root / "labels" / "val").mkdir(parents=True)
     for name, src in IMAGES.items():
@@ -49,7 +49,7 @@ def make_instances_set(root, task):
     return root / "data.yaml"
 
 
-@pytest.fixture(scope="module", params=["segment", "pose"])
+@pytest.fixture(scope="module", params=["segment", "pose", "obb"])
 def instances_set(request, tmp_path_factory):
     task = request.param
     return task, make_instances_set(tmp_path_factory.mktemp(task), task)
@@ -108,11 +108,14 @@ def test_labels_and_images_as_ultralytics(daemon, instances_set):
     assert [g[0] for g in got] == [w[0] for w in want]
     assert "bad.png" not in [g[0] for g in got]
     for (name, gc, gb, gi), (_, wc, wb, wi) in zip(got, want):
+        assert torch.equal(gi, wi), name
+        if task == "obb":  # its boxes are xywhr: test_val_batches_equal_ultralytics
+            assert gc == wc, name
+            continue
         order_g = np.lexsort(gb.numpy().T[::-1])
         order_w = np.lexsort(wb.numpy().T[::-1])
         assert [gc[k] for k in order_g] == [wc[k] for k in order_w], name
         assert torch.allclose(gb[order_g], wb[order_w], atol=1e-5), name
-        assert torch.equal(gi, wi), name
 
 
 def test_corrupt_label_files_are_counted(daemon, instances_set):
@@ -158,7 +161,7 @@ def _per_image(batches, task):
                      ori=b["ori_shape"][i])
             if task == "segment":
                 d.update(masks=b["masks"][i], sem=b["sem_masks"][i])
-            else:
+            elif task == "pose":
                 d.update(kpts=b["keypoints"][m])
             out[pathlib.Path(f).name] = d
     return out
@@ -168,8 +171,8 @@ def test_val_batches_equal_ultralytics(daemon, instances_set):
     """StokerSegmentationValidator's / StokerPoseValidator's loader against
     Ultralytics' YOLODataset(task=..., rect=True) with its collate: the same
     keys and dtypes, and per image the same pixels, classes and boxes in
-    the same order, the same overlap masks (mask_ratio 4) and sem_masks, or
-    the same keypoints."""
+    the same order, the same overlap masks (mask_ratio 4) and sem_masks,
+    the same keypoints, or the same xywhr boxes (obb)."""
     from stoker.ultralytics import YOLOLoader
 
     task, yaml = instances_set
@@ -201,7 +204,7 @@ def test_val_batches_equal_ultralytics(daemon, instances_set):
             assert int(a["masks"].max()) == len(a["cls"]), name  # every object has cells of its own
             assert torch.equal(a["masks"], b["masks"]), f"{name}: {(a['masks'] != b['masks']).sum()} mask cells"
             assert torch.equal(a["sem"], b["sem"]), name
-        else:
+        elif task == "pose":
             assert len(a["kpts"]) == len(a["cls"]), name
             assert torch.equal(a["kpts"], b["kpts"]), f"{name}: {(a['kpts'] - b['kpts']).abs().max()}"
 
@@ -215,34 +218,35 @@ def test_validator_on_its_own_equals_ultralytics(daemon, instances_set, monkeypa
     Ultralytics' own is test_val_batches_equal_ultralytics'."""
     from ultralytics import YOLO
 
-    from stoker.ultralytics import StokerPoseValidator, StokerSegmentationValidator
+    from stoker.ultralytics import StokerOBBValidator, StokerPoseValidator, StokerSegmentationValidator
 
     task, yaml = instances_set
     d = daemon(workers=2)
     monkeypatch.setenv("STOKER_SOCKET", d.socket)
     torch.manual_seed(0)
-    model = YOLO("yolo11n-seg.yaml" if task == "segment" else "yolo11n-pose.yaml")
+    model = YOLO({"segment": "yolo11n-seg.yaml", "pose": "yolo11n-pose.yaml", "obb": "yolo11n-obb.yaml"}[task])
     if task == "pose":  # the head for the data set's kpt_shape
         from ultralytics.nn.tasks import PoseModel
 
         model.model = PoseModel("yolo11n-pose.yaml", nc=1, data_kpt_shape=tuple(KPT_SHAPE), verbose=False)
     kw = dict(data=str(yaml), imgsz=IMGSZ, batch=2, device="cpu", plots=False, workers=0, conf=0.0001,
               verbose=False)
-    ours = model.val(validator=StokerSegmentationValidator if task == "segment" else StokerPoseValidator, **kw)
+    validator = {"segment": StokerSegmentationValidator, "pose": StokerPoseValidator, "obb": StokerOBBValidator}
+    ours = model.val(validator=validator[task], **kw)
     theirs = model.val(**kw)
     assert ours.results_dict == pytest.approx(theirs.results_dict, abs=1e-9)
     assert ours.results_dict.keys() == theirs.results_dict.keys()
 
 
-@pytest.mark.parametrize("task", ["segment", "pose"])
+@pytest.mark.parametrize("task", ["segment", "pose", "obb"])
 def test_trainers_refuse_training_with_the_reason(tmp_path, task):
     from ultralytics import YOLO
 
-    from stoker.ultralytics import StokerPoseTrainer, StokerSegmentationTrainer
+    from stoker.ultralytics import StokerOBBTrainer, StokerPoseTrainer, StokerSegmentationTrainer
 
     yaml = make_instances_set(tmp_path, task)
-    model = YOLO("yolo11n-seg.yaml" if task == "segment" else "yolo11n-pose.yaml")
-    trainer = StokerSegmentationTrainer if task == "segment" else StokerPoseTrainer
+    model = YOLO({"segment": "yolo11n-seg.yaml", "pose": "yolo11n-pose.yaml", "obb": "yolo11n-obb.yaml"}[task])
+    trainer = {"segment": StokerSegmentationTrainer, "pose": StokerPoseTrainer, "obb": StokerOBBTrainer}[task]
     with pytest.raises(ValueError, match=f"task={task} training: .*not built yet"):
         model.train(data=str(yaml), trainer=trainer, imgsz=IMGSZ, epochs=1, batch=2, device="cpu", workers=0,
                     project=str(tmp_path / "runs"), plots=False)

@@ -112,12 +112,12 @@ def test_fraction_in_the_daemon(daemon, yolo):
 
 @pytest.mark.parametrize("task", ["segment", "pose", "obb"])
 def test_tasks_not_built_are_refused(yolo, task):
-    """Training transforms for segments and keypoints are not built (their
-    validation is: tests/ultralytics/test_instances.py); OBB not at all."""
+    """Training transforms for segments, keypoints and oriented boxes are not
+    built (their validation is: tests/ultralytics/test_instances.py)."""
     path, _ = yolo
     args = _args(path, task=task)
     data = check_det_dataset(args.data)
-    what = "task=obb: .*not built yet" if task == "obb" else f"task={task} training: .*not built yet"
+    what = f"task={task} training: .*not built yet"
     with pytest.raises(ValueError, match=what):
         YOLOLoader(data["train"], args, data, mode="train")
 

@@ -111,6 +111,7 @@ def _declare(lib):
         "stoker_batch_masks": (ctypes.c_void_p, [P, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint32)]),
         "stoker_batch_keypoints": (ctypes.c_void_p, [P, ctypes.POINTER(ctypes.c_uint32),
                                                      ctypes.POINTER(ctypes.c_uint32)]),
+        "stoker_batch_obb": (ctypes.c_void_p, [P, ctypes.POINTER(ctypes.c_uint32)]),
         "stoker_batch_soft_labels": (ctypes.c_void_p, [P, ctypes.POINTER(ctypes.c_uint32)]),
         "stoker_batch_mix": (ctypes.c_void_p, [P]),
         "stoker_sample_path": (ctypes.c_int, [P, ctypes.c_uint64, ctypes.c_char_p, ctypes.c_size_t]),
@@ -298,16 +299,18 @@ class Batch:
     each image's overlap mask (0 background, k + 1 its k-th box row, the rows
     in the mask's area order); with yolo_task=pose, .keypoints is float32
     [B, max_boxes, kpt_points, 3], image i's first .labels[i] rows its box
-    rows' keypoints (x, y normalised, visibility). Valid until the loader
+    rows' keypoints (x, y normalised, visibility); with yolo_task=obb, .obb
+    is float32 [B, max_boxes, 5], each box row's xywhr. Valid until the loader
     takes the next batch."""
 
     __slots__ = ("images", "labels", "indices", "epoch", "index", "replaced", "boxes", "shapes", "ratio_pad",
-                 "soft_labels", "mix", "masks", "keypoints")
+                 "soft_labels", "mix", "masks", "keypoints", "obb")
 
     def __init__(self, images, labels, indices, epoch, index, replaced, boxes=None, shapes=None, ratio_pad=None,
-                 soft_labels=None, mix=None, masks=None, keypoints=None):
+                 soft_labels=None, mix=None, masks=None, keypoints=None, obb=None):
         self.masks = masks
         self.keypoints = keypoints
+        self.obb = obb
         self.images = images
         self.labels = labels
         self.indices = indices
@@ -349,7 +352,7 @@ class _BatchMemory:
     __slots__ = ("count", "images", "image_shape", "image_dtype", "labels", "label_dtype", "indices",
                  "boxes", "box_rows", "shapes", "ratio_pad", "epoch", "index", "replaced", "device", "stream",
                  "soft", "soft_classes", "mix", "masks", "mask_shape", "mask_stride", "keypoints",
-                 "keypoint_shape")
+                 "keypoint_shape", "obb", "obb_shape")
 
     def __init__(self, b, device=-1, stream=0):
         n = int(_lib.stoker_batch_count(b))
@@ -384,6 +387,9 @@ class _BatchMemory:
         points, rows = ctypes.c_uint32(), ctypes.c_uint32()
         self.keypoints = _lib.stoker_batch_keypoints(b, ctypes.byref(points), ctypes.byref(rows)) or None
         self.keypoint_shape = (n, int(rows.value), int(points.value), 3) if self.keypoints else None
+        obb_rows = ctypes.c_uint32()
+        self.obb = _lib.stoker_batch_obb(b, ctypes.byref(obb_rows)) or None
+        self.obb_shape = (n, int(obb_rows.value), 5) if self.obb else None
         self.epoch = int(_lib.stoker_batch_epoch(b))
         self.index = int(_lib.stoker_batch_index(b))
         self.replaced = int(_lib.stoker_batch_replaced(b))
@@ -828,6 +834,7 @@ class Loader:
             soft_labels=None if mem.soft is None else _view(mem.soft, (mem.count, mem.soft_classes), np.float32),
             mix=None if mem.mix is None else _mix_view(mem.mix, mem.count),
             masks=_masks_view(mem), keypoints=_keypoints_view(mem),
+            obb=None if mem.obb is None else _view(mem.obb, mem.obb_shape, np.float32),
             images=(DeviceArray(mem.images, mem.image_shape, mem.image_dtype, mem.device, mem.stream)
                     if mem.device >= 0 else _view(mem.images, mem.image_shape, mem.image_dtype)),
             labels=_view(mem.labels, (mem.count,), mem.label_dtype),

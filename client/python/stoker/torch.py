@@ -89,17 +89,18 @@ class Batch(tuple):
     the second element is .soft_labels (float32 [B, classes], the mixed soft
     targets) and .mix the numpy records of what each sample got. yolo_task
     segment: .masks, numpy uint16 [B, H / mask_ratio, W / mask_ratio] (see
-    stoker.Batch); pose: .keypoints, float32 [B, max_boxes, kpt_points, 3].
+    stoker.Batch); pose: .keypoints, float32 [B, max_boxes, kpt_points, 3];
+    obb: .obb, float32 [B, max_boxes, 5] (xywhr).
     Valid until the next batch."""
 
     def __new__(cls, images, labels, indices, epoch, index, replaced, boxes=None, shapes=None, ratio_pad=None,
-                soft_labels=None, mix=None, masks=None, keypoints=None):
+                soft_labels=None, mix=None, masks=None, keypoints=None, obb=None):
         second = boxes if boxes is not None else soft_labels if soft_labels is not None else labels
         self = super().__new__(cls, (images, second))
         self.images, self.labels, self.indices, self.boxes = images, labels, indices, boxes
         self.shapes, self.ratio_pad = shapes, ratio_pad
         self.soft_labels, self.mix = soft_labels, mix
-        self.masks, self.keypoints = masks, keypoints
+        self.masks, self.keypoints, self.obb = masks, keypoints, obb
         self.epoch, self.index, self.replaced = epoch, index, replaced
         return self
 
@@ -166,7 +167,8 @@ class Loader(_core.Loader):
                      epoch=mem.epoch, index=mem.index, replaced=mem.replaced, boxes=boxes, shapes=shapes,
                      ratio_pad=ratio_pad, soft_labels=soft, mix=mix, masks=_core._masks_view(mem),
                      keypoints=None if mem.keypoints is None else _tensor(mem.keypoints, mem.keypoint_shape,
-                                                                          np.float32))
+                                                                          np.float32),
+                     obb=None if mem.obb is None else _tensor(mem.obb, mem.obb_shape, np.float32))
 
     def __repr__(self):
         return "<stoker.torch" + super().__repr__()[len("<stoker"):]

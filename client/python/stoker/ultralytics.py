@@ -40,6 +40,7 @@ import torch
 from ultralytics.data.dataset import YOLODataset
 from ultralytics.models.yolo.classify import ClassificationTrainer, ClassificationValidator
 from ultralytics.models.yolo.detect import DetectionTrainer, DetectionValidator
+from ultralytics.models.yolo.obb import OBBTrainer, OBBValidator
 from ultralytics.models.yolo.pose import PoseTrainer, PoseValidator
 from ultralytics.models.yolo.segment import SegmentationTrainer, SegmentationValidator
 from ultralytics.utils import LOGGER, colorstr
@@ -49,7 +50,8 @@ import stoker.torch
 
 __all__ = ["StokerDetectionTrainer", "StokerDetectionValidator", "YOLOLoader", "loader_options",
            "StokerClassificationTrainer", "StokerClassificationValidator", "ClassifyLoader",
-           "StokerSegmentationValidator", "StokerPoseValidator", "StokerSegmentationTrainer", "StokerPoseTrainer"]
+           "StokerSegmentationValidator", "StokerPoseValidator", "StokerSegmentationTrainer", "StokerPoseTrainer",
+           "StokerOBBValidator", "StokerOBBTrainer"]
 
 # Ultralytics hyper-parameters that are stoker detect options of the same
 # name and meaning (docs/detection.md).
@@ -59,15 +61,14 @@ _SAME_NAME = ("mosaic", "mixup", "degrees", "translate", "scale", "shear", "pers
 # rather than silently training on other data.
 _NOT_BUILT = ("cutmix", "copy_paste")
 # Tasks whose labels and transforms stoker does not make yet (docs/ultralytics.md).
-_TASKS_NOT_BUILT = {
-    "obb": "oriented boxes (xywhr) are not built yet (stoker reads axis-aligned boxes only)",
-}
+_TASKS_NOT_BUILT = {}
 # Tasks whose validation stoker makes, but not yet their training transforms.
 _TRAINING_NOT_BUILT = {
     "segment": "the training transforms of segments and masks (mosaic, affine with resampled segments, flips) "
                "are not built yet; validation is (StokerSegmentationValidator)",
     "pose": "the training transforms of keypoints (mosaic, affine, flips with flip_idx) are not built yet; "
             "validation is (StokerPoseValidator)",
+    "obb": "the training transforms of oriented boxes are not built yet; validation is (StokerOBBValidator)",
 }
 
 
@@ -190,6 +191,8 @@ def loader_options(args, mode="train", epochs=None):
         opts.update(transform="letterbox", shuffle=False)
     if task == "segment":
         opts.update(yolo_task="segment", mask_ratio=int(args.mask_ratio), overlap_mask=bool(args.overlap_mask))
+    elif task == "obb":
+        opts["yolo_task"] = "obb"
     return opts
 
 
@@ -394,6 +397,10 @@ class YOLOLoader:
                "ratio_pad": ratio_pad, "resized_shape": resized}
         if self._task == "segment":
             out.update(_masks(b, out["cls"]))
+        elif self._task == "obb":
+            rows = b.labels.tolist()
+            xywhr = torch.cat([b.obb[i, :n] for i, n in enumerate(rows)], 0) if rows else torch.zeros(0, 5)
+            out["bboxes"] = xywhr[keep] if keep is not None else xywhr.clone()
         elif self._task == "pose":
             rows = b.labels.tolist()
             kpts = torch.cat([b.keypoints[i, :n] for i, n in enumerate(rows)], 0) if rows else \
@@ -515,6 +522,12 @@ class StokerPoseValidator(_Configurable, _StokerValidatorLoader, PoseValidator):
     `YOLO("yolo11n-pose.pt").val(data=..., validator=StokerPoseValidator)`."""
 
 
+class StokerOBBValidator(_Configurable, _StokerValidatorLoader, OBBValidator):
+    """Ultralytics' OBBValidator with stoker's loader (xywhr of the
+    letterboxed corners, as Ultralytics' loader computes them):
+    `YOLO("yolo11n-obb.pt").val(data=..., validator=StokerOBBValidator)`."""
+
+
 class _TrainingNotBuilt:
     """A trainer whose training loader stoker does not build yet: refused
     with the reason when the trainer asks for it."""
@@ -528,6 +541,12 @@ class StokerSegmentationTrainer(_Configurable, _TrainingNotBuilt, SegmentationTr
     """Refuses training (ValueError with the reason): stoker does not build
     the segment training transforms yet. Validation is built:
     StokerSegmentationValidator."""
+
+
+class StokerOBBTrainer(_Configurable, _TrainingNotBuilt, OBBTrainer):
+    """Refuses training (ValueError with the reason): stoker does not build
+    the oriented-box training transforms yet. Validation is built:
+    StokerOBBValidator."""
 
 
 class StokerPoseTrainer(_Configurable, _TrainingNotBuilt, PoseTrainer):
