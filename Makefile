@@ -119,6 +119,8 @@ FAULT_BINS   += $(B)/tests/instmask
 FAULT_BINS   += $(B)/tests/instgeom
 # Ultralytics' default Albumentations on one image (tests/ultralytics/test_albumentations.py).
 FAULT_BINS   += $(B)/tests/albuop
+# CutMix's area and box rule with given draws (tests/ultralytics/test_cutmix.py).
+FAULT_BINS   += $(B)/tests/cutmixgeom
 
 LIB_SO       := $(B)/libstoker.so.$(SOVERSION)
 # The GPU tests' programs (tests/gpu/run.sh runs them on a GPU; `make`
@@ -289,6 +291,11 @@ $(B)/tests/pixelop: tests/tools/pixelop.c $(B)/libstokerd.a
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 
 $(B)/tests/instmask: tests/tools/instmask.c $(B)/libstokerd.a
+	@mkdir -p $(dir $@)
+	$(call say,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
+
+$(B)/tests/cutmixgeom: tests/tools/cutmixgeom.c $(B)/libstokerd.a
 	@mkdir -p $(dir $@)
 	$(call say,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)

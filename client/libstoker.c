@@ -868,6 +868,7 @@ static const struct opt_key opt_keys[] = {
 	DKEY(fliplr, OPT_FLOAT, "number"),
 	DKEY(mosaic, OPT_FLOAT, "number"),
 	DKEY(mixup, OPT_FLOAT, "number"),
+	DKEY(cutmix, OPT_FLOAT, "number"),
 	DKEY(close_mosaic, OPT_U32, "u32"),
 	DKEY(max_boxes, OPT_U32, "u32"),
 	DKEY(epochs, OPT_U64, "u64"),

@@ -55,6 +55,20 @@ void rng_init(struct rng *r, uint64_t seed, uint64_t epoch, uint64_t index, enum
 	r->used = 4;
 }
 
+void rng_fork(const struct rng *r, enum rng_purpose purpose, struct rng *child)
+{
+	uint64_t key = (uint64_t)r->key[1] << 32 | r->key[0];
+
+	key = splitmix64(key ^ splitmix64((uint64_t)purpose << 56 | 0xf0f));
+	child->key[0] = (uint32_t)key;
+	child->key[1] = (uint32_t)(key >> 32);
+	child->ctr[0] = 0;
+	child->ctr[1] = r->ctr[1];
+	child->ctr[2] = r->ctr[2];
+	child->ctr[3] = r->ctr[3];
+	child->used = 4;
+}
+
 uint32_t rng_u32(struct rng *r)
 {
 	if (r->used == 4) {

@@ -19,6 +19,7 @@ enum rng_purpose {
 	RNG_BATCHMIX = 4,    /* a batch op's draws (index: batch * world_size + rank) */
 	RNG_BGR = 5,         /* detection's bgr: the sample left in BGR order */
 	RNG_ALBU = 6,        /* detection's Albumentations (pixels/albu.h) */
+	RNG_CUTMIX = 7,      /* detection's CutMix (a fork of the sample's RNG_AUGMENT stream) */
 };
 
 struct rng {
@@ -37,5 +38,9 @@ double rng_uniform(struct rng *r);
 double rng_range(struct rng *r, double lo, double hi);
 /* Uniform integer in [0, n), unbiased (Lemire); n > 0. */
 uint64_t rng_below(struct rng *r, uint64_t n);
+/* A stream of its own for `purpose`, derived from r's seed, epoch and
+ * index (not from how much of r was used): a part of a sample's draws that
+ * must not shift the others, where only r is at hand. */
+void rng_fork(const struct rng *r, enum rng_purpose purpose, struct rng *child);
 
 #endif

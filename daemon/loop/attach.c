@@ -125,7 +125,7 @@ static void detect_options(const Stoker__DetectOptions *o, struct detect_params 
 		p->name = o->name;
 	/* clang-format off */
 	TAKE(hsv_h) TAKE(hsv_s) TAKE(hsv_v) TAKE(degrees) TAKE(translate) TAKE(scale) TAKE(shear) TAKE(perspective)
-	TAKE(flipud) TAKE(fliplr) TAKE(mosaic) TAKE(mixup)
+	TAKE(flipud) TAKE(fliplr) TAKE(mosaic) TAKE(mixup) TAKE(cutmix)
 	/* clang-format on */
 #undef TAKE
 }

@@ -18,6 +18,10 @@
  *   Beta(32, 32), only when mixup applies: last, because its rejection
  *   sampler takes a variable number of draws.
  *
+ * CutMix draws from a stream of its own (rng_fork of the sample's, so that
+ * cutmix changes no other draw): cutmix u; partner index; the partner's 14
+ * image draws; 3 areas' Beta(1, 1) (a uniform), cx, cy; the area choice.
+ *
  * All draws are made before any pixel is touched. Vertical and horizontal
  * flips are folded into the producers (warp, letterbox copy): MixUp and HSV
  * are per pixel, so flipping first and flipping last give the same bytes.
@@ -78,8 +82,10 @@ struct detect {
 	size_t canvas_cap;
 	uint8_t *mix; /* the second image of a mixup */
 	size_t mix_cap;
-	struct dbox *boxes[2]; /* boxes of image 1 and image 2 */
-	size_t boxes_cap[2];
+	uint8_t *cut; /* the third image, of a CutMix */
+	size_t cut_cap;
+	struct dbox *boxes[3]; /* boxes of image 1, the mixup's and the CutMix's */
+	size_t boxes_cap[3];
 	void *warp; /* warp_separable's column tables and rows */
 	size_t warp_cap;
 	/* OpenCV's RGB2HSV_b division tables (hsv_shift 12) */
@@ -104,6 +110,17 @@ struct plan {
 	double gain[3]; /* HSV gains, already times hsv_h, hsv_s, hsv_v */
 	bool flipud, fliplr;
 	double beta;
+};
+
+/* CutMix's choices (Ultralytics' CutMix, num_areas 3, Beta(1, 1)). */
+#define CUTMIX_AREAS 3
+struct cutmix_draw {
+	bool apply;
+	uint64_t index; /* the partner, made as image 1 is (mosaic + affine) */
+	struct image_draw img;
+	double lam[CUTMIX_AREAS];
+	int64_t cx[CUTMIX_AREAS], cy[CUTMIX_AREAS];
+	double choice; /* which of the areas that cover no box: np.random.choice */
 };
 
 /*
@@ -147,6 +164,7 @@ void detect_params_default(struct detect_params *p)
 		.fliplr = 0.5f,
 		.mosaic = 1.0f,
 		.mixup = 0.0f,
+		.cutmix = 0.0f,
 	};
 }
 
@@ -172,6 +190,7 @@ int detect_params_check(const struct detect_params *p, char *why, size_t whylen)
 		{"fliplr", p->fliplr, 0, 1, false},
 		{"mosaic", p->mosaic, 0, 1, false},
 		{"mixup", p->mixup, 0, 1, false},
+		{"cutmix", p->cutmix, 0, 1, false},
 	};
 
 	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++) {
@@ -197,6 +216,8 @@ int detect_params_check(const struct detect_params *p, char *why, size_t whylen)
  */
 int detect_force_isa(int isa);
 long detect_check_arith(void);
+int detect_cutmix_geometry(uint32_t size, const double lam[3], const int64_t cx[3], const int64_t cy[3], double choice,
+			   const float *boxes, size_t n, float *partner, size_t *n_partner, float area[4]);
 
 static int forced_isa = ISA_AUTO;
 
@@ -304,8 +325,9 @@ void detect_free(struct detect *d)
 	free(d->canvas);
 	free(d->mix);
 	free(d->warp);
-	free(d->boxes[0]);
-	free(d->boxes[1]);
+	free(d->cut);
+	for (int i = 0; i < 3; i++)
+		free(d->boxes[i]);
 	free(d);
 }
 
@@ -400,6 +422,25 @@ static void draw_plan(struct plan *pl, const struct detect_params *p, uint32_t s
 	pl->flipud = rng_uniform(rng) < p->flipud;
 	pl->fliplr = rng_uniform(rng) < p->fliplr;
 	pl->beta = pl->mixup ? rng_beta(rng, 32.0, 32.0) : 1.0;
+}
+
+static void draw_cutmix(struct cutmix_draw *cm, const struct detect_params *p, uint32_t size, uint64_t count,
+			const struct rng *sample)
+{
+	struct rng rng;
+
+	rng_fork(sample, RNG_CUTMIX, &rng);
+	/* BaseMixTransform applies unless uniform(0, 1) > p, as mixup */
+	cm->apply = rng_uniform(&rng) < p->cutmix;
+	cm->index = rng_below(&rng, count);
+	draw_image(&cm->img, p, size, count, &rng);
+	for (int k = 0; k < CUTMIX_AREAS; k++) {
+		/* _rand_bbox: np.random.beta(1, 1), randint(width), randint(height) */
+		cm->lam[k] = rng_uniform(&rng);
+		cm->cx[k] = (int64_t)rng_below(&rng, size);
+		cm->cy[k] = (int64_t)rng_below(&rng, size);
+	}
+	cm->choice = rng_uniform(&rng);
 }
 
 /* ---- matrices ---- */
@@ -1897,17 +1938,164 @@ static void write_boxes(const struct dbox *b, size_t n, uint32_t width, uint32_t
 	*written = k;
 }
 
+/* ---- CutMix (Ultralytics' CutMix on boxes: get_params, apply_image, apply_instances) ---- */
+
+/* bbox_ioa's intersection of an area (x1, y1, x2, y2) with a box, in float32 as numpy. */
+static inline float inter_area(const float a[4], const struct dbox *b)
+{
+	float w = fminf(a[2], b->x2) - fmaxf(a[0], b->x1), h = fminf(a[3], b->y2) - fmaxf(a[1], b->y1);
+
+	return (w < 0 ? 0 : w) * (h < 0 ? 0 : h);
+}
+
+/*
+ * The area CutMix pastes into: of its 3 drawn areas (_rand_bbox), those
+ * that cover no part of any of the image's boxes (bbox_ioa's sum is 0),
+ * one chosen by the draw. False when none does (CutMix skips the image).
+ */
+static bool cutmix_area(const struct cutmix_draw *cm, uint32_t size, const struct dbox *const sets[2],
+			const size_t counts[2], float area[4])
+{
+	float areas[CUTMIX_AREAS][4];
+	int valid[CUTMIX_AREAS], nv = 0;
+
+	for (int k = 0; k < CUTMIX_AREAS; k++) {
+		/* int(width * sqrt(1 - lam)); the corners clipped to the image */
+		int64_t cw = (int64_t)(size * sqrt(1.0 - cm->lam[k])), ch = cw, s = size;
+		int64_t c[4] = {cm->cx[k] - cw / 2, cm->cy[k] - ch / 2, cm->cx[k] + cw / 2, cm->cy[k] + ch / 2};
+		bool clear = true;
+
+		for (int e = 0; e < 4; e++)
+			areas[k][e] = (float)(c[e] < 0 ? 0 : c[e] > s ? s : c[e]);
+		for (int set = 0; set < 2 && clear; set++)
+			for (size_t i = 0; i < counts[set] && clear; i++)
+				clear = inter_area(areas[k], &sets[set][i]) == 0;
+		if (clear)
+			valid[nv++] = k;
+	}
+	if (nv == 0)
+		return false;
+	memcpy(area, areas[valid[(int)(cm->choice * nv)]], sizeof(areas[0]));
+	return true;
+}
+
+/* The partner's boxes CutMix keeps, in place: at least 10 % of a box in
+ * the area (its ioa, float32), clipped to the area as Instances' padding
+ * and clip do it. Their number. */
+static size_t cutmix_boxes(struct dbox *b, size_t n, const float area[4])
+{
+	const float w = area[2] - area[0], h = area[3] - area[1];
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		float box_area = (b[i].x2 - b[i].x1) * (b[i].y2 - b[i].y1);
+
+		if (!(inter_area(area, &b[i]) / (box_area + 1e-7f) >= 0.1f))
+			continue;
+		b[k].cls = b[i].cls;
+		b[k].x1 = fminf(fmaxf(b[i].x1 - area[0], 0), w) + area[0];
+		b[k].y1 = fminf(fmaxf(b[i].y1 - area[1], 0), h) + area[1];
+		b[k].x2 = fminf(fmaxf(b[i].x2 - area[0], 0), w) + area[0];
+		b[k].y2 = fminf(fmaxf(b[i].y2 - area[1], 0), h) + area[1];
+		k++;
+	}
+	return k;
+}
+
+/*
+ * CutMix on the finished image (after MixUp, as v8_transforms orders them):
+ * the partner made as image 1 is, only when an area is free; its pixels
+ * in the area (flipped as the image is: the warp folded the flips in) and
+ * its kept boxes in box set 2 (their number in *kept, 0 when skipped).
+ */
+static int cutmix(const struct job *j, const struct cutmix_draw *cm, uint8_t *image, const size_t n[2], bool mixup,
+		  size_t *kept)
+{
+	struct detect *d = j->d;
+	const uint32_t size = j->size;
+	const struct dbox *const sets[2] = {d->boxes[0], d->boxes[1]};
+	const size_t counts[2] = {n[0], mixup ? n[1] : 0};
+	void *m = d->cut;
+	size_t nb = 0;
+	int64_t x1, y1, x2, y2;
+	float area[4];
+	int r;
+
+	*kept = 0;
+	if (!cutmix_area(cm, size, sets, counts, area))
+		return 0;
+	r = grow(&m, &d->cut_cap, (size_t)size * size * 3, 1);
+	d->cut = m;
+	if (r < 0)
+		return r;
+	r = make_image(j, &cm->img, cm->index, false, 2, d->cut, &nb);
+	if (r < 0)
+		return r;
+	nb = cutmix_boxes(d->boxes[2], nb, area);
+	if (nb == 0)
+		return 0; /* no partner box in the area: CutMix skips */
+	x1 = (int64_t)area[0], y1 = (int64_t)area[1], x2 = (int64_t)area[2], y2 = (int64_t)area[3];
+	if (j->fliplr) {
+		int64_t t = x1;
+
+		x1 = size - x2;
+		x2 = size - t;
+	}
+	if (j->flipud) {
+		int64_t t = y1;
+
+		y1 = size - y2;
+		y2 = size - t;
+	}
+	for (int64_t y = y1; y < y2; y++)
+		memcpy(image + ((size_t)y * size + (size_t)x1) * 3, d->cut + ((size_t)y * size + (size_t)x1) * 3,
+		       (size_t)(x2 - x1) * 3);
+	*kept = nb;
+	return 0;
+}
+
+/* For the tests: CutMix's area choice and box rule on given boxes
+ * (rows of cls, x1, y1, x2, y2), with given draws. 1: applied (area and
+ * partner's kept boxes out), 0: skipped; -ENOMEM. */
+int detect_cutmix_geometry(uint32_t size, const double lam[3], const int64_t cx[3], const int64_t cy[3], double choice,
+			   const float *boxes, size_t n, float *partner, size_t *n_partner, float area[4])
+{
+	struct cutmix_draw cm = {.choice = choice};
+	struct dbox *a = calloc(n + 1, sizeof(*a)), *b = calloc(*n_partner + 1, sizeof(*b));
+	const size_t counts[2] = {n, 0};
+	int r = -ENOMEM;
+
+	if (!a || !b)
+		goto out;
+	memcpy(cm.lam, lam, sizeof(cm.lam));
+	memcpy(cm.cx, cx, sizeof(cm.cx));
+	memcpy(cm.cy, cy, sizeof(cm.cy));
+	memcpy(a, boxes, n * sizeof(*a));
+	memcpy(b, partner, *n_partner * sizeof(*b));
+	r = 0;
+	if (cutmix_area(&cm, size, (const struct dbox *const[2]){a, b}, counts, area)) {
+		*n_partner = cutmix_boxes(b, *n_partner, area);
+		memcpy(partner, b, *n_partner * sizeof(*b));
+		r = *n_partner > 0;
+	}
+out:
+	free(a);
+	free(b);
+	return r;
+}
+
 int detect_make(struct detect *d, enum detect_transform t, const struct detect_params *p, uint32_t size, uint64_t index,
 		uint64_t count, struct rng *rng, detect_load_fn load, void *ctx, const struct detect_output *o)
 {
 	/* The metadata is staged here: *o->meta is written only on success. */
 	struct detect_meta meta = {{0}, {0}};
 	struct job j = {d, p, size, count, load, ctx, false, false, &meta};
-	size_t n[2] = {0, 0};
+	size_t n[3] = {0, 0, 0};
 	uint64_t dropped = 0;
 	uint32_t written = 0, max_boxes;
 	uint8_t *image;
 	float *boxes;
+	struct cutmix_draw cm;
 	struct plan pl;
 	uint64_t tm;
 	int r;
@@ -1971,6 +2159,7 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 	}
 
 	draw_plan(&pl, p, size, count, rng);
+	draw_cutmix(&cm, p, size, count, rng);
 	j.flipud = pl.flipud;
 	j.fliplr = pl.fliplr;
 	r = make_image(&j, &pl.img[0], index, true, 0, image, &n[0]);
@@ -1991,6 +2180,11 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 		blend(image, d->mix, bytes, pl.beta);
 		prof_lap(d, DETECT_STAGE_MIXUP, &tm);
 	}
+	if (cm.apply) {
+		r = cutmix(&j, &cm, image, n, pl.mixup, &n[2]);
+		if (r < 0)
+			goto out;
+	}
 	if (o->before_hsv) {
 		r = o->before_hsv(o->before_hsv_ctx, image, size, size, pl.flipud, pl.fliplr);
 		if (r < 0)
@@ -2008,6 +2202,14 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 		write_boxes(d->boxes[1], n[1], size, size, pl.flipud, pl.fliplr,
 			    boxes ? boxes + (size_t)written * DETECT_BOX_FLOATS : NULL, max_boxes - written, &more,
 			    &dropped, NULL);
+		written += more;
+	}
+	if (n[2]) {
+		uint32_t more = 0;
+
+		write_boxes(d->boxes[2], n[2], size, size, pl.flipud, pl.fliplr,
+			    boxes ? boxes + (size_t)written * DETECT_BOX_FLOATS : NULL, max_boxes - written, &more,
+			    &dropped);
 		written += more;
 	}
 	prof_lap(d, DETECT_STAGE_BOXES, &tm);

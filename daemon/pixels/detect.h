@@ -14,6 +14,10 @@
  *                     by the candidate rule (w, h > 2 px, area ratio > 0.1,
  *                     aspect < 100). MixUp (p = mixup) with a second such
  *                     image at a Beta(32, 32) ratio, boxes concatenated.
+ *                     CutMix (p = cutmix) with a third such image: of 3
+ *                     random areas, one that covers no box gets the third
+ *                     image's pixels and its boxes that lie at least 10 %
+ *                     in it, clipped to it.
  *                     Then HSV jitter, vertical flip (flipud), horizontal
  *                     flip (fliplr).
  *
@@ -50,6 +54,7 @@ struct detect_params {
 	float degrees, translate, scale, shear, perspective; /* 0 0.1 0.5 0 0 */
 	float flipud, fliplr;                                /* 0 0.5 */
 	float mosaic, mixup;                                 /* 1 0; probabilities */
+	float cutmix;                                        /* 0; probability */
 };
 
 void detect_params_default(struct detect_params *p);

@@ -1,7 +1,7 @@
 """Ultralytics' switches and tasks in stoker.ultralytics (make
 check-ultralytics): `fraction` takes the images Ultralytics' own
 YOLODataset takes (which images, in which order), and what stoker does not
-build yet (task=segment, pose, obb; cutmix, copy_paste, rect training)
+build yet (copy_paste, rect training)
 is refused with the reason, never trained without."""
 
 import numpy as np
@@ -122,8 +122,7 @@ def test_tasks_not_built_are_refused(yolo, task):
         YOLOLoader(data["train"], args, data, mode="train")
 
 
-@pytest.mark.parametrize("kw,what", [({"copy_paste": 0.5}, "copy_paste"),
-                                     ({"cutmix": 0.5}, "cutmix"), ({"rect": True}, "rect=True for training")])
+@pytest.mark.parametrize("kw,what", [({"copy_paste": 0.5}, "copy_paste"), ({"rect": True}, "rect=True for training")])
 def test_switches_not_built_are_refused(yolo, kw, what):
     path, _ = yolo
     args = _args(path, **kw)

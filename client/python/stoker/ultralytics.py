@@ -55,11 +55,11 @@ __all__ = ["StokerDetectionTrainer", "StokerDetectionValidator", "YOLOLoader", "
 
 # Ultralytics hyper-parameters that are stoker detect options of the same
 # name and meaning (docs/detection.md).
-_SAME_NAME = ("mosaic", "mixup", "degrees", "translate", "scale", "shear", "perspective", "flipud", "fliplr",
+_SAME_NAME = ("mosaic", "mixup", "cutmix", "degrees", "translate", "scale", "shear", "perspective", "flipud", "fliplr",
               "hsv_h", "hsv_s", "hsv_v")
 # Ultralytics augmentations stoker does not make: refused when switched on,
 # rather than silently training on other data.
-_NOT_BUILT = ("cutmix", "copy_paste")
+_NOT_BUILT = ("copy_paste",)
 # Tasks whose labels and transforms stoker does not make yet (docs/ultralytics.md).
 _TASKS_NOT_BUILT = {}
 # Tasks whose validation stoker makes, but not yet their training transforms.
@@ -338,17 +338,17 @@ class YOLOLoader:
             self._epoch, self._taken = epoch, False
 
     def close_mosaic(self):
-        """Mosaic and mixup off from the current epoch on. The daemon does it
+        """Mosaic, mixup and cutmix off from the current epoch on. The daemon does it
         by itself from epoch `epochs - close_mosaic` on; a trainer that closes
         at another epoch (time= training re-plans its epochs) gets a loader
         attached anew without them."""
         opts = self._opts
         if self._epochs is not None and self._epoch + opts["close_mosaic"] >= self._epochs:
             return
-        if opts["mosaic"] == 0 and opts["mixup"] == 0:
+        if opts["mosaic"] == 0 and opts["mixup"] == 0 and opts.get("cutmix", 0) == 0:
             return
-        LOGGER.info("stoker: reattaching without mosaic and mixup")
-        self._opts = dict(opts, mosaic=0.0, mixup=0.0, epoch=self._epoch)
+        LOGGER.info("stoker: reattaching without mosaic, mixup and cutmix")
+        self._opts = dict(opts, mosaic=0.0, mixup=0.0, cutmix=0.0, epoch=self._epoch)
         self._stoker.close()
         self._stoker = stoker.torch.Loader(self._path, **self._opts)
         self._taken = False
