@@ -1993,6 +1993,7 @@ static size_t cutmix_boxes(struct dbox *b, size_t n, const float area[4])
 		if (!(inter_area(area, &b[i]) / (box_area + 1e-7f) >= 0.1f))
 			continue;
 		b[k].cls = b[i].cls;
+		b[k].src = b[i].src;
 		b[k].x1 = fminf(fmaxf(b[i].x1 - area[0], 0), w) + area[0];
 		b[k].y1 = fminf(fmaxf(b[i].y1 - area[1], 0), h) + area[1];
 		b[k].x2 = fminf(fmaxf(b[i].x2 - area[0], 0), w) + area[0];
@@ -2070,12 +2071,20 @@ int detect_cutmix_geometry(uint32_t size, const double lam[3], const int64_t cx[
 	memcpy(cm.lam, lam, sizeof(cm.lam));
 	memcpy(cm.cx, cx, sizeof(cm.cx));
 	memcpy(cm.cy, cy, sizeof(cm.cy));
-	memcpy(a, boxes, n * sizeof(*a));
-	memcpy(b, partner, *n_partner * sizeof(*b));
+	for (size_t i = 0; i < n; i++)
+		a[i] = (struct dbox){boxes[i * 5],     boxes[i * 5 + 1], boxes[i * 5 + 2],
+				     boxes[i * 5 + 3], boxes[i * 5 + 4], 0};
+	for (size_t i = 0; i < *n_partner; i++)
+		b[i] = (struct dbox){partner[i * 5],     partner[i * 5 + 1], partner[i * 5 + 2],
+				     partner[i * 5 + 3], partner[i * 5 + 4], 0};
 	r = 0;
 	if (cutmix_area(&cm, size, (const struct dbox *const[2]){a, b}, counts, area)) {
 		*n_partner = cutmix_boxes(b, *n_partner, area);
-		memcpy(partner, b, *n_partner * sizeof(*b));
+		for (size_t i = 0; i < *n_partner; i++) {
+			float *o = partner + i * 5;
+
+			o[0] = b[i].cls, o[1] = b[i].x1, o[2] = b[i].y1, o[3] = b[i].x2, o[4] = b[i].y2;
+		}
 		r = *n_partner > 0;
 	}
 out:
@@ -2209,7 +2218,7 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 
 		write_boxes(d->boxes[2], n[2], size, size, pl.flipud, pl.fliplr,
 			    boxes ? boxes + (size_t)written * DETECT_BOX_FLOATS : NULL, max_boxes - written, &more,
-			    &dropped);
+			    &dropped, NULL);
 		written += more;
 	}
 	prof_lap(d, DETECT_STAGE_BOXES, &tm);

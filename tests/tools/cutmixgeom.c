@@ -61,10 +61,11 @@ int main(void)
 	if (r == 0)
 		printf("skip\n");
 	else {
-		printf("area %.9g %.9g %.9g %.9g\n", (double)area[0], (double)area[1], (double)area[2], (double)area[3]);
+		printf("area %.9g %.9g %.9g %.9g\n", (double)area[0], (double)area[1], (double)area[2],
+		       (double)area[3]);
 		for (size_t i = 0; i < m; i++)
-			printf("%.9g %.9g %.9g %.9g %.9g\n", (double)b[i * 5], (double)b[i * 5 + 1], (double)b[i * 5 + 2],
-			       (double)b[i * 5 + 3], (double)b[i * 5 + 4]);
+			printf("%.9g %.9g %.9g %.9g %.9g\n", (double)b[i * 5], (double)b[i * 5 + 1],
+			       (double)b[i * 5 + 2], (double)b[i * 5 + 3], (double)b[i * 5 + 4]);
 	}
 	free(a);
 	free(b);
