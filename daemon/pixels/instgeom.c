@@ -56,23 +56,37 @@ void instgeom_affine_matrix(const struct instgeom_affine_draw *d, int in_w, int 
 /*
  * numpy's float32 `xy1 @ M.T` is OpenBLAS's sgemm: per output, x * m0
  * rounded, then y * m1 fused into it, then + m2 (the 1 * m2 term). fmaf is
- * correctly rounded on every CPU, so the result is too.
+ * correctly rounded on every CPU, so the result is too. A matmul of a
+ * single row does not go through sgemm: plain float products and sums.
  */
-void instgeom_transform(const float M[9], bool divide, float *xy, size_t npts, size_t stride)
+static void transform_rows(const float M[9], bool divide, float *xy, size_t npts, size_t stride, bool fused)
 {
 	for (size_t i = 0; i < npts; i++) {
-		float *p = xy + i * stride, x = p[0], y = p[1];
-		float X = fmaf(y, M[1], x * M[0]) + M[2], Y = fmaf(y, M[4], x * M[3]) + M[5];
+		float *p = xy + i * stride, x = p[0], y = p[1], X, Y, W = 1;
 
+		if (fused) {
+			X = fmaf(y, M[1], x * M[0]) + M[2];
+			Y = fmaf(y, M[4], x * M[3]) + M[5];
+			if (divide)
+				W = fmaf(y, M[7], x * M[6]) + M[8];
+		} else {
+			X = x * M[0] + y * M[1] + M[2];
+			Y = x * M[3] + y * M[4] + M[5];
+			if (divide)
+				W = x * M[6] + y * M[7] + M[8];
+		}
 		if (divide) {
-			float W = fmaf(y, M[7], x * M[6]) + M[8];
-
 			X /= W;
 			Y /= W;
 		}
 		p[0] = X;
 		p[1] = Y;
 	}
+}
+
+void instgeom_transform(const float M[9], bool divide, float *xy, size_t npts, size_t stride)
+{
+	transform_rows(M, divide, xy, npts, stride, npts != 1);
 }
 
 int instgeom_point_in_polygon(const float *poly, uint32_t n, float x, float y)
@@ -319,7 +333,8 @@ void instgeom_perspective(struct instgeom_set *s, const float M[9], float scale,
 		if (s->nkpt && s->kpt) {
 			float *kp = s->kpt + (size_t)i * s->nkpt * 3;
 
-			instgeom_transform(M, true, kp, s->nkpt, 3);
+			/* numpy transforms every instance's keypoints in one matmul: a single row only for one point */
+			transform_rows(M, true, kp, s->nkpt, 3, (size_t)s->n * s->nkpt != 1);
 			kpt_visibility(kp, s->nkpt, W, H);
 		}
 		memcpy(b, nb, sizeof(nb));

@@ -76,7 +76,9 @@ void instgeom_affine_matrix(const struct instgeom_affine_draw *d, int in_w, int 
  * `npts` points (x, y pairs, `stride` floats apart) through the 3x3 float32
  * matrix M (row major) as `xy1 @ M.T`, in float32; divided by the third
  * coordinate when `divide` (apply_segments and apply_keypoints always
- * divide, apply_bboxes only under perspective).
+ * divide, apply_bboxes only under perspective). `npts` is the whole
+ * matmul's row count: numpy's matmul of one row is plain float arithmetic,
+ * of more OpenBLAS's fused multiply-adds.
  */
 void instgeom_transform(const float M[9], bool divide, float *xy, size_t npts, size_t stride);
 

@@ -858,3 +858,35 @@ def test_cutmix(geom, task):
             same(okp, out["instances"].keypoints, f"cutmix keypoints {trial}")
         pasted += len(out["instances"]) - n1
     assert free_seen > 10 and pasted > 10, (free_seen, pasted)
+
+
+def test_single_keypoint(geom):
+    """kpt_shape [1, 3] with one instance: numpy's matmul of a single row is
+    OpenBLAS's gemv, not its sgemm, and rounds its sums in an order of its
+    own; instgeom's plain float sums agree with it in about 97% of the
+    coordinates and are within one float32 ulp in the rest (where more
+    instances make the matmul an sgemm, the bits are equal: above)."""
+    rng = np.random.default_rng(45)
+    random.seed(46)
+    for trial in range(200):
+        rp = RandomPerspective(degrees=30.0, translate=0.1, scale=0.5, shear=5.0,
+                               perspective=float(rng.choice([0.0, 0.0005])))
+        M, s = rp._compute_affine_matrix(np.zeros((640, 640, 3), np.uint8), (320, 320))
+        n = int(rng.integers(1, 3))
+        boxes = np.float32([[100, 100, 400, 400]] * n)
+        kpts = rng.uniform(-100, 700, (n, 1, 3)).astype(np.float32)
+        kpts[..., 2] = 2.0
+        inst = Instances(boxes.copy(), None, kpts.copy(), bbox_format="xyxy", normalized=False)
+        out = rp.apply_instances({"cls": np.zeros((n, 1), np.float32), "instances": inst},
+                                 {"M": M, "scale": s, "orig_shape": (640, 640), "size": (320, 320)})
+        words = geom.ask("P", 320, 320, int(rp.perspective > 0), 0, repr(float(np.float32(s))), f32s(M),
+                         set_text(n, boxes, None, kpts))
+        ob, _, okp = parse_set(words[words.index(";") + 1 :])
+        theirs = out["instances"].keypoints
+        if n > 1:
+            same(okp, theirs, f"keypoints {trial} n={n}")
+            continue
+        assert okp.shape == theirs.shape
+        assert (okp[..., 2] == theirs[..., 2]).all(), (trial, okp, theirs)
+        ulp = np.spacing(np.abs(theirs[..., :2]).astype(np.float32))
+        assert (np.abs(okp[..., :2] - theirs[..., :2]) <= ulp).all(), (trial, okp, theirs)
