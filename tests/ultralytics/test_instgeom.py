@@ -1,20 +1,24 @@
 """Instance geometry (daemon/pixels/instgeom.c, through build/tests/instgeom)
 against Ultralytics' own functions with the same drawn parameters injected:
-segment2box (and cv2.pointPolygonTest in it),
-RandomPerspective.apply_instances for boxes, segments and keypoints (its
-affine matrix from _compute_affine_matrix, perspective on and off),
-box_candidates, Instances.clip / remove_zero_area_boxes (the mosaic's final
-clip), Mosaic._update_labels (a tile's offset), RandomFlip with flip_idx,
-xyxyxyxy2xywhr (cv2.minAreaRect and the angle regularisation) and
-xywhr2xyxyxyxy; on random inputs and edge cases (points outside the image,
-on its border, degenerate polygons, all-invisible keypoints).
+_compute_affine_matrix (Python's random replayed), segment2box (and
+cv2.pointPolygonTest in it), RandomPerspective.apply_instances for boxes,
+segments, keypoints and OBB (perspective on and off, preserve_obb),
+box_candidates, Instances.clip / remove_zero_area_boxes and
+clip(preserve_obb=True) with cv2.intersectConvexConvex, Mosaic's
+apply_instances with a drawn layout, Instances.concatenate (MixUp),
+CopyPaste's flip mode, CutMix's instances, RandomFlip with flip_idx,
+Format's boxes and keypoints, xyxyxyxy2xywhr (cv2.minAreaRect and the
+angle regularisation) and xywhr2xyxyxyxy; on random inputs and edge cases
+(points outside the image, on its border, degenerate polygons,
+all-invisible keypoints, points at infinity).
 
 Equality is exact (the same float32 values bit for bit) everywhere but
-two places, each stated where it is asserted: xywhr2xyxyxyxy (numpy's
-float64 sin/cos against libm's, 1 ulp) and minAreaRect's angle for
-polygons of zero area (OpenCV 5 leaves some of those outside its [-90, 0)
-range; after Ultralytics' regularisation the box is the same).
-make check-ultralytics."""
+where a test states otherwise: xywhr2xyxyxyxy (numpy's float64 sin/cos
+against libm's, 1 ulp), minAreaRect's angle for polygons of zero area
+(OpenCV 5 leaves some outside its [-90, 0) range; after Ultralytics'
+regularisation the box is the same), CopyPaste's order among equal
+overlaps (numpy's argsort is not stable on AVX-512 CPUs) and a matmul of a
+single row (numpy's gemv; within one ulp). make check-ultralytics."""
 
 import math
 import random
