@@ -35,6 +35,7 @@
 
 #include "detect.h"
 #include "grow.h"
+#include "instgeom.h"
 #include "resize.h"
 
 /*
@@ -77,6 +78,17 @@ struct dbox {
 	uint32_t src; /* the object's index in its sample (letterbox's rows_src) */
 };
 
+/* CutMix's boxes as instgeom sets (its geometry is instgeom's, one piece of
+ * code for every task): rows of detect's box sets packed into `box` (4
+ * floats each) and `cls` (5 floats of room a box). */
+struct cutmix_sets {
+	struct instgeom_set mine, theirs; /* the image's boxes (both sets), the partner's */
+	float *floats;
+	size_t floats_cap;
+	uint32_t *idx; /* the partner's kept boxes */
+	size_t idx_cap;
+};
+
 struct detect {
 	uint8_t *canvas; /* the 2size x 2size mosaic */
 	size_t canvas_cap;
@@ -84,6 +96,7 @@ struct detect {
 	size_t mix_cap;
 	uint8_t *cut; /* the third image, of a CutMix */
 	size_t cut_cap;
+	struct cutmix_sets cutmix;
 	struct dbox *boxes[3]; /* boxes of image 1, the mixup's and the CutMix's */
 	size_t boxes_cap[3];
 	void *warp; /* warp_separable's column tables and rows */
@@ -326,6 +339,8 @@ void detect_free(struct detect *d)
 	free(d->mix);
 	free(d->warp);
 	free(d->cut);
+	free(d->cutmix.floats);
+	free(d->cutmix.idx);
 	for (int i = 0; i < 3; i++)
 		free(d->boxes[i]);
 	free(d);
@@ -1940,65 +1955,79 @@ static void write_boxes(const struct dbox *b, size_t n, uint32_t width, uint32_t
 
 /* ---- CutMix (Ultralytics' CutMix on boxes: get_params, apply_image, apply_instances) ---- */
 
-/* bbox_ioa's intersection of an area (x1, y1, x2, y2) with a box, in float32 as numpy. */
-static inline float inter_area(const float a[4], const struct dbox *b)
+static int cutmix_pack(struct cutmix_sets *c, const struct dbox *const sets[3], const size_t counts[3])
 {
-	float w = fminf(a[2], b->x2) - fmaxf(a[0], b->x1), h = fminf(a[3], b->y2) - fmaxf(a[1], b->y1);
+	size_t n = counts[0] + counts[1], m = counts[2];
+	void *p = c->floats, *q = c->idx;
+	int r = grow(&p, &c->floats_cap, 5 * (n + m) + 1, sizeof(float));
 
-	return (w < 0 ? 0 : w) * (h < 0 ? 0 : h);
+	c->floats = p;
+	if (r == 0)
+		r = grow(&q, &c->idx_cap, m + 1, sizeof(uint32_t));
+	c->idx = q;
+	if (r < 0)
+		return r;
+	c->mine = (struct instgeom_set){.n = (uint32_t)n, .cls = c->floats, .box = c->floats + n};
+	c->theirs = (struct instgeom_set){.n = (uint32_t)m, .cls = c->floats + 5 * n, .box = c->floats + 5 * n + m};
+	for (int set = 0, k = 0; set < 3; set++)
+		for (size_t i = 0; i < counts[set]; i++, k++) {
+			struct instgeom_set *to = set < 2 ? &c->mine : &c->theirs;
+			size_t at = set < 2 ? (size_t)k : i;
+			const struct dbox *b = &sets[set][i];
+
+			to->cls[at] = b->cls;
+			to->box[at * 4] = b->x1;
+			to->box[at * 4 + 1] = b->y1;
+			to->box[at * 4 + 2] = b->x2;
+			to->box[at * 4 + 3] = b->y2;
+		}
+	return 0;
 }
 
 /*
  * The area CutMix pastes into: of its 3 drawn areas (_rand_bbox), those
- * that cover no part of any of the image's boxes (bbox_ioa's sum is 0),
- * one chosen by the draw. False when none does (CutMix skips the image).
+ * that cover no part of the image's boxes, one chosen by the draw. False
+ * when none does (CutMix skips the image).
  */
-static bool cutmix_area(const struct cutmix_draw *cm, uint32_t size, const struct dbox *const sets[2],
-			const size_t counts[2], float area[4])
+static bool cutmix_area(const struct cutmix_draw *cm, uint32_t size, const struct instgeom_set *mine, float area[4])
 {
 	float areas[CUTMIX_AREAS][4];
-	int valid[CUTMIX_AREAS], nv = 0;
+	uint32_t free_idx[CUTMIX_AREAS], nv;
 
 	for (int k = 0; k < CUTMIX_AREAS; k++) {
 		/* int(width * sqrt(1 - lam)); the corners clipped to the image */
 		int64_t cw = (int64_t)(size * sqrt(1.0 - cm->lam[k])), ch = cw, s = size;
 		int64_t c[4] = {cm->cx[k] - cw / 2, cm->cy[k] - ch / 2, cm->cx[k] + cw / 2, cm->cy[k] + ch / 2};
-		bool clear = true;
 
 		for (int e = 0; e < 4; e++)
 			areas[k][e] = (float)(c[e] < 0 ? 0 : c[e] > s ? s : c[e]);
-		for (int set = 0; set < 2 && clear; set++)
-			for (size_t i = 0; i < counts[set] && clear; i++)
-				clear = inter_area(areas[k], &sets[set][i]) == 0;
-		if (clear)
-			valid[nv++] = k;
 	}
+	nv = instgeom_cutmix_free_areas(&areas[0][0], CUTMIX_AREAS, mine, free_idx);
 	if (nv == 0)
 		return false;
-	memcpy(area, areas[valid[(int)(cm->choice * nv)]], sizeof(areas[0]));
+	memcpy(area, areas[free_idx[(uint32_t)(cm->choice * nv)]], sizeof(areas[0]));
 	return true;
 }
 
-/* The partner's boxes CutMix keeps, in place: at least 10 % of a box in
- * the area (its ioa, float32), clipped to the area as Instances' padding
- * and clip do it. Their number. */
-static size_t cutmix_boxes(struct dbox *b, size_t n, const float area[4])
+/* The partner's boxes CutMix keeps (instgeom_cutmix_select, 10 % of a box
+ * in the area), clipped to it (instgeom_cutmix_piece), back into its box
+ * set in place. Their number. */
+static size_t cutmix_boxes(struct dbox *b, struct instgeom_set *theirs, const float area[4], uint32_t *idx)
 {
-	const float w = area[2] - area[0], h = area[3] - area[1];
-	size_t k = 0;
+	uint32_t k = instgeom_cutmix_select(area, theirs, 0.1f, idx);
+	struct instgeom_set piece = {.n = k, .cls = theirs->cls, .box = theirs->box};
 
-	for (size_t i = 0; i < n; i++) {
-		float box_area = (b[i].x2 - b[i].x1) * (b[i].y2 - b[i].y1);
+	/* gather the kept rows to the front (idx ascends), then clip them */
+	for (uint32_t i = 0; i < k; i++) {
+		theirs->cls[i] = theirs->cls[idx[i]];
+		memmove(theirs->box + (size_t)i * 4, theirs->box + (size_t)idx[i] * 4, 4 * sizeof(float));
+	}
+	instgeom_cutmix_piece(&piece, area, false, NULL);
+	for (uint32_t i = 0; i < k; i++) {
+		uint32_t src = b[idx[i]].src;
 
-		if (!(inter_area(area, &b[i]) / (box_area + 1e-7f) >= 0.1f))
-			continue;
-		b[k].cls = b[i].cls;
-		b[k].src = b[i].src;
-		b[k].x1 = fminf(fmaxf(b[i].x1 - area[0], 0), w) + area[0];
-		b[k].y1 = fminf(fmaxf(b[i].y1 - area[1], 0), h) + area[1];
-		b[k].x2 = fminf(fmaxf(b[i].x2 - area[0], 0), w) + area[0];
-		b[k].y2 = fminf(fmaxf(b[i].y2 - area[1], 0), h) + area[1];
-		k++;
+		b[i] = (struct dbox){theirs->cls[i],         theirs->box[i * 4],     theirs->box[i * 4 + 1],
+				     theirs->box[i * 4 + 2], theirs->box[i * 4 + 3], src};
 	}
 	return k;
 }
@@ -2014,26 +2043,32 @@ static int cutmix(const struct job *j, const struct cutmix_draw *cm, uint8_t *im
 {
 	struct detect *d = j->d;
 	const uint32_t size = j->size;
-	const struct dbox *const sets[2] = {d->boxes[0], d->boxes[1]};
-	const size_t counts[2] = {n[0], mixup ? n[1] : 0};
+	size_t counts[3] = {n[0], mixup ? n[1] : 0, 0};
+	const struct dbox *sets[3] = {d->boxes[0], d->boxes[1], d->boxes[2]};
 	void *m = d->cut;
-	size_t nb = 0;
 	int64_t x1, y1, x2, y2;
 	float area[4];
 	int r;
 
 	*kept = 0;
-	if (!cutmix_area(cm, size, sets, counts, area))
+	r = cutmix_pack(&d->cutmix, sets, counts);
+	if (r < 0)
+		return r;
+	if (!cutmix_area(cm, size, &d->cutmix.mine, area))
 		return 0;
 	r = grow(&m, &d->cut_cap, (size_t)size * size * 3, 1);
 	d->cut = m;
 	if (r < 0)
 		return r;
-	r = make_image(j, &cm->img, cm->index, false, 2, d->cut, &nb);
+	r = make_image(j, &cm->img, cm->index, false, 2, d->cut, &counts[2]);
 	if (r < 0)
 		return r;
-	nb = cutmix_boxes(d->boxes[2], nb, area);
-	if (nb == 0)
+	sets[2] = d->boxes[2];
+	r = cutmix_pack(&d->cutmix, sets, counts);
+	if (r < 0)
+		return r;
+	counts[2] = cutmix_boxes(d->boxes[2], &d->cutmix.theirs, area, d->cutmix.idx);
+	if (counts[2] == 0)
 		return 0; /* no partner box in the area: CutMix skips */
 	x1 = (int64_t)area[0], y1 = (int64_t)area[1], x2 = (int64_t)area[2], y2 = (int64_t)area[3];
 	if (j->fliplr) {
@@ -2051,7 +2086,7 @@ static int cutmix(const struct job *j, const struct cutmix_draw *cm, uint8_t *im
 	for (int64_t y = y1; y < y2; y++)
 		memcpy(image + ((size_t)y * size + (size_t)x1) * 3, d->cut + ((size_t)y * size + (size_t)x1) * 3,
 		       (size_t)(x2 - x1) * 3);
-	*kept = nb;
+	*kept = counts[2];
 	return 0;
 }
 
@@ -2062,8 +2097,9 @@ int detect_cutmix_geometry(uint32_t size, const double lam[3], const int64_t cx[
 			   const float *boxes, size_t n, float *partner, size_t *n_partner, float area[4])
 {
 	struct cutmix_draw cm = {.choice = choice};
+	struct cutmix_sets c = {.floats = NULL};
 	struct dbox *a = calloc(n + 1, sizeof(*a)), *b = calloc(*n_partner + 1, sizeof(*b));
-	const size_t counts[2] = {n, 0};
+	size_t counts[3] = {n, 0, *n_partner};
 	int r = -ENOMEM;
 
 	if (!a || !b)
@@ -2077,9 +2113,12 @@ int detect_cutmix_geometry(uint32_t size, const double lam[3], const int64_t cx[
 	for (size_t i = 0; i < *n_partner; i++)
 		b[i] = (struct dbox){partner[i * 5],     partner[i * 5 + 1], partner[i * 5 + 2],
 				     partner[i * 5 + 3], partner[i * 5 + 4], 0};
+	r = cutmix_pack(&c, (const struct dbox *const[3]){a, NULL, b}, counts);
+	if (r < 0)
+		goto out;
 	r = 0;
-	if (cutmix_area(&cm, size, (const struct dbox *const[2]){a, b}, counts, area)) {
-		*n_partner = cutmix_boxes(b, *n_partner, area);
+	if (cutmix_area(&cm, size, &c.mine, area)) {
+		*n_partner = cutmix_boxes(b, &c.theirs, area, c.idx);
 		for (size_t i = 0; i < *n_partner; i++) {
 			float *o = partner + i * 5;
 
@@ -2088,6 +2127,8 @@ int detect_cutmix_geometry(uint32_t size, const double lam[3], const int64_t cx[
 		r = *n_partner > 0;
 	}
 out:
+	free(c.floats);
+	free(c.idx);
 	free(a);
 	free(b);
 	return r;
