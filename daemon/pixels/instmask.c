@@ -9,7 +9,8 @@
 #include "grow.h"
 #include "instmask.h"
 
-/* cv2's drawing fixed point (modules/imgproc/src/drawing.cpp). */
+/* cv2's drawing fixed point (modules/imgproc/src/drawing.cpp); its left
+ * shifts of negative values are multiplications here (defined in C). */
 #define XY_SHIFT 16
 #define XY_ONE (1 << XY_SHIFT)
 
@@ -252,11 +253,11 @@ static int cmp_edges(const void *a, const void *b)
 /* CollectPolyEdges (shift 0, LINE_8): the outline drawn, the edges kept. */
 static size_t collect_edges(uint8_t *img, int w, int h, const int32_t *v, uint32_t count, struct edge *edges)
 {
-	int64_t p0x = (int64_t)v[(size_t)(count - 1) * 2] << XY_SHIFT, p0y = v[(size_t)(count - 1) * 2 + 1];
+	int64_t p0x = (int64_t)v[(size_t)(count - 1) * 2] * XY_ONE, p0y = v[(size_t)(count - 1) * 2 + 1];
 	size_t n = 0;
 
 	for (uint32_t i = 0; i < count; i++) {
-		int64_t p1x = (int64_t)v[(size_t)i * 2] << XY_SHIFT, p1y = v[(size_t)i * 2 + 1];
+		int64_t p1x = (int64_t)v[(size_t)i * 2] * XY_ONE, p1y = v[(size_t)i * 2 + 1];
 		int64_t c0x, c0y = p0y, c1x, c1y = p1y;
 		int64_t t0x = (p0x + (XY_ONE >> 1)) >> XY_SHIFT, t1x = (p1x + (XY_ONE >> 1)) >> XY_SHIFT;
 		int64_t t0y = p0y, t1y = p1y;
@@ -270,8 +271,8 @@ static size_t collect_edges(uint8_t *img, int w, int h, const int32_t *v, uint32
 				c1y = t1y;
 			}
 		}
-		c0x = t0x << XY_SHIFT;
-		c1x = t1x << XY_SHIFT;
+		c0x = t0x * XY_ONE;
+		c1x = t1x * XY_ONE;
 		if (p0y != p1y) {
 			struct edge *e = &edges[n++];
 

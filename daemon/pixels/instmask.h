@@ -31,6 +31,9 @@
 /* The points Ultralytics resamples each segment to, and an OBB's corners. */
 #define INSTMASK_SEGMENT_POINTS 1000u
 #define INSTMASK_OBB_POINTS 100u
+/* The resampled points one image's polygons may take together (128 MiB of
+ * floats): beyond, the sample fails (the workers' bound). */
+#define INSTMASK_MAX_IMAGE_POINTS (1u << 24)
 /* mask_ratio's largest value. */
 #define INSTMASK_MAX_RATIO 32u
 

@@ -490,6 +490,9 @@ static int finish_instances(struct worker *w, struct batch_job *job, uint32_t po
 				longest = (uint32_t)(np < UINT32_MAX / 4 ? np : UINT32_MAX / 4);
 		}
 		m = instmask_resample_count(longest, INSTMASK_SEGMENT_POINTS);
+		/* a hostile label (a huge polygon among many) fails the sample, not the daemon */
+		if ((uint64_t)n * m > INSTMASK_MAX_IMAGE_POINTS)
+			return -EFBIG;
 		if (!w->instmask && (r = instmask_new(&w->instmask)) < 0)
 			return r;
 		if (grow((void **)&w->inst_pts, &w->inst_pts_cap, (size_t)n * m * 2 + 2, sizeof(float)) < 0 ||

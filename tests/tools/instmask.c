@@ -48,6 +48,8 @@ int main(int argc, char **argv)
 
 		instmask_resample(in, n, mm, out);
 		fwrite(out, 8, mm, stdout);
+		free(in);
+		free(out);
 	} else if (!strcmp(argv[1], "fill") && argc == 4) {
 		uint32_t w = (uint32_t)atoi(argv[2]), h = (uint32_t)atoi(argv[3]), n = u32();
 		int32_t *pts = take((size_t)n * 8);
@@ -55,6 +57,8 @@ int main(int argc, char **argv)
 
 		r = instmask_fill(m, mask, w, h, pts, n);
 		fwrite(mask, 1, (size_t)w * h, stdout);
+		free(pts);
+		free(mask);
 	} else if (!strcmp(argv[1], "overlap") && argc == 5) {
 		uint32_t w = (uint32_t)atoi(argv[2]), h = (uint32_t)atoi(argv[3]), k = (uint32_t)atoi(argv[4]);
 		uint32_t count = u32(), *off = malloc(((size_t)count + 1) * 4), *order = malloc((size_t)count * 4 + 4);
@@ -78,7 +82,11 @@ int main(int argc, char **argv)
 			r = instmask_overlap(m, xy, off, count, w, h, k, mask, order);
 			fwrite(mask, 2, (size_t)(w / k) * (h / k), stdout);
 			fwrite(order, 4, count, stdout);
+			free(mask);
 		}
+		free(xy);
+		free(off);
+		free(order);
 	} else {
 		return 2;
 	}
