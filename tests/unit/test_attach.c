@@ -349,6 +349,49 @@ static void test_layout_classify(void **state)
 	assert_true(l.slot_bytes >= l.mix_scratch_offset + 40ull * 33 * 3 * 2);
 }
 
+/* yolo_task segment, pose, obb: the masks (uint16, the side / mask_ratio
+ * squared per image), keypoints and xywhr areas after the detection
+ * metadata, each 64-byte aligned and sized, none without its task. */
+static void test_layout_instances(void **state)
+{
+	struct slot_request r = {.batch_size = 4,
+				 .image_size = 160,
+				 .dtype = DTYPE_UINT8,
+				 .detect = true,
+				 .max_boxes = 10,
+				 .mask_ratio = 4,
+				 .kpt_points = 17,
+				 .obb = true,
+				 .prefetch = 0,
+				 .page_size = 4096};
+	struct slot_layout l;
+
+	(void)state;
+	assert_int_equal(attach_slot_layout(&r, &l), 0);
+	assert_int_equal(l.mask_side, 40);
+	assert_int_equal(l.masks_offset % 64, 0);
+	assert_true(l.masks_offset >= l.ratio_pad_offset + 4 * 32);
+	assert_true(l.keypoints_offset >= l.masks_offset + 4ull * 40 * 40 * 2 && l.keypoints_offset % 64 == 0);
+	assert_true(l.obb_offset >= l.keypoints_offset + 4ull * 10 * 17 * 12 && l.obb_offset % 64 == 0);
+	assert_true(l.slot_bytes >= l.obb_offset + 4ull * 10 * 5 * 4);
+	/* a rect batch's masks: room for the largest shape's */
+	r.rect_side = 224;
+	assert_int_equal(attach_slot_layout(&r, &l), 0);
+	assert_int_equal(l.mask_side, 56);
+	r.mask_ratio = 0;
+	r.kpt_points = 0;
+	r.obb = false;
+	assert_int_equal(attach_slot_layout(&r, &l), 0);
+	assert_int_equal(l.masks_offset, 0);
+	assert_int_equal(l.keypoints_offset, 0);
+	assert_int_equal(l.obb_offset, 0);
+	/* overflow-checked like the rest */
+	r.kpt_points = UINT32_MAX;
+	r.max_boxes = UINT32_MAX;
+	r.batch_size = UINT32_MAX;
+	assert_int_equal(attach_slot_layout(&r, &l), -EOVERFLOW);
+}
+
 /* A batch op: soft targets, mix records and one scratch image after the
  * indices, each 64-byte aligned, overflow-checked like the rest. */
 static void test_layout_soft_targets(void **state)
@@ -512,15 +555,11 @@ static void test_layout_overflow(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_valid_requests),
-		cmocka_unit_test(test_task_and_transform_refused),
-		cmocka_unit_test(test_detect_options_refused),
-		cmocka_unit_test(test_limits_refused),
-		cmocka_unit_test(test_layout_classify),
-		cmocka_unit_test(test_layout_device),
-		cmocka_unit_test(test_layout_soft_targets),
-		cmocka_unit_test(test_layout_detect),
-		cmocka_unit_test(test_layout_rect),
+		cmocka_unit_test(test_valid_requests),         cmocka_unit_test(test_task_and_transform_refused),
+		cmocka_unit_test(test_detect_options_refused), cmocka_unit_test(test_limits_refused),
+		cmocka_unit_test(test_layout_classify),        cmocka_unit_test(test_layout_device),
+		cmocka_unit_test(test_layout_soft_targets),    cmocka_unit_test(test_layout_instances),
+		cmocka_unit_test(test_layout_detect),          cmocka_unit_test(test_layout_rect),
 		cmocka_unit_test(test_layout_overflow),
 	};
 
