@@ -15,6 +15,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "albu.h"
 #include "grow.h"
@@ -26,6 +29,8 @@ struct albu {
 	size_t copy_cap;
 	uint16_t *rows; /* Blur's horizontal sums */
 	size_t rows_cap;
+	uint32_t *words; /* Blur's column sums, border maps and division table; MedianBlur's column map */
+	size_t words_cap;
 	uint8_t luts[TILES][TILES][256]; /* CLAHE's, one a tile */
 };
 
@@ -45,6 +50,7 @@ void albu_free(struct albu *a)
 		return;
 	free(a->copy);
 	free(a->rows);
+	free(a->words);
 	free(a);
 }
 
@@ -72,60 +78,150 @@ static int32_t reflect101(int64_t i, int64_t n)
 
 /* ---- Blur: cv2.blur, the mean of k x k rounded (k^2 odd: no ties) ---- */
 
+/* Where a border of `half` on each side reads from (BORDER_REFLECT_101):
+ * map[i] for padded position i - half. */
+static void reflect_map(int32_t *map, uint32_t n, uint32_t half)
+{
+	for (int64_t i = 0; i < (int64_t)n + 2 * half; i++)
+		map[i] = reflect101(i - (int64_t)half, n);
+}
+
 int albu_blur(struct albu *a, uint8_t *rgb, uint32_t w, uint32_t h, uint32_t k)
 {
 	size_t row = (size_t)w * 3, n = row * h;
 	uint32_t half = k / 2, area = k * k;
+	int32_t *xmap, *ymap;
+	uint32_t *col;
+	uint8_t *div;
 	void *p;
 	int r;
 
 	if (k < 3 || k > 255 || !(k & 1) || !w || !h)
 		return -EINVAL;
-	/* k * 255 fits the 16-bit row sums */
+	/* the row sums (k * 255 fits 16 bits), then the column sums, the two
+	 * border maps and the rounding division as a table of every sum */
 	p = a->rows;
 	r = grow(&p, &a->rows_cap, n, sizeof(uint16_t));
 	a->rows = p;
+	if (r == 0) {
+		size_t words = row + (w + 2 * half) + (h + 2 * half) + (area * 255 + 4) / 4 + 1;
+
+		p = a->words;
+		r = grow(&p, &a->words_cap, words, sizeof(uint32_t));
+		a->words = p;
+	}
 	if (r < 0)
 		return r;
+	col = a->words;
+	xmap = (int32_t *)(col + row);
+	ymap = xmap + w + 2 * half;
+	div = (uint8_t *)(ymap + h + 2 * half);
+	reflect_map(xmap, w, half);
+	reflect_map(ymap, h, half);
+	for (uint32_t v = 0; v <= area * 255; v++)
+		div[v] = (uint8_t)((v + area / 2) / area);
+	/* cv2.blur's mean of k x k, rounded (k^2 odd: no ties), as sliding sums */
 	for (uint32_t y = 0; y < h; y++) {
 		const uint8_t *s = rgb + y * row;
 		uint16_t *o = a->rows + y * row;
 
-		for (uint32_t x = 0; x < w; x++)
-			for (int c = 0; c < 3; c++) {
-				uint32_t sum = 0;
-
-				for (uint32_t t = 0; t < k; t++)
-					sum += s[(size_t)reflect101((int64_t)x + t - half, w) * 3 + c];
-				o[x * 3 + c] = (uint16_t)sum;
-			}
-	}
-	for (uint32_t y = 0; y < h; y++) {
-		uint8_t *o = rgb + y * row;
-		const uint16_t *src[255];
-
-		for (uint32_t t = 0; t < k; t++)
-			src[t] = a->rows + (size_t)reflect101((int64_t)y + t - half, h) * row;
-		for (size_t i = 0; i < row; i++) {
+		for (int c = 0; c < 3; c++) {
 			uint32_t sum = 0;
 
 			for (uint32_t t = 0; t < k; t++)
-				sum += src[t][i];
-			o[i] = (uint8_t)((sum + area / 2) / area);
+				sum += s[(size_t)xmap[t] * 3 + c];
+			o[c] = (uint16_t)sum;
+			for (uint32_t x = 1; x < w; x++) {
+				sum += s[(size_t)xmap[x + k - 1] * 3 + c];
+				sum -= s[(size_t)xmap[x - 1] * 3 + c];
+				o[x * 3 + c] = (uint16_t)sum;
+			}
+		}
+	}
+	memset(col, 0, row * sizeof(*col));
+	for (uint32_t t = 0; t < k; t++) {
+		const uint16_t *src = a->rows + (size_t)ymap[t] * row;
+
+		for (size_t i = 0; i < row; i++)
+			col[i] += src[i];
+	}
+	for (uint32_t y = 0; y < h; y++) {
+		uint8_t *o = rgb + y * row;
+
+		for (size_t i = 0; i < row; i++)
+			o[i] = div[col[i]];
+		if (y + 1 < h) {
+			const uint16_t *in = a->rows + (size_t)ymap[y + k] * row,
+				       *out = a->rows + (size_t)ymap[y] * row;
+
+			for (size_t i = 0; i < row; i++)
+				col[i] += (uint32_t)in[i] - out[i];
 		}
 	}
 	return 0;
 }
 
-/* ---- MedianBlur: cv2.medianBlur, BORDER_REPLICATE; a sliding histogram
- * per row and channel (Huang), the median tracked as it moves ---- */
+/* ---- MedianBlur: cv2.medianBlur, BORDER_REPLICATE. k 3 and 5: forgetful selection
+ * (keep (n + 3) / 2 of the k^2 values, drop the least and the greatest, take
+ * the next; the last three's middle is the median) on 64 bytes of a row at
+ * once: min/max passes the compiler turns into vector code. ---- */
+
+enum { LANES = 64, MEDIAN_KEEP = (5 * 5 + 3) / 2 };
 
 static inline uint32_t clampi(int64_t v, uint32_t n)
 {
 	return v < 0 ? 0 : v >= n ? n - 1 : (uint32_t)v;
 }
 
-int albu_median(struct albu *a, uint8_t *rgb, uint32_t w, uint32_t h, uint32_t k)
+static inline void order(uint8_t *a, uint8_t *b)
+{
+#ifdef __SSE2__
+	for (int l = 0; l < LANES; l += 16) {
+		__m128i x = _mm_loadu_si128((const __m128i *)(a + l)), y = _mm_loadu_si128((const __m128i *)(b + l));
+
+		_mm_storeu_si128((__m128i *)(a + l), _mm_min_epu8(x, y));
+		_mm_storeu_si128((__m128i *)(b + l), _mm_max_epu8(x, y));
+	}
+#else
+	for (int l = 0; l < LANES; l++) {
+		uint8_t lo = a[l] < b[l] ? a[l] : b[l], hi = a[l] < b[l] ? b[l] : a[l];
+
+		a[l] = lo;
+		b[l] = hi;
+	}
+#endif
+}
+
+/* The median of the n = k * k taps at src[t] + i for LANES bytes. */
+static void median_lanes(const uint8_t *const *src, uint32_t n, size_t i, uint8_t *out)
+{
+	uint8_t v[MEDIAN_KEEP + 1][LANES];
+	uint32_t lo = 0, m = (n + 3) / 2, next = m;
+
+	for (uint32_t t = 0; t < m; t++)
+		memcpy(v[t], src[t] + i, LANES);
+	while (next < n) {
+		/* the greatest to the end, then the least to the front; both go */
+		for (uint32_t j = lo; j + 1 < lo + m; j++)
+			order(v[j], v[j + 1]);
+		for (uint32_t j = lo + m - 2; j > lo; j--)
+			order(v[j - 1], v[j]);
+		lo++;
+		m -= 2;
+		/* the slot of the dropped greatest takes the next value (lo + m
+		 * stays (n + 3) / 2) */
+		memcpy(v[lo + m], src[next++] + i, LANES);
+		m++;
+	}
+	order(v[lo], v[lo + 1]);
+	order(v[lo + 1], v[lo + 2]);
+	order(v[lo], v[lo + 1]);
+	memcpy(out, v[lo + 1], LANES);
+}
+
+/* k = 7: a sliding histogram per row and channel (Huang), the median tracked
+ * as it moves (forgetful selection's passes grow as k^4). */
+static int median_huang(struct albu *a, uint8_t *rgb, uint32_t w, uint32_t h, uint32_t k)
 {
 	size_t row = (size_t)w * 3, n = row * h;
 	int64_t half = k / 2;
@@ -133,8 +229,6 @@ int albu_median(struct albu *a, uint8_t *rgb, uint32_t w, uint32_t h, uint32_t k
 	void *p = a->copy;
 	int r;
 
-	if (k < 3 || k > 255 || !(k & 1) || !w || !h)
-		return -EINVAL;
 	r = grow(&p, &a->copy_cap, n, 1);
 	a->copy = p;
 	if (r < 0)
@@ -172,6 +266,45 @@ int albu_median(struct albu *a, uint8_t *rgb, uint32_t w, uint32_t h, uint32_t k
 				rgb[y * row + x * 3 + c] = (uint8_t)m;
 			}
 		}
+	return 0;
+}
+
+int albu_median(struct albu *a, uint8_t *rgb, uint32_t w, uint32_t h, uint32_t k)
+{
+	const uint32_t half = k / 2, n = k * k;
+	/* each row padded by `half` replicated pixels each side, and room to
+	 * read a whole LANES past its end */
+	const size_t row = (size_t)w * 3, prow = (size_t)(w + 2 * half) * 3 + LANES;
+	const uint8_t *src[5 * 5];
+	uint8_t out[LANES];
+	void *p = a->copy;
+	int r;
+
+	if (k < 3 || k > 255 || !(k & 1) || !w || !h)
+		return -EINVAL;
+	if (k > 5)
+		return median_huang(a, rgb, w, h, k);
+	r = grow(&p, &a->copy_cap, prow * h, 1);
+	a->copy = p;
+	if (r < 0)
+		return r;
+	for (uint32_t y = 0; y < h; y++) {
+		uint8_t *d = a->copy + y * prow;
+
+		for (uint32_t x = 0; x < w + 2 * half; x++)
+			memcpy(d + (size_t)x * 3, rgb + y * row + (size_t)clampi((int64_t)x - half, w) * 3, 3);
+		memset(d + (size_t)(w + 2 * half) * 3, 0, LANES);
+	}
+	for (uint32_t y = 0; y < h; y++) {
+		for (uint32_t dy = 0; dy < k; dy++)
+			for (uint32_t dx = 0; dx < k; dx++)
+				src[dy * k + dx] =
+					a->copy + (size_t)clampi((int64_t)y + dy - half, h) * prow + (size_t)dx * 3;
+		for (size_t i = 0; i < row; i += LANES) {
+			median_lanes(src, n, i, out);
+			memcpy(rgb + y * row + i, out, row - i < LANES ? row - i : LANES);
+		}
+	}
 	return 0;
 }
 
@@ -499,16 +632,24 @@ int albu_apply(struct albu *a, uint8_t *rgb, uint32_t w, uint32_t h, const struc
 {
 	int r = 0;
 
-	/* Scratch first, so that a failure leaves the image as it was. */
+	/* Scratch first, for the largest k, so that a failure leaves the image
+	 * as it was (the ops' own grows are then no-ops). */
 	if (d->blur || d->median || d->clahe) {
+		size_t row = (size_t)w * 3, bytes = (row + 6 * 3 + LANES) * h;
+		size_t words = row + (w + 6) + (h + 6) + (49 * 255 + 4) / 4 + 1;
 		void *p = a->copy;
 
-		r = grow(&p, &a->copy_cap, (size_t)w * h * 3, 1);
+		r = grow(&p, &a->copy_cap, bytes, 1);
 		a->copy = p;
 		if (r == 0 && d->blur) {
 			p = a->rows;
-			r = grow(&p, &a->rows_cap, (size_t)w * h * 3, sizeof(uint16_t));
+			r = grow(&p, &a->rows_cap, row * h, sizeof(uint16_t));
 			a->rows = p;
+		}
+		if (r == 0 && d->blur) {
+			p = a->words;
+			r = grow(&p, &a->words_cap, words, sizeof(uint32_t));
+			a->words = p;
 		}
 		if (r < 0)
 			return r;

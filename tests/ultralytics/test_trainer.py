@@ -279,7 +279,7 @@ def test_close_mosaic(daemon, yolo, time_mode):
 
 def test_unsupported_settings_are_refused(yolo):
     path, _ = yolo
-    args = _args(path, cutmix=0.5)
+    args = _args(path, copy_paste=0.5)
     data = check_det_dataset(args.data)
-    with pytest.raises(ValueError, match="cutmix"):
+    with pytest.raises(ValueError, match="copy_paste"):
         YOLOLoader(data["train"], args, data, mode="train")
