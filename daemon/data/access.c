@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "dataset.h"
+#include "labels.h"
 #include "errtext.h"
 #include "shards.h"
 
@@ -225,6 +226,20 @@ static int can_open(int dirfd, const char *path)
 	return 1; /* gone or broken since the scan: the read finds it, as today */
 }
 
+/* can_open for the label file of image `name` (relative to `dir`, or
+ * absolute), where Ultralytics looks for it (labels_path). A path too long
+ * to name has no label file the daemon reads either. */
+static int can_open_label(const char *dir, const char *name)
+{
+	char image[PATH_MAX * 2], label[PATH_MAX * 2];
+
+	if ((size_t)snprintf(image, sizeof(image), "%s%s%s", name[0] == '/' ? "" : dir, name[0] == '/' ? "" : "/",
+			     name) >= sizeof(image) ||
+	    labels_path(image, label, sizeof(label)) < 0)
+		return 1;
+	return can_open(AT_FDCWD, label);
+}
+
 static int map_fill(void *arg)
 {
 	struct map_call *c = arg;
@@ -263,6 +278,10 @@ static int map_fill(void *arg)
 			ok = c->shard_ok[k] == 1;
 		} else {
 			ok = can_open(dirfd, dataset_name(ds, i));
+			/* A detection sample is its image and its label file
+			 * (boxes, polygons, keypoints): both, or neither. */
+			if (ok > 0 && ds->box_off)
+				ok = can_open_label(c->dir, dataset_name(ds, i));
 			if (ok < 0) {
 				r = ok;
 				goto out;

@@ -77,7 +77,8 @@ struct access_map {
 
 /*
  * Open every sample file of local data set `ds` once as `id` (a tar
- * shard's samples: the shard). Files the kernel refuses (EACCES, EPERM)
+ * shard's samples: the shard; a detection sample: its image and its label
+ * file). Files the kernel refuses (EACCES, EPERM)
  * are unreadable; one missing now is left to the read to find, as today.
  * -EACCES (errbuf names the data set and uid) when no sample is readable,
  * -ESTALE when the root is not the one scanned, -ENOMEM, -errno.

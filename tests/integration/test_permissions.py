@@ -282,3 +282,28 @@ def test_group_added_after_start_honoured_at_next_attach(daemon, dataset, base, 
         assert 0 in b["indices"] and b["unreadable_samples"] == 0
     finally:
         _run(["gpasswd", "-d", USER_B, GROUP])
+
+
+def test_detection_label_file_is_part_of_the_sample(daemon, base, users, make_yolo):
+    """A detection sample is its image and its label file: a client that may
+    read the image but not its label file (the boxes, polygons, keypoints
+    another user keeps private) gets the sample replaced and counted, as
+    for an unreadable image; the owner reads every box."""
+    src, _, _ = make_yolo(kind="scenes", images=8, min_side=64, max_side=96, seed=4)
+    tree = os.path.join(base, "yolo")
+    shutil.copytree(src, tree)
+    chown_tree(tree, USER_A)
+    images = sorted(os.listdir(os.path.join(tree, "images", "train")))
+    secret = 3
+    label = os.path.join(tree, "labels", "train", os.path.splitext(images[secret])[0] + ".txt")
+    assert os.path.getsize(label) > 0
+    os.chmod(label, 0o600)
+    d = start(daemon, base)
+    opts = dict(task="detect", transform="letterbox", image_size=64, batch_size=4)
+    a = client(USER_A, d, os.path.join(tree, "images", "train"), **opts)
+    assert sorted(a["indices"]) == list(range(len(images))) and a["replaced"] == 0
+    b = client(USER_B, d, os.path.join(tree, "images", "train"), **opts)
+    assert secret not in b["indices"] and b["replaced"] == 1 and b["unreadable_samples"] == 1
+    assert b["labels"][:secret] == a["labels"][:secret]
+    assert os.path.basename(images[secret]) not in " ".join(b["names"])
+    assert os.path.basename(label) in d.stderr() or images[secret] in d.stderr()
