@@ -138,6 +138,14 @@ static int64_t label_read_file(void *ctx, const struct dataset *ds, uint64_t i, 
 	return len;
 }
 
+/* Why a label file could not be read (ds_label_read_fn's -errno), for the report. */
+static const char *read_failure(int64_t len, const char *why)
+{
+	return len == -ENAMETOOLONG ? "the label file's path is too long"
+	       : len == -EFBIG      ? "larger than 4 MiB: not a label file"
+				    : why;
+}
+
 /* Room for `need` elements, doubling (grow.h's rule, amortised). */
 static int grow_to(void *p, size_t *cap, size_t need, size_t elem)
 {
@@ -244,10 +252,7 @@ static int read_instances(struct dataset *ds, const struct instances_spec *spec_
 		if (len < 0 || r < 0) {
 			/* verify_image_label's exception: the image is dropped */
 			if (report)
-				report(ctx, label, 0,
-				       len == -ENAMETOOLONG ? "the label file's path is too long"
-				       : len == -EFBIG      ? "larger than 4 MiB: not a label file"
-							    : why);
+				report(ctx, label, 0, read_failure(len, why));
 			ds->label_files_corrupt++;
 			ds->label_errors++;
 			dropped[i] = 1;
@@ -340,10 +345,7 @@ int ds_read_labels(struct dataset *ds, const struct instances_spec *spec, ds_lab
 			if (len == -ENOMEM)
 				goto nomem;
 			if (report)
-				report(ctx, label, 0,
-				       len == -ENAMETOOLONG ? "the label file's path is too long"
-				       : len == -EFBIG      ? "larger than 4 MiB: not a label file"
-							    : why);
+				report(ctx, label, 0, read_failure(len, why));
 			ds->label_errors++;
 			continue;
 		}

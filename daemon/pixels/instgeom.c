@@ -257,6 +257,20 @@ static void kpt_visibility(float *kpt, size_t count, float W, float H)
 	}
 }
 
+/* Instances.clip's keypoints: visibility 0 outside the image, then clipped to it. */
+static void clip_keypoints(struct instgeom_set *s, float W, float H)
+{
+	if (s->nkpt && s->kpt) {
+		size_t count = (size_t)s->n * s->nkpt;
+
+		kpt_visibility(s->kpt, count, W, H);
+		for (size_t j = 0; j < count; j++) {
+			s->kpt[j * 3] = clipf(s->kpt[j * 3], 0.0f, W);
+			s->kpt[j * 3 + 1] = clipf(s->kpt[j * 3 + 1], 0.0f, H);
+		}
+	}
+}
+
 void instgeom_clip(struct instgeom_set *s, int width, int height)
 {
 	const float W = (float)width, H = (float)height;
@@ -274,15 +288,7 @@ void instgeom_clip(struct instgeom_set *s, int width, int height)
 			s->seg[j * 2] = clipf(s->seg[j * 2], 0.0f, W);
 			s->seg[j * 2 + 1] = clipf(s->seg[j * 2 + 1], 0.0f, H);
 		}
-	if (s->nkpt && s->kpt) {
-		size_t count = (size_t)s->n * s->nkpt;
-
-		kpt_visibility(s->kpt, count, W, H);
-		for (size_t j = 0; j < count; j++) {
-			s->kpt[j * 3] = clipf(s->kpt[j * 3], 0.0f, W);
-			s->kpt[j * 3 + 1] = clipf(s->kpt[j * 3 + 1], 0.0f, H);
-		}
-	}
+	clip_keypoints(s, W, H);
 }
 
 uint32_t instgeom_remove_zero_area(struct instgeom_set *s)
@@ -766,15 +772,7 @@ void instgeom_clip_obb(struct instgeom_set *s, int width, int height, float *scr
 		}
 		instmask_resample(corners, 4, n, sg);
 	}
-	if (s->nkpt && s->kpt) {
-		size_t count = (size_t)s->n * s->nkpt;
-
-		kpt_visibility(s->kpt, count, W, H);
-		for (size_t j = 0; j < count; j++) {
-			s->kpt[j * 3] = clipf(s->kpt[j * 3], 0.0f, W);
-			s->kpt[j * 3 + 1] = clipf(s->kpt[j * 3 + 1], 0.0f, H);
-		}
-	}
+	clip_keypoints(s, W, H);
 }
 
 /* ---- Instances.concatenate, Format ---- */
