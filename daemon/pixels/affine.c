@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,51 +299,141 @@ __attribute__((target("avx2"))) static inline void taps2(const uint8_t *p, __m25
 }
 
 /*
- * generic() for BILINEAR with AVX2: bilinear_filter32RGB's inside case
- * with the three channels in one vector of doubles, each lane the scalar
- * code's operations in its order (no FMA: target avx2 only, contraction
- * off), truncated as it truncates; the border pixels by bilinear().
+ * One pixel of generic() for BILINEAR with AVX2: bilinear_filter32RGB's
+ * inside case with the three channels in one vector of doubles, each lane
+ * the scalar code's operations in its order (no FMA: target avx2 only,
+ * contraction off), truncated as it truncates; the border pixels by
+ * bilinear().
+ */
+__attribute__((target("avx2"))) static inline void bilinear_pixel_avx2(const struct rgb_image *in, double xs, double ys,
+								       uint8_t *o)
+{
+	const int w = (int)in->width, h = (int)in->height;
+	double xin = xs - 0.5, yin = ys - 0.5;
+	int ix, iy;
+
+	if (xs < 0.0 || xs >= w || ys < 0.0 || ys >= h)
+		return; /* outside: the fill stays */
+	ix = floor_i(xin);
+	iy = floor_i(yin);
+	if (ix >= 0 && ix + 1 < w && iy >= 0 && iy + 1 < h) {
+		const uint8_t *r0 = in->px + (size_t)iy * in->stride + 3 * (size_t)ix, *r1 = r0 + in->stride;
+		const __m256d dx = _mm256_set1_pd(xin - ix), dy = _mm256_set1_pd(yin - iy);
+		__m256d p00, p01, p10, p11, v1, v2, v;
+		__m128i q;
+		uint32_t t;
+
+		taps2(r0, &p00, &p01);
+		taps2(r1, &p10, &p11);
+		v1 = _mm256_add_pd(p00, _mm256_mul_pd(_mm256_sub_pd(p01, p00), dx));
+		v2 = _mm256_add_pd(p10, _mm256_mul_pd(_mm256_sub_pd(p11, p10), dx));
+		v = _mm256_add_pd(v1, _mm256_mul_pd(_mm256_sub_pd(v2, v1), dy));
+		q = _mm256_cvttpd_epi32(v);
+		q = _mm_packs_epi32(q, q);
+		t = (uint32_t)_mm_cvtsi128_si32(_mm_packus_epi16(q, q));
+		o[0] = (uint8_t)t;
+		o[1] = (uint8_t)(t >> 8);
+		o[2] = (uint8_t)(t >> 16);
+	} else {
+		bilinear(in, xs, ys, o);
+	}
+}
+
+/* Channel c (0..2) of four gathered pixels' dwords as four doubles. */
+__attribute__((target("avx2"))) static inline __m256d chan4(__m128i d, int c)
+{
+	const __m128i b = _mm_and_si128(_mm_srl_epi32(d, _mm_cvtsi32_si128(8 * c)), _mm_set1_epi32(0xff));
+
+	return _mm256_cvtepi32_pd(b);
+}
+
+/*
+ * generic() for BILINEAR with AVX2, four output pixels a step: their
+ * source coordinates a0 xi + a1 yi + a2 and a3 xi + a4 yi + a5 in the
+ * scalar code's order of double operations per lane, the floor, the
+ * fractions and the two-by-two blend of each channel across the four
+ * pixels (the taps gathered from the rows: the dwords at the left pixel
+ * and two bytes on, which read only the two pixels' six bytes), truncated
+ * as the scalar code truncates. A step with a pixel outside or on the
+ * border goes pixel by pixel (bilinear_pixel_avx2), as does the row's
+ * tail, and images too large for 32-bit gather offsets.
  */
 __attribute__((target("avx2"))) static void generic_bilinear_avx2(const struct rgb_image *in, uint8_t *out,
 								  const double a[6])
 {
 	const int w = (int)in->width, h = (int)in->height;
+	const __m256d a0 = _mm256_set1_pd(a[0]), a1 = _mm256_set1_pd(a[1]), a2 = _mm256_set1_pd(a[2]);
+	const __m256d a3 = _mm256_set1_pd(a[3]), a4 = _mm256_set1_pd(a[4]), a5 = _mm256_set1_pd(a[5]);
+	const __m256d zero = _mm256_setzero_pd(), half = _mm256_set1_pd(0.5), wd = _mm256_set1_pd(w - 1);
+	const __m256d hd = _mm256_set1_pd(h - 1), step = _mm256_set1_pd(4.0);
+	const __m128i stride = _mm_set1_epi32((int)in->stride), three = _mm_set1_epi32(3);
+	/* planar bytes c0 p0..3, c1 p0..3, c2 p0..3 to pixels p0 c0 c1 c2, p1 ... */
+	const __m128i inter = _mm_setr_epi8(0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11, -1, -1, -1, -1);
+	const int vec = (size_t)h * in->stride + 8 <= (size_t)INT32_MAX;
 
 	for (int y = 0; y < h; y++) {
 		uint8_t *o = out + (size_t)y * in->stride;
+		const double yi = y + 0.5;
+		const __m256d yv = _mm256_set1_pd(yi), ay1 = _mm256_mul_pd(a1, yv), ay4 = _mm256_mul_pd(a4, yv);
+		__m256d xi = _mm256_setr_pd(0.5, 1.5, 2.5, 3.5);
+		int x = 0;
 
-		for (int x = 0; x < w; x++, o += 3) {
-			double xi = x + 0.5, yi = y + 0.5;
-			double xs = a[0] * xi + a[1] * yi + a[2], ys = a[3] * xi + a[4] * yi + a[5];
-			double xin = xs - 0.5, yin = ys - 0.5;
-			int ix, iy;
+		for (; vec && x + 4 <= w; x += 4, o += 12, xi = _mm256_add_pd(xi, step)) {
+			const __m256d xs = _mm256_add_pd(_mm256_add_pd(_mm256_mul_pd(a0, xi), ay1), a2);
+			const __m256d ys = _mm256_add_pd(_mm256_add_pd(_mm256_mul_pd(a3, xi), ay4), a5);
+			const __m256d xin = _mm256_sub_pd(xs, half), yin = _mm256_sub_pd(ys, half);
+			const __m256d fx = _mm256_floor_pd(xin), fy = _mm256_floor_pd(yin);
+			__m256d ok, dx, dy, v[3];
+			__m128i ix, iy, off, d0, e0, d1, e1, q01, q2;
 
-			if (xs < 0.0 || xs >= w || ys < 0.0 || ys >= h)
-				continue; /* outside: the fill stays */
-			ix = floor_i(xin);
-			iy = floor_i(yin);
-			if (ix >= 0 && ix + 1 < w && iy >= 0 && iy + 1 < h) {
-				const uint8_t *r0 = in->px + (size_t)iy * in->stride + 3 * (size_t)ix,
-					      *r1 = r0 + in->stride;
-				const __m256d dx = _mm256_set1_pd(xin - ix), dy = _mm256_set1_pd(yin - iy);
-				__m256d p00, p01, p10, p11, v1, v2, v;
-				__m128i q;
-				uint32_t t;
+			/*
+			 * the scalar code's inside case: floor(xs - 0.5) in [0, w - 1) and floor(ys - 0.5) in
+			 * [0, h - 1) (then 0 <= xs < w and 0 <= ys < h too); NaN compares false
+			 */
+			ok = _mm256_and_pd(_mm256_cmp_pd(fx, zero, _CMP_GE_OQ), _mm256_cmp_pd(fx, wd, _CMP_LT_OQ));
+			ok = _mm256_and_pd(ok, _mm256_cmp_pd(fy, zero, _CMP_GE_OQ));
+			ok = _mm256_and_pd(ok, _mm256_cmp_pd(fy, hd, _CMP_LT_OQ));
+			if (_mm256_movemask_pd(ok) != 0xf) {
+				double xa[4], ya[4];
 
-				taps2(r0, &p00, &p01);
-				taps2(r1, &p10, &p11);
-				v1 = _mm256_add_pd(p00, _mm256_mul_pd(_mm256_sub_pd(p01, p00), dx));
-				v2 = _mm256_add_pd(p10, _mm256_mul_pd(_mm256_sub_pd(p11, p10), dx));
-				v = _mm256_add_pd(v1, _mm256_mul_pd(_mm256_sub_pd(v2, v1), dy));
-				q = _mm256_cvttpd_epi32(v);
-				q = _mm_packs_epi32(q, q);
-				t = (uint32_t)_mm_cvtsi128_si32(_mm_packus_epi16(q, q));
-				o[0] = (uint8_t)t;
-				o[1] = (uint8_t)(t >> 8);
-				o[2] = (uint8_t)(t >> 16);
-			} else {
-				bilinear(in, xs, ys, o);
+				_mm256_storeu_pd(xa, xs);
+				_mm256_storeu_pd(ya, ys);
+				for (int k = 0; k < 4; k++)
+					bilinear_pixel_avx2(in, xa[k], ya[k], o + 3 * k);
+				continue;
 			}
+			dx = _mm256_sub_pd(xin, fx);
+			dy = _mm256_sub_pd(yin, fy);
+			ix = _mm256_cvttpd_epi32(fx);
+			iy = _mm256_cvttpd_epi32(fy);
+			off = _mm_add_epi32(_mm_mullo_epi32(iy, stride), _mm_mullo_epi32(ix, three));
+			d0 = _mm_i32gather_epi32((const int *)in->px, off, 1);
+			e0 = _mm_srli_epi32(_mm_i32gather_epi32((const int *)(in->px + 2), off, 1), 8);
+			off = _mm_add_epi32(off, stride);
+			d1 = _mm_i32gather_epi32((const int *)in->px, off, 1);
+			e1 = _mm_srli_epi32(_mm_i32gather_epi32((const int *)(in->px + 2), off, 1), 8);
+			for (int c = 0; c < 3; c++) {
+				const __m256d p00 = chan4(d0, c), p01 = chan4(e0, c), p10 = chan4(d1, c),
+					      p11 = chan4(e1, c);
+				const __m256d v1 = _mm256_add_pd(p00, _mm256_mul_pd(_mm256_sub_pd(p01, p00), dx));
+				const __m256d v2 = _mm256_add_pd(p10, _mm256_mul_pd(_mm256_sub_pd(p11, p10), dx));
+
+				v[c] = _mm256_add_pd(v1, _mm256_mul_pd(_mm256_sub_pd(v2, v1), dy));
+			}
+			q01 = _mm_packs_epi32(_mm256_cvttpd_epi32(v[0]), _mm256_cvttpd_epi32(v[1]));
+			q2 = _mm256_cvttpd_epi32(v[2]);
+			q2 = _mm_shuffle_epi8(_mm_packus_epi16(q01, _mm_packs_epi32(q2, q2)), inter);
+			_mm_storel_epi64((__m128i *)(void *)o, q2);
+			{
+				uint32_t t = (uint32_t)_mm_extract_epi32(q2, 2);
+
+				memcpy(o + 8, &t, 4);
+			}
+		}
+		for (; x < w; x++, o += 3) {
+			const double xf = x + 0.5;
+
+			bilinear_pixel_avx2(in, a[0] * xf + a[1] * yi + a[2], a[3] * xf + a[4] * yi + a[5], o);
 		}
 	}
 }

@@ -1,5 +1,6 @@
 """The vectorised pixel kernels (AVX2: colour ops, sharpness, the float
-output's planes; daemon/pixels/color.c, augment.c) give the bytes of the
+output's planes, the bilinear affine warp four pixels a step;
+daemon/pixels/color.c, augment.c, affine.c) give the bytes of the
 portable code: every policy op at several magnitudes, each interpolation
 and a fill, and whole pipelines with float outputs, run once with the
 kernels the CPU picks and once with STOKER_RESIZE_ISA=scalar (the pixels
@@ -34,10 +35,47 @@ def _run(cmd, isa):
     return r.stdout
 
 
+AFFINE_OPS = ["ShearX:0.3", "ShearX:-0.05", "ShearY:0.29", "ShearY:-0.3", "TranslateX:30", "TranslateX:-1",
+              "TranslateY:-20", "TranslateY:3", "Rotate:30", "Rotate:-17", "Rotate:0.5", "Rotate:-135", "Rotate:90"]
+
+# crops of the photos whose widths put the four-pixel steps' tail and border
+# cases everywhere: 1..9 and odd sizes, one pixel high or wide
+EDGE_SIZES = [(1, 1), (1, 6), (6, 1), (2, 2), (3, 7), (4, 4), (5, 3), (7, 9), (8, 5), (9, 2), (17, 13), (33, 31)]
+
+
+@pytest.fixture(scope="module")
+def edge_crops(tmp_path_factory):
+    from PIL import Image
+
+    out = tmp_path_factory.mktemp("edges")
+    paths = []
+    for name in RGB_PHOTOS[:2]:
+        with Image.open(PHOTOS / name) as im:
+            im = im.convert("RGB")
+            for w, h in EDGE_SIZES:
+                left, top = (im.width - w) // 3, (im.height - h) // 2
+                path = out / f"{name.split('.')[0]}_{w}x{h}.png"
+                im.crop((left, top, left + w, top + h)).save(path)
+                paths.append(path)
+    return paths
+
+
+@pytest.mark.parametrize("interp", ["bilinear", "bicubic"])
+def test_affine_edge_sizes_scalar_equal(interp, edge_crops):
+    """Every affine op at several magnitudes, bilinear and bicubic, on tiny and odd sizes of real photos."""
+    for path in edge_crops:
+        for op in AFFINE_OPS:
+            cmd = [tool(), "-p", f"{op}:{interp}:10,20,30", "-f", str(path), "TrivialAugmentWide",
+                   f"interpolation={interp}", "fill=10,20,30"]
+            fast, portable = _run(cmd, "avx2"), _run(cmd, "scalar")
+            assert len(fast) > 4
+            assert fast == portable, (path.name, op, interp)
+
+
 @pytest.mark.parametrize("interp,fill", [("nearest", None), ("bilinear", "10,20,30"), ("bicubic", "128,128,128")])
 def test_policy_ops_scalar_equal(interp, fill):
     for name in RGB_PHOTOS[:2]:
-        for op in OPS:
+        for op in OPS + AFFINE_OPS:
             forced = f"{op}:{interp}" + (f":{fill}" if fill else "")
             cmd = [tool(), "-p", forced, "-f", str(PHOTOS / name), "TrivialAugmentWide", f"interpolation={interp}"]
             if fill:
@@ -48,6 +86,11 @@ def test_policy_ops_scalar_equal(interp, fill):
 
 
 PIPELINES = [
+    # torchvision's ResNet-50 v2 recipe as its reference script runs it: TrivialAugmentWide bilinear
+    "RandomResizedCrop(size=176); RandomHorizontalFlip(p=0.5); TrivialAugmentWide(interpolation=bilinear); "
+    "ToDtype(dtype=uint8)",
+    "RandomResizedCrop(size=(61, 37)); RandAugment(num_ops=3, magnitude=13, interpolation=bilinear); "
+    "ToDtype(dtype=uint8)",
     "RandomResizedCrop(size=176); RandomHorizontalFlip(p=0.5); TrivialAugmentWide(); "
     "ToDtype(dtype=float32, scale=true); Normalize(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225)); "
     "RandomErasing(p=0.5)",
