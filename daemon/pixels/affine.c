@@ -82,6 +82,37 @@ static void scale_affine(const struct rgb_image *in, uint8_t *out, const double 
 	}
 }
 
+/* a is a whole-pixel translation: (x + a[2], y + a[5]) with integer offsets */
+static bool whole_shift(const double a[6])
+{
+	return a[0] == 1.0 && a[1] == 0.0 && a[3] == 0.0 && a[4] == 1.0 && a[2] == trunc(a[2]) && a[5] == trunc(a[5]) &&
+	       fabs(a[2]) < 1 << 30 && fabs(a[5]) < 1 << 30;
+}
+
+/*
+ * A whole-pixel translation, by rows: every filter samples source pixel
+ * (x + a2, y + a5) unchanged where it lies inside (the nearest loops'
+ * truncation of x + 0.5 + a2; bilinear's and bicubic's fractions are 0,
+ * so their blends return that tap exactly), and leaves the fill elsewhere.
+ */
+static void shift_rows(const struct rgb_image *in, uint8_t *out, const double a[6])
+{
+	const int w = (int)in->width, h = (int)in->height, sx = (int)a[2], sy = (int)a[5];
+	/* the columns x with 0 <= x + sx < w */
+	const int x0 = sx < 0 ? -sx : 0, x1 = sx > 0 ? w - sx : w;
+
+	if (x0 >= x1)
+		return;
+	for (int y = 0; y < h; y++) {
+		const int yin = y + sy;
+
+		if (yin < 0 || yin >= h)
+			continue;
+		memcpy(out + (size_t)y * in->stride + 3 * (size_t)x0,
+		       in->px + (size_t)yin * in->stride + 3 * (size_t)(x0 + sx), 3 * (size_t)(x1 - x0));
+	}
+}
+
 static inline int check_fixed(const double a[6], int x, int y)
 {
 	return fabs(x * a[0] + y * a[1] + a[2]) < 32768.0 && fabs(x * a[3] + y * a[4] + a[5]) < 32768.0;
@@ -463,7 +494,9 @@ void affine_transform(const struct rgb_image *in, uint8_t *out, const double a[6
 	fill_all(in, out, fill);
 	if (!w || !h)
 		return;
-	if (resample == RESAMPLE_BILINEAR && avx2_runs())
+	if (whole_shift(a))
+		shift_rows(in, out, a);
+	else if (resample == RESAMPLE_BILINEAR && avx2_runs())
 		generic_bilinear_avx2(in, out, a);
 	else if (resample != RESAMPLE_NEAREST)
 		generic(in, out, a, resample);
