@@ -469,6 +469,114 @@ __attribute__((target("avx2"))) static void generic_bilinear_avx2(const struct r
 	}
 }
 
+/* byte `shift / 8` of each of four dwords as four doubles */
+__attribute__((target("avx2"))) static inline __m256d byte4(__m128i d, int shift)
+{
+	return _mm256_cvtepi32_pd(_mm_and_si128(_mm_srl_epi32(d, _mm_cvtsi32_si128(shift)), _mm_set1_epi32(0xff)));
+}
+
+/* cubic() per lane in its order of operations (negation by the sign bit, as -v is) */
+__attribute__((target("avx2"))) static inline __m256d cubic4(__m256d v1, __m256d v2, __m256d v3, __m256d v4, __m256d d)
+{
+	const __m256d nv1 = _mm256_xor_pd(v1, _mm256_set1_pd(-0.0));
+	const __m256d p2 = _mm256_add_pd(nv1, v3);
+	const __m256d p3 =
+		_mm256_sub_pd(_mm256_add_pd(_mm256_mul_pd(_mm256_set1_pd(2.0), _mm256_sub_pd(v1, v2)), v3), v4);
+	const __m256d p4 = _mm256_add_pd(_mm256_sub_pd(_mm256_add_pd(nv1, v2), v3), v4);
+
+	return _mm256_add_pd(
+		v2, _mm256_mul_pd(d, _mm256_add_pd(p2, _mm256_mul_pd(d, _mm256_add_pd(p3, _mm256_mul_pd(d, p4))))));
+}
+
+/*
+ * generic() for BICUBIC with AVX2, four output pixels a step, as
+ * generic_bilinear_avx2: the coordinates per lane in the scalar order, the
+ * sixteen taps of each pixel gathered from four rows (three dwords a row
+ * cover the four pixels' twelve bytes), bicubic_filter32RGB's inside
+ * case's cubic() along each row then down, per channel across the four
+ * pixels, clamped and truncated as it does; steps touching the border or
+ * outside, the row's tail and too large images go through bicubic().
+ */
+__attribute__((target("avx2"))) static void generic_bicubic_avx2(const struct rgb_image *in, uint8_t *out,
+								 const double a[6])
+{
+	static const int tap[3][4][2] = {{{0, 0}, {0, 24}, {1, 16}, {2, 8}},
+					 {{0, 8}, {1, 0}, {1, 24}, {2, 16}},
+					 {{0, 16}, {1, 8}, {2, 0}, {2, 24}}}; /* channel, tap: dword, shift */
+	const int w = (int)in->width, h = (int)in->height;
+	const __m256d a0 = _mm256_set1_pd(a[0]), a1 = _mm256_set1_pd(a[1]), a2 = _mm256_set1_pd(a[2]);
+	const __m256d a3 = _mm256_set1_pd(a[3]), a4 = _mm256_set1_pd(a[4]), a5 = _mm256_set1_pd(a[5]);
+	const __m256d one = _mm256_set1_pd(1.0), half = _mm256_set1_pd(0.5), wd = _mm256_set1_pd(w - 2);
+	const __m256d hd = _mm256_set1_pd(h - 2), step = _mm256_set1_pd(4.0), top = _mm256_set1_pd(255.0);
+	const __m128i stride = _mm_set1_epi32((int)in->stride), three = _mm_set1_epi32(3);
+	const __m128i inter = _mm_setr_epi8(0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11, -1, -1, -1, -1);
+	const int vec = (size_t)h * in->stride + 16 <= (size_t)INT32_MAX;
+
+	for (int y = 0; y < h; y++) {
+		uint8_t *o = out + (size_t)y * in->stride;
+		const double yi = y + 0.5;
+		const __m256d yv = _mm256_set1_pd(yi), ay1 = _mm256_mul_pd(a1, yv), ay4 = _mm256_mul_pd(a4, yv);
+		__m256d xi = _mm256_setr_pd(0.5, 1.5, 2.5, 3.5);
+		int x = 0;
+
+		for (; vec && x + 4 <= w; x += 4, o += 12, xi = _mm256_add_pd(xi, step)) {
+			const __m256d xs = _mm256_add_pd(_mm256_add_pd(_mm256_mul_pd(a0, xi), ay1), a2);
+			const __m256d ys = _mm256_add_pd(_mm256_add_pd(_mm256_mul_pd(a3, xi), ay4), a5);
+			const __m256d xin = _mm256_sub_pd(xs, half), yin = _mm256_sub_pd(ys, half);
+			const __m256d fx = _mm256_floor_pd(xin), fy = _mm256_floor_pd(yin);
+			__m256d ok, dx, dy, v[3];
+			__m128i off, g[4][3], q01, q2;
+
+			/* the inside case: floor(xs - 0.5) - 1 in [0, w - 3), the same for y; NaN compares false */
+			ok = _mm256_and_pd(_mm256_cmp_pd(fx, one, _CMP_GE_OQ), _mm256_cmp_pd(fx, wd, _CMP_LT_OQ));
+			ok = _mm256_and_pd(ok, _mm256_cmp_pd(fy, one, _CMP_GE_OQ));
+			ok = _mm256_and_pd(ok, _mm256_cmp_pd(fy, hd, _CMP_LT_OQ));
+			if (_mm256_movemask_pd(ok) != 0xf) {
+				double xa[4], ya[4];
+
+				_mm256_storeu_pd(xa, xs);
+				_mm256_storeu_pd(ya, ys);
+				for (int k = 0; k < 4; k++)
+					bicubic(in, xa[k], ya[k], o + 3 * k);
+				continue;
+			}
+			dx = _mm256_sub_pd(xin, fx);
+			dy = _mm256_sub_pd(yin, fy);
+			off = _mm_add_epi32(
+				_mm_mullo_epi32(_mm_sub_epi32(_mm256_cvttpd_epi32(fy), _mm_set1_epi32(1)), stride),
+				_mm_mullo_epi32(_mm_sub_epi32(_mm256_cvttpd_epi32(fx), _mm_set1_epi32(1)), three));
+			for (int k = 0; k < 4; k++, off = _mm_add_epi32(off, stride))
+				for (int j = 0; j < 3; j++)
+					g[k][j] = _mm_i32gather_epi32((const int *)(in->px + 4 * j), off, 1);
+			for (int c = 0; c < 3; c++) {
+				__m256d r[4];
+
+				for (int k = 0; k < 4; k++)
+					r[k] = cubic4(byte4(g[k][tap[c][0][0]], tap[c][0][1]),
+						      byte4(g[k][tap[c][1][0]], tap[c][1][1]),
+						      byte4(g[k][tap[c][2][0]], tap[c][2][1]),
+						      byte4(g[k][tap[c][3][0]], tap[c][3][1]), dx);
+				v[c] = _mm256_min_pd(
+					_mm256_max_pd(cubic4(r[0], r[1], r[2], r[3], dy), _mm256_setzero_pd()), top);
+			}
+			q01 = _mm_packs_epi32(_mm256_cvttpd_epi32(v[0]), _mm256_cvttpd_epi32(v[1]));
+			q2 = _mm256_cvttpd_epi32(v[2]);
+			q2 = _mm_shuffle_epi8(_mm_packus_epi16(q01, _mm_packs_epi32(q2, q2)), inter);
+			_mm_storel_epi64((__m128i *)(void *)o, q2);
+			{
+				uint32_t t = (uint32_t)_mm_extract_epi32(q2, 2);
+
+				memcpy(o + 8, &t, 4);
+			}
+		}
+		for (; x < w; x++, o += 3) {
+			const double xf = x + 0.5;
+
+			bicubic(in, a[0] * xf + a[1] * yi + a[2], a[3] * xf + a[4] * yi + a[5], o);
+		}
+	}
+}
+
 /* The pixels layer's one switch (STOKER_RESIZE_ISA) picks the AVX2 kernels. */
 static bool avx2_runs(void)
 {
@@ -484,6 +592,11 @@ static void generic_bilinear_avx2(const struct rgb_image *in, uint8_t *out, cons
 {
 	generic(in, out, a, RESAMPLE_BILINEAR);
 }
+
+static void generic_bicubic_avx2(const struct rgb_image *in, uint8_t *out, const double a[6])
+{
+	generic(in, out, a, RESAMPLE_BICUBIC);
+}
 #endif
 
 void affine_transform(const struct rgb_image *in, uint8_t *out, const double a[6], enum affine_resample resample,
@@ -498,6 +611,8 @@ void affine_transform(const struct rgb_image *in, uint8_t *out, const double a[6
 		shift_rows(in, out, a);
 	else if (resample == RESAMPLE_BILINEAR && avx2_runs())
 		generic_bilinear_avx2(in, out, a);
+	else if (resample == RESAMPLE_BICUBIC && avx2_runs())
+		generic_bicubic_avx2(in, out, a);
 	else if (resample != RESAMPLE_NEAREST)
 		generic(in, out, a, resample);
 	else if (a[1] == 0 && a[3] == 0)
