@@ -12,6 +12,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define BATCHMIX_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #else
 #define BATCHMIX_X86 0
@@ -679,6 +680,7 @@ static void mix_f16_scalar(half_t *restrict dst, const half_t *restrict src, siz
  * (tests/unit/test_batchmix.c compares the two over every finite half). The
  * tail goes through an 8-element buffer.
  */
+#ifdef __FLT16_MAX__ /* only mix_f16 calls it */
 __attribute__((target("avx,f16c"))) static void mix_f16_f16c(uint16_t *restrict dst, const uint16_t *restrict src,
 							     size_t n, float lam, float om)
 {
@@ -714,6 +716,7 @@ __attribute__((target("avx,f16c"))) static void mix_f16_f16c(uint16_t *restrict 
 		i += 8;
 	}
 }
+#endif /* __FLT16_MAX__ */
 #endif
 
 /* Test hook (tests/unit/test_batchmix.c; not the daemon's interface):
@@ -727,8 +730,12 @@ static int forced_isa;
 static bool x86_runs(void)
 {
 #if BATCHMIX_X86
+	unsigned a, b, c, d;
+
+	/* F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports
+	 * does not know "f16c" */
 	__builtin_cpu_init();
-	return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+	return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 #else
 	return false;
 #endif

@@ -46,7 +46,7 @@
 	{                                        \
 		name##_body args;                \
 	}
-#define PICK(avx2, name) name##_base
+#define PICK(avx2, name) ((void)(avx2), name##_base)
 #endif
 
 static bool use_avx2(void)
