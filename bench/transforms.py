@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """The user's per-sample transform in stokerd against torchvision's v2
 DataLoader, one run, one data set: torchvision's ResNet-50 v2 training
-pipeline (RandomResizedCrop 176, flip, TrivialAugmentWide, ToDtype float32,
-Normalize, RandomErasing 0.1), and RandomResizedCrop + flip alone; NVIDIA
+pipeline (RandomResizedCrop 176, flip, TrivialAugmentWide with bilinear
+interpolation as torchvision's references/classification/presets.py passes
+it, ToDtype float32, Normalize, RandomErasing 0.1), and RandomResizedCrop +
+flip alone; NVIDIA
 DALI's CPU pipeline for both (fn.decoders.image on the CPU,
 fn.random_resized_crop, fn.flip, its auto_aug trivial_augment_wide,
 fn.crop_mirror_normalize to float32 CHW; DALI has no op drawing
@@ -88,7 +90,10 @@ def pipelines():
     tail = [v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)]
     return {
         "rrc+flip": v2.Compose(rrc + tail),
-        "resnet50-v2": v2.Compose(rrc + [v2.TrivialAugmentWide()] + tail + [v2.RandomErasing(0.1)]),
+        # the reference recipe's interpolation (its default, bilinear), not
+        # TrivialAugmentWide()'s own default (nearest)
+        "resnet50-v2": v2.Compose(rrc + [v2.TrivialAugmentWide(interpolation=v2.InterpolationMode.BILINEAR)] +
+                                  tail + [v2.RandomErasing(0.1)]),
     }
 
 

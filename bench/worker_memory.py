@@ -34,15 +34,8 @@ def main():
     ap.add_argument("--batch-size", type=int, default=128)
     a = ap.parse_args()
     import stoker.torch
-    from torchvision.transforms import v2
 
     pipes = pipelines()
-    steps = list(pipes["resnet50-v2"].transforms)
-    for i, t in enumerate(steps):
-        if isinstance(t, v2.TrivialAugmentWide):
-            steps[i] = v2.TrivialAugmentWide(interpolation=v2.InterpolationMode.BILINEAR)
-    pipes["resnet50-v2 (TA bilinear)"] = v2.Compose(steps)
-    del pipes["resnet50-v2"]
     rows = {}
     for name, compose in pipes.items():
         for workers in a.workers:
