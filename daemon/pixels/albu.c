@@ -21,6 +21,7 @@
 
 #include "albu.h"
 #include "grow.h"
+#include "mirror.h"
 
 enum { TILES = 8 }; /* CLAHE's grid, Albumentations' tile_grid_size */
 
@@ -596,37 +597,6 @@ int albu_clahe(struct albu *a, uint8_t *rgb, uint32_t w, uint32_t h, double clip
 
 /* ---- the drawn ops ---- */
 
-static void flip_rows(uint8_t *rgb, uint32_t w, uint32_t h)
-{
-	size_t row = (size_t)w * 3;
-
-	for (uint32_t y = 0; y < h / 2; y++) {
-		uint8_t *a = rgb + y * row, *b = rgb + (size_t)(h - 1 - y) * row;
-
-		for (size_t i = 0; i < row; i++) {
-			uint8_t t = a[i];
-
-			a[i] = b[i];
-			b[i] = t;
-		}
-	}
-}
-
-static void flip_columns(uint8_t *rgb, uint32_t w, uint32_t h)
-{
-	for (uint32_t y = 0; y < h; y++) {
-		uint8_t *row = rgb + (size_t)y * w * 3;
-
-		for (uint32_t x = 0; x < w / 2; x++)
-			for (int c = 0; c < 3; c++) {
-				uint8_t t = row[x * 3 + c];
-
-				row[x * 3 + c] = row[(w - 1 - x) * 3 + c];
-				row[(w - 1 - x) * 3 + c] = t;
-			}
-	}
-}
-
 int albu_apply(struct albu *a, uint8_t *rgb, uint32_t w, uint32_t h, const struct albu_draw *d, bool flipud,
 	       bool fliplr)
 {
@@ -662,14 +632,14 @@ int albu_apply(struct albu *a, uint8_t *rgb, uint32_t w, uint32_t h, const struc
 		albu_gray(rgb, (size_t)w * h);
 	if (d->clahe) {
 		if (flipud)
-			flip_rows(rgb, w, h);
+			mirror_rows(rgb, w, h);
 		if (fliplr)
-			flip_columns(rgb, w, h);
+			mirror_columns(rgb, w, h);
 		albu_clahe(a, rgb, w, h, d->clip);
 		if (flipud)
-			flip_rows(rgb, w, h);
+			mirror_rows(rgb, w, h);
 		if (fliplr)
-			flip_columns(rgb, w, h);
+			mirror_columns(rgb, w, h);
 	}
 	return 0;
 }

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "grow.h"
+#include "mirror.h"
 #include "pipeline.h"
 
 enum op_kind {
@@ -1254,25 +1255,6 @@ static int pad_image(struct tpipe_ctx *c, struct view *v, const uint32_t pad[4],
 	c->cur = next;
 	*v = (struct view){.mat = true, .bw = w, .bh = h, .rw = w, .rh = h};
 	return 0;
-}
-
-static void mirror_rows(uint8_t *px, uint32_t w, uint32_t h)
-{
-	uint8_t tmp[4096];
-	size_t row = (size_t)w * 3;
-
-	/* rows swapped a block at a time through tmp */
-	for (uint32_t y = 0; y < h / 2; y++) {
-		uint8_t *a = px + y * row, *b = px + (size_t)(h - 1 - y) * row;
-
-		for (size_t i = 0; i < row; i += sizeof(tmp)) {
-			size_t n = row - i < sizeof(tmp) ? row - i : sizeof(tmp);
-
-			memcpy(tmp, a + i, n);
-			memcpy(a + i, b + i, n);
-			memcpy(b + i, tmp, n);
-		}
-	}
 }
 
 /* torchvision's Resize output size for an image w x h (_compute_resized_output_size). */
