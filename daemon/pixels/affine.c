@@ -379,6 +379,37 @@ __attribute__((target("avx2"))) static inline __m256d chan4(__m128i d, int c)
 }
 
 /*
+ * Four output pixels' source points, as the scalar filters compute each one:
+ * (xs, ys) = a applied to the pixel centres xi and the row's (a1 * y, a4 *
+ * y in ay1, ay4), in the same double operations and order; the floors fx,
+ * fy of xs - 0.5, ys - 0.5 and their fractions dx, dy. True when all four
+ * floors lie in [lo, wd) and [lo, hd) (a NaN compares false).
+ */
+struct points4 {
+	__m256d xs, ys, fx, fy, dx, dy;
+};
+
+__attribute__((target("avx2"))) static inline bool points4(const __m256d av[6], __m256d xi, __m256d ay1, __m256d ay4,
+							   __m256d lo, __m256d wd, __m256d hd, struct points4 *p)
+{
+	const __m256d half = _mm256_set1_pd(0.5);
+	__m256d xin, yin, ok;
+
+	p->xs = _mm256_add_pd(_mm256_add_pd(_mm256_mul_pd(av[0], xi), ay1), av[2]);
+	p->ys = _mm256_add_pd(_mm256_add_pd(_mm256_mul_pd(av[3], xi), ay4), av[5]);
+	xin = _mm256_sub_pd(p->xs, half);
+	yin = _mm256_sub_pd(p->ys, half);
+	p->fx = _mm256_floor_pd(xin);
+	p->fy = _mm256_floor_pd(yin);
+	p->dx = _mm256_sub_pd(xin, p->fx);
+	p->dy = _mm256_sub_pd(yin, p->fy);
+	ok = _mm256_and_pd(_mm256_cmp_pd(p->fx, lo, _CMP_GE_OQ), _mm256_cmp_pd(p->fx, wd, _CMP_LT_OQ));
+	ok = _mm256_and_pd(ok, _mm256_cmp_pd(p->fy, lo, _CMP_GE_OQ));
+	ok = _mm256_and_pd(ok, _mm256_cmp_pd(p->fy, hd, _CMP_LT_OQ));
+	return _mm256_movemask_pd(ok) == 0xf;
+}
+
+/*
  * generic() for BILINEAR with AVX2, four output pixels a step: their
  * source coordinates a0 xi + a1 yi + a2 and a3 xi + a4 yi + a5 in the
  * scalar code's order of double operations per lane, the floor, the
@@ -393,9 +424,9 @@ __attribute__((target("avx2"))) static void generic_bilinear_avx2(const struct r
 								  const double a[6])
 {
 	const int w = (int)in->width, h = (int)in->height;
-	const __m256d a0 = _mm256_set1_pd(a[0]), a1 = _mm256_set1_pd(a[1]), a2 = _mm256_set1_pd(a[2]);
-	const __m256d a3 = _mm256_set1_pd(a[3]), a4 = _mm256_set1_pd(a[4]), a5 = _mm256_set1_pd(a[5]);
-	const __m256d zero = _mm256_setzero_pd(), half = _mm256_set1_pd(0.5), wd = _mm256_set1_pd(w - 1);
+	const __m256d av[6] = {_mm256_set1_pd(a[0]), _mm256_set1_pd(a[1]), _mm256_set1_pd(a[2]),
+			       _mm256_set1_pd(a[3]), _mm256_set1_pd(a[4]), _mm256_set1_pd(a[5])};
+	const __m256d zero = _mm256_setzero_pd(), wd = _mm256_set1_pd(w - 1);
 	const __m256d hd = _mm256_set1_pd(h - 1), step = _mm256_set1_pd(4.0);
 	const __m128i stride = _mm_set1_epi32((int)in->stride), three = _mm_set1_epi32(3);
 	/* planar bytes c0 p0..3, c1 p0..3, c2 p0..3 to pixels p0 c0 c1 c2, p1 ... */
@@ -405,38 +436,32 @@ __attribute__((target("avx2"))) static void generic_bilinear_avx2(const struct r
 	for (int y = 0; y < h; y++) {
 		uint8_t *o = out + (size_t)y * in->stride;
 		const double yi = y + 0.5;
-		const __m256d yv = _mm256_set1_pd(yi), ay1 = _mm256_mul_pd(a1, yv), ay4 = _mm256_mul_pd(a4, yv);
+		const __m256d yv = _mm256_set1_pd(yi), ay1 = _mm256_mul_pd(av[1], yv), ay4 = _mm256_mul_pd(av[4], yv);
 		__m256d xi = _mm256_setr_pd(0.5, 1.5, 2.5, 3.5);
 		int x = 0;
 
 		for (; vec && x + 4 <= w; x += 4, o += 12, xi = _mm256_add_pd(xi, step)) {
-			const __m256d xs = _mm256_add_pd(_mm256_add_pd(_mm256_mul_pd(a0, xi), ay1), a2);
-			const __m256d ys = _mm256_add_pd(_mm256_add_pd(_mm256_mul_pd(a3, xi), ay4), a5);
-			const __m256d xin = _mm256_sub_pd(xs, half), yin = _mm256_sub_pd(ys, half);
-			const __m256d fx = _mm256_floor_pd(xin), fy = _mm256_floor_pd(yin);
-			__m256d ok, dx, dy, v[3];
+			struct points4 p;
+			__m256d dx, dy, v[3];
 			__m128i ix, iy, off, d0, e0, d1, e1, q01, q2;
 
 			/*
 			 * the scalar code's inside case: floor(xs - 0.5) in [0, w - 1) and floor(ys - 0.5) in
-			 * [0, h - 1) (then 0 <= xs < w and 0 <= ys < h too); NaN compares false
+			 * [0, h - 1) (then 0 <= xs < w and 0 <= ys < h too)
 			 */
-			ok = _mm256_and_pd(_mm256_cmp_pd(fx, zero, _CMP_GE_OQ), _mm256_cmp_pd(fx, wd, _CMP_LT_OQ));
-			ok = _mm256_and_pd(ok, _mm256_cmp_pd(fy, zero, _CMP_GE_OQ));
-			ok = _mm256_and_pd(ok, _mm256_cmp_pd(fy, hd, _CMP_LT_OQ));
-			if (_mm256_movemask_pd(ok) != 0xf) {
+			if (!points4(av, xi, ay1, ay4, zero, wd, hd, &p)) {
 				double xa[4], ya[4];
 
-				_mm256_storeu_pd(xa, xs);
-				_mm256_storeu_pd(ya, ys);
+				_mm256_storeu_pd(xa, p.xs);
+				_mm256_storeu_pd(ya, p.ys);
 				for (int k = 0; k < 4; k++)
 					bilinear_pixel_avx2(in, xa[k], ya[k], o + 3 * k);
 				continue;
 			}
-			dx = _mm256_sub_pd(xin, fx);
-			dy = _mm256_sub_pd(yin, fy);
-			ix = _mm256_cvttpd_epi32(fx);
-			iy = _mm256_cvttpd_epi32(fy);
+			dx = p.dx;
+			dy = p.dy;
+			ix = _mm256_cvttpd_epi32(p.fx);
+			iy = _mm256_cvttpd_epi32(p.fy);
 			off = _mm_add_epi32(_mm_mullo_epi32(iy, stride), _mm_mullo_epi32(ix, three));
 			d0 = _mm_i32gather_epi32((const int *)in->px, off, 1);
 			e0 = _mm_srli_epi32(_mm_i32gather_epi32((const int *)(in->px + 2), off, 1), 8);
@@ -504,9 +529,9 @@ __attribute__((target("avx2"))) static void generic_bicubic_avx2(const struct rg
 					 {{0, 8}, {1, 0}, {1, 24}, {2, 16}},
 					 {{0, 16}, {1, 8}, {2, 0}, {2, 24}}}; /* channel, tap: dword, shift */
 	const int w = (int)in->width, h = (int)in->height;
-	const __m256d a0 = _mm256_set1_pd(a[0]), a1 = _mm256_set1_pd(a[1]), a2 = _mm256_set1_pd(a[2]);
-	const __m256d a3 = _mm256_set1_pd(a[3]), a4 = _mm256_set1_pd(a[4]), a5 = _mm256_set1_pd(a[5]);
-	const __m256d one = _mm256_set1_pd(1.0), half = _mm256_set1_pd(0.5), wd = _mm256_set1_pd(w - 2);
+	const __m256d av[6] = {_mm256_set1_pd(a[0]), _mm256_set1_pd(a[1]), _mm256_set1_pd(a[2]),
+			       _mm256_set1_pd(a[3]), _mm256_set1_pd(a[4]), _mm256_set1_pd(a[5])};
+	const __m256d one = _mm256_set1_pd(1.0), wd = _mm256_set1_pd(w - 2);
 	const __m256d hd = _mm256_set1_pd(h - 2), step = _mm256_set1_pd(4.0), top = _mm256_set1_pd(255.0);
 	const __m128i stride = _mm_set1_epi32((int)in->stride), three = _mm_set1_epi32(3);
 	const __m128i inter = _mm_setr_epi8(0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11, -1, -1, -1, -1);
@@ -515,36 +540,30 @@ __attribute__((target("avx2"))) static void generic_bicubic_avx2(const struct rg
 	for (int y = 0; y < h; y++) {
 		uint8_t *o = out + (size_t)y * in->stride;
 		const double yi = y + 0.5;
-		const __m256d yv = _mm256_set1_pd(yi), ay1 = _mm256_mul_pd(a1, yv), ay4 = _mm256_mul_pd(a4, yv);
+		const __m256d yv = _mm256_set1_pd(yi), ay1 = _mm256_mul_pd(av[1], yv), ay4 = _mm256_mul_pd(av[4], yv);
 		__m256d xi = _mm256_setr_pd(0.5, 1.5, 2.5, 3.5);
 		int x = 0;
 
 		for (; vec && x + 4 <= w; x += 4, o += 12, xi = _mm256_add_pd(xi, step)) {
-			const __m256d xs = _mm256_add_pd(_mm256_add_pd(_mm256_mul_pd(a0, xi), ay1), a2);
-			const __m256d ys = _mm256_add_pd(_mm256_add_pd(_mm256_mul_pd(a3, xi), ay4), a5);
-			const __m256d xin = _mm256_sub_pd(xs, half), yin = _mm256_sub_pd(ys, half);
-			const __m256d fx = _mm256_floor_pd(xin), fy = _mm256_floor_pd(yin);
-			__m256d ok, dx, dy, v[3];
+			struct points4 p;
+			__m256d dx, dy, v[3];
 			__m128i off, g[4][3], q01, q2;
 
-			/* the inside case: floor(xs - 0.5) - 1 in [0, w - 3), the same for y; NaN compares false */
-			ok = _mm256_and_pd(_mm256_cmp_pd(fx, one, _CMP_GE_OQ), _mm256_cmp_pd(fx, wd, _CMP_LT_OQ));
-			ok = _mm256_and_pd(ok, _mm256_cmp_pd(fy, one, _CMP_GE_OQ));
-			ok = _mm256_and_pd(ok, _mm256_cmp_pd(fy, hd, _CMP_LT_OQ));
-			if (_mm256_movemask_pd(ok) != 0xf) {
+			/* the inside case: floor(xs - 0.5) - 1 in [0, w - 3), the same for y */
+			if (!points4(av, xi, ay1, ay4, one, wd, hd, &p)) {
 				double xa[4], ya[4];
 
-				_mm256_storeu_pd(xa, xs);
-				_mm256_storeu_pd(ya, ys);
+				_mm256_storeu_pd(xa, p.xs);
+				_mm256_storeu_pd(ya, p.ys);
 				for (int k = 0; k < 4; k++)
 					bicubic(in, xa[k], ya[k], o + 3 * k);
 				continue;
 			}
-			dx = _mm256_sub_pd(xin, fx);
-			dy = _mm256_sub_pd(yin, fy);
+			dx = p.dx;
+			dy = p.dy;
 			off = _mm_add_epi32(
-				_mm_mullo_epi32(_mm_sub_epi32(_mm256_cvttpd_epi32(fy), _mm_set1_epi32(1)), stride),
-				_mm_mullo_epi32(_mm_sub_epi32(_mm256_cvttpd_epi32(fx), _mm_set1_epi32(1)), three));
+				_mm_mullo_epi32(_mm_sub_epi32(_mm256_cvttpd_epi32(p.fy), _mm_set1_epi32(1)), stride),
+				_mm_mullo_epi32(_mm_sub_epi32(_mm256_cvttpd_epi32(p.fx), _mm_set1_epi32(1)), three));
 			for (int k = 0; k < 4; k++, off = _mm_add_epi32(off, stride))
 				for (int j = 0; j < 3; j++)
 					g[k][j] = _mm_i32gather_epi32((const int *)(in->px + 4 * j), off, 1);
