@@ -222,7 +222,8 @@ int64_t cache_get(struct cache *c, enum cache_tier tier, const struct cache_key 
 		r = -ENOMEM;
 		goto out;
 	}
-	memcpy(*buf, e->data, e->len);
+	if (e->len) /* an empty file's buffer may still be NULL */
+		memcpy(*buf, e->data, e->len);
 	if (image)
 		*image = e->image;
 	if (c->policy == CACHE_LRU) {
@@ -318,7 +319,8 @@ int cache_put(struct cache *c, enum cache_tier tier, const struct cache_key *key
 	if (image)
 		e->image = *image;
 	e->len = len;
-	memcpy(e->data, data, len);
+	if (len)
+		memcpy(e->data, data, len);
 
 	pthread_mutex_lock(&s->lock);
 	if (shard_find(c, s, tier, key)) {
