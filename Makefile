@@ -121,6 +121,8 @@ FAULT_BINS   += $(B)/tests/instgeom
 FAULT_BINS   += $(B)/tests/albuop
 # CutMix's area and box rule with given draws (tests/ultralytics/test_cutmix.py).
 FAULT_BINS   += $(B)/tests/cutmixgeom
+# CopyPaste's pixels with a given choice (tests/ultralytics/test_copypaste.py).
+FAULT_BINS   += $(B)/tests/copypaste
 
 LIB_SO       := $(B)/libstoker.so.$(SOVERSION)
 # The GPU tests' programs (tests/gpu/run.sh runs them on a GPU; `make`
@@ -296,6 +298,11 @@ $(B)/tests/instmask: tests/tools/instmask.c $(B)/libstokerd.a
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 
 $(B)/tests/cutmixgeom: tests/tools/cutmixgeom.c $(B)/libstokerd.a
+	@mkdir -p $(dir $@)
+	$(call say,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
+
+$(B)/tests/copypaste: tests/tools/copypaste.c $(B)/libstokerd.a
 	@mkdir -p $(dir $@)
 	$(call say,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)

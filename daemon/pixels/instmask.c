@@ -416,14 +416,25 @@ int instmask_fill(struct instmask *m, uint8_t *mask, uint32_t w, uint32_t h, con
 	return 0;
 }
 
-/* ---- polygons2masks_overlap ---- */
-
 /* np.asarray(float32, dtype=np.int32): truncation; out of range as x86's
  * conversion gives it (INT32_MIN). */
 static int32_t to_int32(float v)
 {
 	return v > -2147483648.0f && v < 2147483648.0f ? (int32_t)v : INT32_MIN;
 }
+
+int instmask_fill_f32(struct instmask *m, uint8_t *mask, uint32_t w, uint32_t h, const float *xy, uint32_t n)
+{
+	if (n == 0)
+		return -EINVAL;
+	if (grow((void **)&m->ipts, &m->ipts_cap, (size_t)n * 2, sizeof(*m->ipts)) < 0)
+		return -ENOMEM;
+	for (size_t k = 0; k < (size_t)n * 2; k++)
+		m->ipts[k] = to_int32(xy[k]);
+	return instmask_fill(m, mask, w, h, m->ipts, n);
+}
+
+/* ---- polygons2masks_overlap ---- */
 
 /* cv2.resize(mask, (w / k, h / k)) INTER_LINEAR of a 0/1 mask, k a power of
  * two dividing both: the pixel k/2 - 1/2 into each block (odd k: 1, its
@@ -461,11 +472,7 @@ static int raster(struct instmask *m, const float *xy, const uint32_t *off, uint
 
 	memset(m->full, 0, (size_t)w * h);
 	if (n) {
-		if (grow((void **)&m->ipts, &m->ipts_cap, (size_t)n * 2, sizeof(*m->ipts)) < 0)
-			return -ENOMEM;
-		for (size_t k = 0; k < (size_t)n * 2; k++)
-			m->ipts[k] = to_int32(xy[(size_t)off[i] * 2 + k]);
-		r = instmask_fill(m, m->full, w, h, m->ipts, n);
+		r = instmask_fill_f32(m, m->full, w, h, xy + (size_t)off[i] * 2, n);
 		if (r < 0)
 			return r;
 	}

@@ -72,4 +72,9 @@ int instmask_overlap(struct instmask *m, const float *xy, const uint32_t *off, u
  * (x, y) on a w x h uint8 image (the tests' view of the fill alone). */
 int instmask_fill(struct instmask *m, uint8_t *mask, uint32_t w, uint32_t h, const int32_t *pts, uint32_t n);
 
+/* instmask_fill of n float32 points truncated to int32 as astype(np.int32)
+ * truncates them (out of range or NaN: INT32_MIN, as on x86), as
+ * polygons2masks and CopyPaste's drawContours receive their polygons. */
+int instmask_fill_f32(struct instmask *m, uint8_t *mask, uint32_t w, uint32_t h, const float *xy, uint32_t n);
+
 #endif

@@ -1,0 +1,227 @@
+"""CopyPaste's pixels (daemon/pixels/copypaste.c, through
+build/tests/copypaste) against Ultralytics' own CopyPaste (get_params, then
+apply_image) and cv2, with the same choice of instances injected into both
+(make check-ultralytics):
+
+- cv2.drawContours(im_new, [polygon], -1, 1, cv2.FILLED), what CopyPaste
+  draws with, sets the same pixels as cv2.fillPoly for one int32 contour
+  (the fill stoker ports: instmask_fill), and several drawn into one mask
+  are their union: random polygons inside, across and outside the image,
+  self-crossing, degenerate, up to a thousand points;
+- mode "flip" on the real photos (data/photos) with their hand-written
+  polygons (tests/ultralytics/instances/segment, resampled to 1000 points
+  as YOLODataset does) and on random polygons over a mosaic-sized canvas:
+  every byte of the image equal;
+- mode "mixup": the other photo's instances pasted from the other image,
+  every byte equal.
+
+Ultralytics' own choice (params["selected"]) is what both are given: its
+order among equal overlaps is numpy's argsort, which differs by CPU
+(test_instgeom.py compares the choice itself)."""
+
+import pathlib
+import subprocess
+
+import cv2
+import numpy as np
+import pytest
+from ultralytics.data.augment import CopyPaste
+from ultralytics.utils.instance import Instances
+from ultralytics.utils.ops import resample_segments, segments2boxes, xywh2xyxy
+
+from stoker_testutil import BUILD
+
+TOOL = BUILD / "tests" / "copypaste"
+HERE = pathlib.Path(__file__).resolve().parent
+PHOTOS = HERE.parent.parent / "data" / "photos"
+SEGMENTS = HERE / "instances" / "segment"
+LABELLED = ["astronaut.png", "chelsea.png", "coffee.png", "hubble_deep_field.jpg", "rocket.jpg"]
+
+
+def paste(mode, img, other, segs, chosen):
+    """The tool's image (or mask) for polygons `segs` [n][npts][2] and the choice."""
+    segs = np.ascontiguousarray(segs, dtype=np.float32)
+    h, w = img.shape[:2] if img is not None else other
+    n, npts = segs.shape[:2]
+    chosen = np.asarray(chosen, dtype=np.uint32)
+    data = b""
+    if mode != "mask":
+        data += np.ascontiguousarray(img).tobytes()
+    if mode == "mixup":
+        data += np.ascontiguousarray(other).tobytes()
+    data += segs.tobytes() + chosen.tobytes()
+    args = [str(TOOL)] + [str(v) for v in (w, h, npts, n, len(chosen), mode)]
+    out = subprocess.run(args, input=data, capture_output=True,
+                         check=True).stdout
+    if mode == "mask":
+        return np.frombuffer(out, np.uint8).reshape(h, w)
+    return np.frombuffer(out, np.uint8).reshape(h, w, 3)
+
+
+def random_polygon(rng, n, w, h, spill):
+    kind = rng.integers(0, 3)
+    if kind == 0:  # scattered: self-crossing
+        p = rng.uniform(-spill, 1 + spill, (n, 2)) * [w, h]
+    elif kind == 1:  # star-shaped around a centre
+        c = rng.uniform(-spill, 1 + spill, 2) * [w, h]
+        r = rng.uniform(0.05, 1.0, n) * min(w, h) / 2
+        t = np.sort(rng.uniform(0, 2 * np.pi, n))
+        p = c + np.stack([r * np.cos(t), r * np.sin(t)], 1)
+    else:  # a few corners resampled to n points, as the data set does
+        k = int(rng.integers(3, 9))
+        p = resample_segments([(rng.uniform(-spill, 1 + spill, (k, 2)) * [w, h]).astype(np.float32)], n)[0]
+    return p.astype(np.float32)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_draw_contours_filled_is_fill_poly(seed):
+    """One int32 contour: drawContours FILLED == fillPoly == stoker's fill;
+    several drawn into one mask: the union, as stoker's mask."""
+    rng = np.random.default_rng(seed)
+    for t in range(60):
+        w, h = int(rng.integers(4, 300)), int(rng.integers(4, 300))
+        count = int(rng.integers(1, 5))
+        npts = int(rng.choice([1, 2, 3, 7, 40, 1000]))
+        segs = np.stack([random_polygon(rng, npts, w, h, 0.0 if t % 3 == 0 else 0.3) for _ in range(count)])
+        want = np.zeros((h, w), np.uint8)
+        for s in segs:
+            one = np.zeros((h, w), np.uint8)
+            cv2.drawContours(one, s[None].astype(np.int32), -1, 1, cv2.FILLED)
+            poly = np.zeros((h, w), np.uint8)
+            cv2.fillPoly(poly, [s.astype(np.int32)], color=1)
+            assert np.array_equal(one, poly), (w, h, t)
+            cv2.drawContours(want, s[None].astype(np.int32), -1, 1, cv2.FILLED)
+        chosen = rng.permutation(count)[: int(rng.integers(0, count + 1))]
+        if len(chosen) < count:
+            want = np.zeros((h, w), np.uint8)
+            for j in chosen:
+                cv2.drawContours(want, segs[[j]].astype(np.int32), -1, 1, cv2.FILLED)
+        got = paste("mask", None, (h, w), segs, chosen)
+        assert np.array_equal(got, want), (w, h, t, chosen)
+
+
+def photo_labels(name, size=None):
+    """A photo (BGR, as Ultralytics reads it) and its instances in pixels:
+    polygons resampled to 1000 points, boxes from them; `size` (w, h) crops
+    the photo's top-left corner to that size first (the instances stay)."""
+    img = cv2.imread(str(PHOTOS / name), cv2.IMREAD_COLOR)
+    h, w = img.shape[:2]
+    rows = [r.split() for r in (SEGMENTS / (pathlib.Path(name).stem + ".txt")).read_text().splitlines() if r.strip()]
+    cls = np.array([[float(r[0])] for r in rows], np.float32)
+    segs = [np.array(r[1:], np.float32).reshape(-1, 2) for r in rows]
+    segs = np.stack(resample_segments(segs, 1000)) * np.array([w, h], np.float32)
+    boxes = xywh2xyxy(segments2boxes(segs)).astype(np.float32)
+    if size is not None:
+        img = np.ascontiguousarray(img[: size[1], : size[0]])
+    return img, cls, boxes, segs.astype(np.float32)
+
+
+def labels_of(img, cls, boxes, segs):
+    inst = Instances(boxes.copy(), segs.copy(), None, bbox_format="xyxy", normalized=False)
+    return {"img": img.copy(), "cls": cls.copy(), "instances": inst}
+
+
+@pytest.mark.parametrize("photo", LABELLED)
+@pytest.mark.parametrize("p", [0.5, 1.0])
+def test_flip_on_photos(photo, p):
+    img, cls, boxes, segs = photo_labels(photo)
+    cp = CopyPaste(p=p, mode="flip")
+    lab = labels_of(img, cls, boxes, segs)
+    params = cp.get_params(lab)
+    want = cp.apply_image(lab, params)["img"]
+    got = paste("flip", img, None, params["instances2"].segments, params["selected"])
+    assert np.array_equal(got, want)
+    if len(params["selected"]):
+        assert not np.array_equal(got, img)  # something was pasted
+
+
+def test_flip_on_random_polygons():
+    """Many instances on a mosaic-sized canvas (grey 114 around four tiles
+    of photos), polygons across its border, p from 0.1 to 1."""
+    rng = np.random.default_rng(21)
+    tiles = [cv2.imread(str(PHOTOS / n), cv2.IMREAD_COLOR) for n in LABELLED[:4]]
+    pasted = 0
+    for trial in range(12):
+        s = int(rng.choice([64, 160, 320]))
+        W = H = 2 * s
+        canvas = np.full((H, W, 3), 114, np.uint8)
+        xc, yc = int(rng.integers(s // 2, 3 * s // 2)), int(rng.integers(s // 2, 3 * s // 2))
+        for k, t in enumerate(tiles):
+            part = cv2.resize(t, (s, s))
+            x0, y0 = (xc - s, yc - s) if k == 0 else (xc, yc - s) if k == 1 else (xc - s, yc) if k == 2 else (xc, yc)
+            canvas[max(y0, 0) : y0 + s, max(x0, 0) : x0 + s] = part[max(-y0, 0) : H - y0, max(-x0, 0) : W - x0]
+        n = int(rng.integers(1, 25))
+        segs = np.stack([random_polygon(rng, 1000, W, H, 0.05) * rng.uniform(0.1, 0.5) for _ in range(n)])
+        segs = np.clip(segs, 0, [W, H]).astype(np.float32)  # Mosaic's _cat_labels clips to the canvas
+        boxes = xywh2xyxy(segments2boxes(segs)).astype(np.float32)
+        cls = np.arange(n, dtype=np.float32).reshape(-1, 1)
+        p = float(rng.choice([0.1, 0.5, 1.0]))
+        cp = CopyPaste(p=p, mode="flip")
+        lab = labels_of(canvas, cls, boxes, segs)
+        params = cp.get_params(lab)
+        want = cp.apply_image(lab, params)["img"]
+        got = paste("flip", canvas, None, params["instances2"].segments, params["selected"])
+        assert np.array_equal(got, want), trial
+        pasted += len(params["selected"])
+    assert pasted > 10
+
+
+class _OneImage:
+    """A data set of one sample: what CopyPaste(mode="mixup") draws."""
+
+    def __init__(self, labels):
+        self.labels = labels
+
+    def __len__(self):
+        return 1
+
+    def get_image_and_label(self, index):
+        return self.labels
+
+
+@pytest.mark.parametrize("pair", [("astronaut.png", "chelsea.png"), ("coffee.png", "rocket.jpg"),
+                                  ("chelsea.png", "hubble_deep_field.jpg")])
+@pytest.mark.parametrize("p", [0.5, 1.0])
+def test_mixup_on_photos(pair, p):
+    """The other photo's chosen instances pasted from it (both cropped to a
+    common size, as both images are imgsz x imgsz after RandomPerspective)."""
+    a = cv2.imread(str(PHOTOS / pair[0]), cv2.IMREAD_COLOR)
+    b = cv2.imread(str(PHOTOS / pair[1]), cv2.IMREAD_COLOR)
+    size = (min(a.shape[1], b.shape[1]), min(a.shape[0], b.shape[0]))
+    img, cls, boxes, segs = photo_labels(pair[0], size)
+    img2, cls2, boxes2, segs2 = photo_labels(pair[1], size)
+    cp = CopyPaste(_OneImage(labels_of(img2, cls2 + 5, boxes2, segs2)), p=p, mode="mixup")
+    lab = labels_of(img, cls, boxes, segs)
+    params = cp.get_params(lab)
+    want = cp.apply_image(lab, params)["img"]
+    got = paste("mixup", img, img2, params["instances2"].segments, params["selected"])
+    assert np.array_equal(got, want)
+    if p == 1.0:
+        assert len(params["selected"]) > 0
+
+
+def test_mixup_on_random_polygons():
+    rng = np.random.default_rng(5)
+    photos = [cv2.imread(str(PHOTOS / n), cv2.IMREAD_COLOR) for n in LABELLED]
+    pasted = 0
+    for trial in range(12):
+        S = int(rng.choice([96, 320, 640]))
+        i, j = rng.choice(len(photos), 2, replace=False)
+        img, img2 = (cv2.resize(photos[k], (S, S)) for k in (i, j))
+        sets = []
+        for _ in range(2):
+            n = int(rng.integers(0, 12)) if sets else int(rng.integers(1, 12))
+            segs = np.stack([random_polygon(rng, 1000, S // 5, S // 5, 0.0) + rng.uniform(-0.1, 0.9, 2) * S
+                             for _ in range(n)]) if n else np.zeros((0, 1000, 2), np.float32)
+            segs = np.clip(segs, 0, S).astype(np.float32)
+            boxes = xywh2xyxy(segments2boxes(segs)).astype(np.float32) if n else np.zeros((0, 4), np.float32)
+            sets.append((np.arange(n, dtype=np.float32).reshape(-1, 1), boxes, segs))
+        p = float(rng.choice([0.25, 0.5, 1.0]))
+        cp = CopyPaste(_OneImage(labels_of(img2, *sets[1])), p=p, mode="mixup")
+        lab = labels_of(img, *sets[0])
+        params = cp.get_params(lab)
+        want = cp.apply_image(lab, params)["img"]
+        got = paste("mixup", img, img2, params["instances2"].segments, params["selected"])
+        assert np.array_equal(got, want), trial
+        pasted += len(params["selected"])
+    assert pasted > 10
