@@ -24,6 +24,17 @@ scripts/mkyolo.py --kind photos, warms the page cache, then measures
     only (STOKER_RESIZE_ISA=avx2: where AVX-512 is the default, its
     before).
 
+  - segment and pose (issue 21), on bench/mkinstances.py's real-photo
+    scenes (512-704 px, exact polygons and keypoints; --instance-images):
+    stoker's training loader for StokerSegmentationTrainer /
+    StokerPoseTrainer (stoker.ultralytics.YOLOLoader: mosaic with overlap
+    masks at mask_ratio 4, or keypoints with flip_idx; Ultralytics' batch
+    dicts) against Ultralytics' build_yolo_dataset(task=segment / pose) +
+    build_dataloader at the same worker count; each with the peak RSS and
+    PSS summed over all its processes (the peer, its DataLoader workers,
+    its stokerd), sampled every 0.2 s. Goals: >= 4x Ultralytics' images/s
+    at <= 0.5x its peak PSS.
+
 The table gives each row's share of the decode limit and stoker's rate
 per worker (issue 22's goals are stated against both).
 
@@ -120,6 +131,192 @@ def pss(pid):
             return next(int(line.split()[1]) * 1024 for line in f if line.startswith("Pss:"))
     except (OSError, StopIteration):
         return None
+
+
+def descendants(pid):
+    """pid's child processes, their children, ..."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for t in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    kids = [int(k) for k in f.read().split()]
+                out += kids
+                todo += kids
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+class PeakMemory:
+    """Samples, every `every` seconds, the RSS and PSS summed over this
+    process, its descendants (a DataLoader's workers) and `extra` pids (the
+    stokerd it reads from); keeps the largest sums. PSS splits the pages
+    processes share (forked workers' copy-on-write pages, the ring mapped by
+    daemon and client) between them, so its sum counts each page once; RSS
+    counts a shared page in every process that maps it."""
+
+    def __init__(self, extra=(), every=0.2):
+        import threading
+        self.extra, self.every, self.peak_pss, self.peak_rss, self.samples = list(extra), every, 0, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def rollup(pid):
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                got = {}
+                for line in f:
+                    k, _, v = line.partition(":")
+                    if k in ("Rss", "Pss"):
+                        got[k] = int(v.split()[0]) * 1024
+                return got.get("Rss", 0), got.get("Pss", 0)
+        except (OSError, ValueError, IndexError):
+            return 0, 0
+
+    def sample(self):
+        pids = [os.getpid()] + descendants(os.getpid()) + self.extra
+        rss, pss_ = (sum(x) for x in zip(*(self.rollup(p) for p in pids)))
+        self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss_)
+        self.samples += 1
+
+    def _run(self):
+        while not self._stop.wait(self.every):
+            self.sample()
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def fields(self):
+        return {"peak_pss_bytes": self.peak_pss, "peak_rss_bytes": self.peak_rss, "memory_samples": self.samples}
+
+
+class InstanceConsumer(Consumer):
+    """Takes Ultralytics batch dicts (segment or pose), as its trainer's
+    preprocess_batch takes them: boxes checked as Consumer does; segment:
+    masks [B, h, w] whose values are the image's object numbers (overlap
+    masks: 0 background, 1..n); pose: keypoints [N, points, 3], one row per
+    box, visible points inside the image."""
+
+    def __init__(self, nc, task):
+        super().__init__(nc)
+        self.task, self.masked = task, 0
+
+    def epoch(self, batches, expected, epoch):
+        n = 0
+        for b in batches:
+            images, idx = b["img"], b["batch_idx"]
+            if self.first is None:
+                self.first = {"dtype": str(images.dtype), "shape": list(images.shape[1:])}
+                if self.task == "segment":
+                    self.first["masks"] = [str(b["masks"].dtype), list(b["masks"].shape[1:])]
+                else:
+                    self.first["keypoints"] = [str(b["keypoints"].dtype), list(b["keypoints"].shape[1:])]
+            self.check(idx.numpy(), b["cls"].numpy().reshape(-1), b["bboxes"].numpy(), images.shape[0])
+            if self.task == "segment":
+                self.check_masks(b["masks"], idx, images.shape[0])
+            else:
+                self.check_keypoints(b["keypoints"], len(idx))
+            n += images.shape[0]
+            float(images[-1].reshape(-1)[:64].sum())
+        if n != expected:
+            raise RuntimeError(f"epoch {epoch}: {n} images, expected {expected}")
+        return n
+
+    def check_masks(self, masks, idx, batch):
+        import torch
+        if masks.shape[0] != batch:
+            self.problems.append(f"masks {list(masks.shape)} for a batch of {batch}")
+            return
+        per = torch.bincount(idx.long(), minlength=batch)
+        top = masks.reshape(batch, -1).max(1).values.long()
+        self.masked += int((top > 0).sum())
+        if (top > per).any() and len(self.problems) < 5:
+            self.problems.append(f"a mask numbers more objects than its image has ({top.tolist()} > {per.tolist()})")
+
+    def check_keypoints(self, kpts, boxes):
+        if kpts.shape[0] != boxes and len(self.problems) < 5:
+            self.problems.append(f"{kpts.shape[0]} keypoint rows for {boxes} boxes")
+        vis = kpts[..., 2] > 0
+        xy = kpts[..., :2][vis]
+        if len(xy) and ((xy < 0) | (xy > 1)).any() and len(self.problems) < 5:
+            self.problems.append("a visible keypoint outside the image")
+
+    def fields(self):
+        return dict(super().fields(), images_with_masks=self.masked if self.task == "segment" else None)
+
+
+def instance_cfg(a):
+    """Ultralytics' training arguments for a segment or pose row (its defaults otherwise)."""
+    from ultralytics.cfg import get_cfg
+    return get_cfg(overrides={"task": a.task, "imgsz": IMAGE_SIZE, "mosaic": 1.0, "batch": a.batch_size,
+                              "workers": a.cores, "cache": False, "rect": False, "seed": 0})
+
+
+def peer_ultralytics_instances(a):
+    """Ultralytics' segment or pose training loader, as its trainer builds it."""
+    log = log_to_stderr(f"ultralytics {a.task}")
+    try:
+        import torch
+        import ultralytics
+        from ultralytics.data import build_dataloader, build_yolo_dataset
+        from ultralytics.data.utils import check_det_dataset
+    except ImportError as e:
+        unavailable("not installed", f"{e} (bench/install-peers.sh)")
+    torch.manual_seed(0)
+    cfg = instance_cfg(a)
+    data = check_det_dataset(a.yaml)
+    with PeakMemory() as mem:
+        ds = build_yolo_dataset(cfg, data["train"], a.batch_size, data, mode="train", rect=False, stride=32)
+        dl = build_dataloader(ds, a.batch_size, a.cores, shuffle=True, device="cpu")
+        take = InstanceConsumer(len(data["names"]), a.task)
+        r = measure(lambda epoch: take.epoch(dl, len(ds), epoch), a.epochs, a.seconds, log)
+        workers = [w.pid for w in getattr(dl.iterator, "_workers", [])]
+    r.update(**take.fields(), **mem.fields(), batch_size=a.batch_size, workers_requested=a.cores,
+             num_workers=dl.num_workers, worker_processes=len(workers), cache=ds.cache,
+             buffer_images_per_worker=getattr(ds, "max_buffer_length", None),
+             versions={"ultralytics": ultralytics.__version__, "torch": torch.__version__})
+    dl.close()
+    result(**r)
+
+
+def peer_stoker_instances(a):
+    """stoker's segment or pose training loader: stoker.ultralytics.YOLOLoader,
+    the loader StokerSegmentationTrainer / StokerPoseTrainer train from
+    (batch dicts with Ultralytics' keys: masks, keypoints)."""
+    log = log_to_stderr(f"stoker {a.task}")
+    try:
+        import torch  # noqa: F401
+        from ultralytics.data.utils import check_det_dataset
+        from stoker.ultralytics import YOLOLoader
+    except ImportError as e:
+        unavailable("not installed", f"{e} (run make; PYTHONPATH=client/python; bench/install-peers.sh)")
+    cfg = instance_cfg(a)
+    data = check_det_dataset(a.yaml)
+    warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+    with PeakMemory(extra=[a.daemon_pid] if a.daemon_pid else []) as mem:
+        try:
+            dl = YOLOLoader(data["train"], cfg, data, batch_size=a.batch_size, mode="train", socket=a.socket)
+        except ValueError as e:
+            unavailable("not available", f"stoker.ultralytics.YOLOLoader(task={a.task}, mode=train): {e}")
+        take = InstanceConsumer(len(data["names"]), a.task)
+
+        def run_epoch(epoch):
+            dl.set_epoch(epoch)
+            return take.epoch(dl, len(dl.sampler), epoch)
+
+        r = measure(run_epoch, a.epochs, a.seconds, log)
+    r.update(**take.fields(), **mem.fields(), batch_size=a.batch_size)
+    dl.close()
+    result(**r)
 
 
 def peer_ultralytics(a):
@@ -223,8 +420,13 @@ def peer_main(argv):
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--seconds", type=float, default=20)
+    p.add_argument("--task", default="detect", choices=["detect", "segment", "pose"])
+    p.add_argument("--daemon-pid", type=int, default=0)
     a = p.parse_args(argv)
-    (peer_ultralytics if a.which == "ultralytics" else peer_stoker)(a)
+    if a.task != "detect":
+        (peer_ultralytics_instances if a.which == "ultralytics" else peer_stoker_instances)(a)
+    else:
+        (peer_ultralytics if a.which == "ultralytics" else peer_stoker)(a)
 
 
 # --------------------------------------------------------------------------
@@ -246,6 +448,18 @@ def build_yolo(path, images, cores):
                    check=True)
     open(stamp, "w").close()
     run.say(f"data set: built {images} images in {time.monotonic() - t0:.1f}s")
+
+
+def build_instances(path, images):
+    """The segment and pose rows' data set, made once by bench/mkinstances.py
+    (real-photo scenes, 512-704 px, exact polygons and keypoints) and kept."""
+    stamp = os.path.join(path, ".bench-complete")
+    if os.path.exists(stamp):
+        run.say(f"instance data set: reusing {path}")
+        return
+    subprocess.run([run.PY, os.path.join(HERE, "mkinstances.py"), path, "--train", str(images), "--val", "8",
+                    "--scale", "2"], check=True)
+    open(stamp, "w").close()
 
 
 def classes(yaml_path):
@@ -297,10 +511,41 @@ ROWS = [
      {"transform": "mosaic", "env": {"STOKER_RESIZE_ISA": "avx2"}}),
     ("ultralytics_train_ram", "Ultralytics train loader, cache=ram [extra]", "ultralytics",
      {"mode": "train", "cache": "ram"}),
+    # issue 21: segment (mosaic with overlap masks) and pose (keypoints) training loaders, on
+    # bench/mkinstances.py's scenes; stoker's through stoker.ultralytics.YOLOLoader, the batch dicts
+    # its trainers take, against Ultralytics' build_yolo_dataset + build_dataloader
+    ("stoker_segment", "stoker segment mosaic-640 + masks", "stoker", {"task": "segment"}),
+    ("ultralytics_segment", "Ultralytics segment train loader", "ultralytics", {"task": "segment"}),
+    ("stoker_pose", "stoker pose mosaic-640 + keypoints", "stoker", {"task": "pose"}),
+    ("ultralytics_pose", "Ultralytics pose train loader", "ultralytics", {"task": "pose"}),
 ]
+INSTANCE_ROWS = ("stoker_segment", "ultralytics_segment", "stoker_pose", "ultralytics_pose")
 # Each Ultralytics row against the stoker row it is compared with, and the issue's target.
 COMPARE = {"ultralytics_train": ("stoker_mosaic", ">= 5x"), "ultralytics_val": ("stoker_letterbox", ">= 2x"),
-           "ultralytics_train_ram": ("stoker_mosaic_decoded", "")}
+           "ultralytics_train_ram": ("stoker_mosaic_decoded", ""),
+           "ultralytics_segment": ("stoker_segment", ">= 4x"), "ultralytics_pose": ("stoker_pose", ">= 4x")}
+
+
+def run_instance_row(r, tmp, key, kind, opts, a, common):
+    """A segment or pose row: the peer samples the memory of every process it
+    runs on (its DataLoader workers; stoker's: its stokerd)."""
+    me, task = os.path.abspath(__file__), opts["task"]
+    args = [me, "peer", kind, "--task", task, "--yaml", a.instance_yaml[task], "--cores", str(a.cores), *common]
+    if kind == "ultralytics":
+        return r.peer(args)
+    try:
+        dm = run.Daemon(r, tmp, a.cores, key)
+    except RuntimeError as e:
+        return {"status": "failed", "reason": str(e)}
+    try:
+        row = r.peer(args + ["--socket", dm.sock, "--daemon-pid", str(dm.pid)])
+        row["stokerd_vm_hwm_bytes"] = dm.status().get("VmHWM")
+    finally:
+        rc = dm.stop()
+    if rc != 0:
+        row.setdefault("problems", []).append(f"stokerd exited with status {rc} on SIGTERM "
+                                              f"(see {r.logdir}/stokerd-{key}.log)")
+    return row
 
 
 def run_row(r, tmp, key, kind, opts, a, data, yaml, nc):
@@ -313,6 +558,8 @@ def run_row(r, tmp, key, kind, opts, a, data, yaml, nc):
             d["parallel_images_per_second"] = par["images_per_second"]
         return d
     common = ["--batch-size", str(a.batch), "--epochs", str(a.epochs), "--seconds", str(a.seconds)]
+    if opts.get("task"):
+        return run_instance_row(r, tmp, key, kind, opts, a, common)
     me = os.path.abspath(__file__)
     if kind == "ultralytics":
         return r.peer([me, "peer", "ultralytics", "--yaml", yaml, "--mode", opts["mode"], "--cores", str(a.cores),
@@ -392,6 +639,17 @@ def table(res):
         elif row.get("pss_bytes"):
             lines.append(f"{key:22} main + {row.get('worker_processes')} workers, PSS at the end: "
                          f"{row['pss_bytes'] / 2**20:5.0f} MiB")
+    for task in ("segment", "pose"):
+        st, ul = rows.get(f"stoker_{task}") or {}, rows.get(f"ultralytics_{task}") or {}
+        for key, row in ((f"stoker_{task}", st), (f"ultralytics_{task}", ul)):
+            if row.get("peak_pss_bytes"):
+                lines.append(f"{key:22} peak memory of all its processes (sampled every 0.2 s): PSS "
+                             f"{row['peak_pss_bytes'] / 2**20:5.0f} MiB, RSS {row['peak_rss_bytes'] / 2**20:5.0f} MiB"
+                             + (f" ({row.get('worker_processes')} workers)" if row.get("worker_processes") else ""))
+        if st.get("peak_pss_bytes") and ul.get("peak_pss_bytes"):
+            m = st["peak_pss_bytes"] / ul["peak_pss_bytes"]
+            lines.append(f"{task}: stoker / Ultralytics peak PSS {m:.2f}x (target <= 0.5x)")
+            summary[f"stoker_{task}"]["pss_over_ultralytics"] = m
     lines.append("other = CPU share taken by processes outside the bench during the row's best pass")
     return "\n".join(lines), summary
 
@@ -418,6 +676,8 @@ def main():
     ap.add_argument("--no-extras", action="store_true", help="skip the [extra] rows")
     ap.add_argument("--only", help="comma-separated row keys (" + ",".join(k for k, *_ in ROWS) + ")")
     ap.add_argument("--data", help="use this YOLO data set (with data.yaml) instead of building one")
+    ap.add_argument("--instance-images", type=int, default=256,
+                    help="segment and pose rows: scenes in their data set (bench/mkinstances.py --scale 2)")
     ap.add_argument("--out", default=os.path.join(HERE, "out"))
     a = ap.parse_args()
 
@@ -444,12 +704,20 @@ def main():
     yaml = os.path.join(data, "data.yaml")
     nc = classes(yaml)
     files = run.list_files(os.path.join(data, "images"))
+    if any(key in INSTANCE_ROWS for key, *_ in rows):
+        inst = os.path.join(a.out, "yolo", f"instances-{a.instance_images}")
+        build_instances(inst, a.instance_images)
+        a.instance_yaml = {t: os.path.join(inst, t, "data.yaml") for t in ("segment", "pose")}
+        inst_files = run.list_files(os.path.join(inst, "segment", "images", "train")) + \
+            run.list_files(os.path.join(inst, "pose", "images", "train"))
+        a.instance_data = {"path": inst, "files": len(inst_files) // 2, "bytes": run.warm_cache(inst_files) // 2}
     nbytes = run.warm_cache(files)
     res = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "command": "python3 bench/detect.py" + (f" {' '.join(sys.argv[1:])}" if sys.argv[1:] else ""),
            "cores": a.cores, "batch": a.batch, "image_size": IMAGE_SIZE, "machine": run.machine_info(a.cores),
            "dataset": {"path": data, "files": len(files), "bytes": nbytes, "classes": nc,
                        "mean_kib": round(nbytes / max(1, len(files)) / 1024, 1)},
+           "instance_dataset": getattr(a, "instance_data", None),
            "rows": {}}
     res["load"] = {"cpu_busy_before": run.cpu_busy()}
     run.say(f"{res['machine']['cpu']}, {a.cores} cores; data set {len(files)} images, "

@@ -18,6 +18,20 @@ losses, val mAP50 / mAP50-95, and the final validation of best.pt.
 Writes bench/out/yolo_train/summary.json, summary.md (the table) and
 curves.png (losses and mAP per epoch). A measurement, not a test.
 
+--task segment and --task pose do it for YOLO-seg and YOLO-pose:
+yolo11n-seg / yolo11n-pose from their yaml, SegmentationTrainer /
+PoseTrainer against StokerSegmentationTrainer / StokerPoseTrainer, on the
+scenes of bench/mkinstances.py (four objects cut out of real photos along
+hand-written polygons, with three hand-written keypoints each, pasted onto
+real photo backgrounds: every polygon and keypoint exact; pose's data.yaml
+has kpt_shape [3, 3] and flip_idx [1, 0, 2]; cached under
+bench/out/yolo_train_seg/ and yolo_train_pose/). --val train (the default,
+as the detect proof) validates on the training images, --val val on the
+separate validation split. Per epoch the losses and the mask (M) or pose
+(P) mAP50 and mAP50-95, and the box mAP50-95. --loaders runs one side only
+(e.g. Ultralytics' now, stoker's later): each run's result is kept in the
+output folder and a later invocation with the same settings reports it.
+
 --task classify does the same for YOLO-cls: yolo11n-cls from its yaml,
 Ultralytics' ClassificationTrainer (its own ClassificationDataset loader)
 against stoker.ultralytics.StokerClassificationTrainer, on a classify root
@@ -28,6 +42,7 @@ erasing 0.4); per epoch train/loss, val/loss, top-1 and top-5.
 
     python3 bench/yolo_train.py [--images 48] [--imgsz 256] [--epochs 20] [--batch 8] [--seeds 0 1]
     python3 bench/yolo_train.py --task classify --images 32 --imgsz 64 --epochs 10 --batch 16
+    python3 bench/yolo_train.py --task segment --images 48 --imgsz 256 --epochs 20 --batch 8 [--loaders ultralytics]
     make bench-yolo-train BENCH_YOLO_ARGS="--epochs 50"
 """
 
@@ -51,7 +66,15 @@ TASKS = {
                ("metrics/mAP50(B)", "metrics/mAP50-95(B)")),
     "classify": ("yolo11n-cls.yaml", "StokerClassificationTrainer", ("train/loss", "val/loss"),
                  ("metrics/accuracy_top1", "metrics/accuracy_top5")),
+    "segment": ("yolo11n-seg.yaml", "StokerSegmentationTrainer",
+                ("train/box_loss", "train/seg_loss", "train/cls_loss", "train/dfl_loss"),
+                ("metrics/mAP50(M)", "metrics/mAP50-95(M)", "metrics/mAP50-95(B)")),
+    "pose": ("yolo11n-pose.yaml", "StokerPoseTrainer",
+             ("train/box_loss", "train/pose_loss", "train/kobj_loss", "train/cls_loss", "train/dfl_loss"),
+             ("metrics/mAP50(P)", "metrics/mAP50-95(P)", "metrics/mAP50-95(B)")),
 }
+# the output folder under bench/out/ per task
+OUT = {"detect": "yolo_train", "classify": "yolo_train_cls", "segment": "yolo_train_seg", "pose": "yolo_train_pose"}
 
 
 def train_kwargs(a, seed, project, name):
@@ -89,14 +112,19 @@ def child(argv):
                                   "final": {k: float(final.results_dict[k]) for k in maps}}), flush=True)
 
 
-def build_data(path, images, cores, task="detect"):
+def build_data(path, images, cores, task="detect", val="train"):
     """detect: mkyolo scenes, data.yaml; classify: an Ultralytics classify
     root (train/ and val/ ImageFolders from scripts/mkdataset.py, 4 classes
-    of real photos, `images` a class in train and half that in val)."""
+    of real photos, `images` a class in train and half that in val);
+    segment, pose: bench/mkinstances.py's scenes (`images` training images,
+    a third of that for validation), a data.yaml whose val is `val`'s split."""
     stamp = os.path.join(path, ".bench-complete")
     if not os.path.exists(stamp):
         shutil.rmtree(path, ignore_errors=True)
-        if task == "classify":
+        if task in ("segment", "pose"):
+            subprocess.run([run.PY, os.path.join(HERE, "mkinstances.py"), path, "--train", str(images), "--val",
+                            str(max(1, images // 3))], check=True, stdout=subprocess.DEVNULL)
+        elif task == "classify":
             for split, seed, n in (("train", 0, images), ("val", 1, max(1, images // 2))):
                 subprocess.run([run.PY, os.path.join(run.REPO, "scripts", "mkdataset.py"), os.path.join(path, split),
                                 "--classes", "4", "--per-class", str(n), "--seed", str(seed), "--min-side", "80",
@@ -106,6 +134,14 @@ def build_data(path, images, cores, task="detect"):
                             "--background", "photo", "--classes", "4", "--images", str(images), "--jobs",
                             str(cores)], check=True, stdout=subprocess.DEVNULL)
         open(stamp, "w").close()
+    if task in ("segment", "pose"):
+        root = os.path.join(path, task)
+        with open(os.path.join(root, "data.yaml")) as f:
+            text = f.read()
+        yaml = os.path.join(root, f"data-val-{val}.yaml")
+        with open(yaml, "w") as f:
+            f.write(text.replace("val: images/val\n", f"val: images/{val}\n"))
+        return yaml
     return path if task == "classify" else os.path.join(path, "data.yaml")
 
 
@@ -127,9 +163,10 @@ def summarize(res, task="detect"):
     return out
 
 
-def table(summary, seeds, task="detect"):
+def table(summary, seeds, task="detect", runs=None):
     losses, maps = TASKS[task][2:]
-    short = [k.replace("train/", "").replace("metrics/", "").replace("_loss", "").replace("(B)", "")
+    box = "" if task == "detect" else "(B)"  # segment and pose: the box mAP beside the mask or pose one
+    short = [k.replace("train/", "").replace("metrics/", "").replace("_loss", "").replace("(B)", box)
              for k in losses + maps]
     lines = ["| run | s/epoch | " + " | ".join(short[:len(losses)]) + " | "
              + " | ".join(f"last {k}" for k in short[len(losses):]) + " | "
@@ -148,8 +185,23 @@ def table(summary, seeds, task="detect"):
         u = [ok[f"ultralytics seed {s}"]["best_pt"][k] for s in seeds if f"ultralytics seed {s}" in ok]
         st = [ok[f"stoker seed {s}"]["best_pt"][k] for s in seeds if f"stoker seed {s}" in ok]
         if len(u) >= 2 and st:
-            lines.append(f"\n{k} (best.pt): Ultralytics seeds {u} (spread {max(u) - min(u):.4f}); "
-                         f"stoker {st}; |mean difference| {abs(sum(st) / len(st) - sum(u) / len(u)):.4f}")
+            lo, hi = min(u), max(u)
+            inside = sum(lo <= v <= hi for v in st)
+            lines.append(f"\n{k} (best.pt): Ultralytics seeds {u} (spread {hi - lo:.4f}); "
+                         f"stoker {st}; |mean difference| {abs(sum(st) / len(st) - sum(u) / len(u)):.4f}; "
+                         f"stoker runs inside Ultralytics' range: {inside} of {len(st)}")
+    return "\n".join(lines) + "\n\n" + per_epoch(runs or {}, maps[1])
+
+
+def per_epoch(runs, key):
+    """One row per run: `key` (a results.csv column) at each epoch."""
+    ok = {k: r for k, r in runs.items() if r.get("status") == "ok"}
+    if not ok:
+        return ""
+    n = max(len(r["epochs"]) for r in ok.values())
+    lines = [f"{key} per epoch", "| run | " + " | ".join(str(i + 1) for i in range(n)) + " |", "|---" * (n + 1) + "|"]
+    for name, r in ok.items():
+        lines.append(f"| {name} | " + " | ".join(f"{e[key]:.3f}" for e in r["epochs"]) + " |")
     return "\n".join(lines)
 
 
@@ -183,7 +235,8 @@ def plot(res, path, task="detect"):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--task", choices=list(TASKS), default="detect",
-                   help="classify: yolo11n-cls with StokerClassificationTrainer (--images: per class)")
+                   help="classify: yolo11n-cls with StokerClassificationTrainer (--images: per class); segment, "
+                        "pose: yolo11n-seg / yolo11n-pose on bench/mkinstances.py's scenes")
     p.add_argument("--images", type=int, default=48)
     p.add_argument("--imgsz", type=int, default=256)
     p.add_argument("--epochs", type=int, default=20)
@@ -191,11 +244,16 @@ def main():
     p.add_argument("--close-mosaic", type=int, default=5)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--cores", type=int, default=os.cpu_count())
+    p.add_argument("--loaders", nargs="+", choices=["ultralytics", "stoker"], default=["ultralytics", "stoker"],
+                   help="the sides to run; the other side's kept results (same settings) are reported with them")
+    p.add_argument("--val", choices=["train", "val"], default="train",
+                   help="segment and pose: validate on the training images (default) or the validation split")
     p.add_argument("--out")
     a = p.parse_args()
-    a.out = a.out or os.path.join(HERE, "out", "yolo_train" if a.task == "detect" else "yolo_train_cls")
+    a.out = a.out or os.path.join(HERE, "out", OUT[a.task])
     os.makedirs(a.out, exist_ok=True)
-    a.data = build_data(os.path.join(a.out, "data"), a.images, a.cores, a.task)
+    a.data = build_data(os.path.join(a.out, "data"), a.images, a.cores, a.task, a.val)
+    settings = {k: getattr(a, k) for k in ("task", "images", "imgsz", "epochs", "batch", "close_mosaic", "val")}
     tmp = tempfile.mkdtemp(prefix="stoker-yolo-train-")
     r = run.Runner(set(range(os.cpu_count())), a.out)
     # Ultralytics writes its settings here, not in the user's home, and
@@ -207,6 +265,17 @@ def main():
         for seed in a.seeds:
             for loader in ("ultralytics", "stoker"):
                 key = f"{loader} seed {seed}"
+                kept = os.path.join(a.out, f"run-{loader}-{seed}.json")
+                if loader not in a.loaders:  # this side's earlier run with the same settings, if there is one
+                    try:
+                        with open(kept) as f:
+                            old = json.load(f)
+                        if old.get("settings") == settings:
+                            res[key] = old["result"]
+                            run.say(f"{key}: the earlier run's result ({kept})")
+                    except (OSError, ValueError, KeyError):
+                        pass
+                    continue
                 cmd = [os.path.abspath(__file__), "child", loader, "--task", a.task, "--data", a.data, "--project",
                        os.path.join(a.out, "runs"), "--name", f"{loader}-{seed}", "--epochs", str(a.epochs),
                        "--imgsz", str(a.imgsz), "--batch", str(a.batch), "--seed", str(seed),
@@ -222,14 +291,15 @@ def main():
                 else:
                     res[key] = r.peer(cmd)
                 run.say(f"{key}: {res[key].get('status')} in {res[key].get('wall_seconds', 0):.0f}s")
+                with open(kept, "w") as f:
+                    json.dump({"settings": settings, "result": res[key]}, f)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     summary = summarize(res, a.task)
-    settings = {k: getattr(a, k) for k in ("task", "images", "imgsz", "epochs", "batch", "close_mosaic", "seeds",
-                                           "cores")}
+    settings.update(seeds=a.seeds, cores=a.cores, loaders=a.loaders)
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump({"settings": settings, "summary": summary, "runs": res}, f, indent=1)
-    text = table(summary, a.seeds, a.task)
+    text = table(summary, a.seeds, a.task, res)
     with open(os.path.join(a.out, "summary.md"), "w") as f:
         f.write(f"settings: {settings}\n\n{text}\n")
     print(text)
