@@ -742,16 +742,11 @@ static void pack_boxes(struct batch_job *job)
 	job->box_count = (uint32_t)at;
 }
 
-/* Classification's batch op, once every sample is in place (not for a
- * copy: its source was mixed). */
-static void mix_batch(struct batch_job *job)
+/* Classification's batch op, mixed as the samples come (not for a copy:
+ * its source was mixed). */
+static bool mixing(const struct batch_job *job)
 {
-	struct rng rng;
-
-	rng_init(&rng, job->seed, job->epoch, job->mix_key, RNG_BATCHMIX);
-	batchmix_draw(job->mix, &rng, job->count, job->mix_w, job->mix_h, job->mix_recs);
-	batchmix_apply(job->mix, job->mix_recs, job->count, job->images, job->spec.dtype, job->mix_w, job->mix_h,
-		       job->labels, job->mix_classes, job->soft, job->mix_scratch);
+	return job->mix && !job->copy_from;
 }
 
 static void job_finish(struct pool *p, struct batch_job *job)
@@ -785,6 +780,8 @@ static void *worker_main(void *arg)
 	for (;;) {
 		struct pool_task t;
 		uint64_t start;
+		uint32_t done;
+		bool cancelled;
 
 		while (sem_wait(&p->ready) < 0)
 			;
@@ -794,16 +791,20 @@ static void *worker_main(void *arg)
 			break;
 		}
 		start = monotonic_ns();
-		if (!atomic_load_explicit(&t.job->cancelled, memory_order_relaxed))
+		cancelled = atomic_load_explicit(&t.job->cancelled, memory_order_relaxed);
+		if (!cancelled)
 			produce_sample(w, t.job, t.pos);
+		/* the batch's last mixing step counts as one more for remaining */
+		done = mixing(t.job) && batchmix_written(&t.job->mixing, t.pos, !cancelled) ? 2 : 1;
 		atomic_fetch_add_explicit(&w->counters[COUNTER_BUSY_NS], monotonic_ns() - start, memory_order_relaxed);
 		atomic_fetch_add_explicit(&p->tasks_done, 1, memory_order_release);
-		if (atomic_fetch_sub_explicit(&t.job->remaining, 1, memory_order_acq_rel) == 1) {
-			if (t.job->detect && !atomic_load_explicit(&t.job->cancelled, memory_order_relaxed))
+		if (atomic_fetch_sub_explicit(&t.job->remaining, done, memory_order_acq_rel) == done) {
+			cancelled = atomic_load_explicit(&t.job->cancelled, memory_order_relaxed);
+			if (t.job->detect && !cancelled)
 				pack_boxes(t.job);
-			if (t.job->mix && !t.job->copy_from &&
-			    !atomic_load_explicit(&t.job->cancelled, memory_order_relaxed))
-				mix_batch(t.job);
+			if (mixing(t.job) && !cancelled)
+				batchmix_soft_targets(t.job->mix, t.job->mix_recs, t.job->count, t.job->labels,
+						      t.job->mix_classes, t.job->soft);
 			job_finish(p, t.job);
 		}
 	}
@@ -1005,9 +1006,19 @@ int pool_submit(struct pool *p, struct batch_job *job)
 		return -EINVAL;
 	if (in_queue + job->count > p->settings.queue_capacity)
 		return -EAGAIN;
-	atomic_store_explicit(&job->remaining, job->count, memory_order_relaxed);
+	if (mixing(job)) {
+		struct rng rng;
+
+		rng_init(&rng, job->seed, job->epoch, job->mix_key, RNG_BATCHMIX);
+		batchmix_draw(job->mix, &rng, job->count, job->mix_w, job->mix_h, job->mix_recs);
+		batchmix_start(&job->mixing, job->mix, job->mix_recs, job->count, job->images, job->spec.dtype,
+			       job->mix_w, job->mix_h, job->mix_scratch, job->mix_state);
+	}
+	/* + 1: the batch op's last step (worker_main) */
+	atomic_store_explicit(&job->remaining, job->count + mixing(job), memory_order_relaxed);
 	for (uint32_t i = 0; i < job->count; i++)
-		queue_push(p, (struct pool_task){.job = job, .pos = i});
+		queue_push(p, (struct pool_task){.job = job,
+						 .pos = mixing(job) ? batchmix_order(job->mix, job->count, i) : i});
 	p->tasks_submitted += job->count;
 	return 0;
 }
