@@ -812,6 +812,9 @@ _Static_assert(STOKER__YOLO_TASK__YOLO_DETECT == 0 && STOKER__YOLO_TASK__YOLO_SE
 _Static_assert(STOKER__RESAMPLE__RESAMPLE_DEFAULT == 0 && STOKER__RESAMPLE__RESAMPLE_ANTIALIAS == 1 &&
 		       STOKER__RESAMPLE__RESAMPLE_CV2 == 2,
 	       "resample");
+_Static_assert(STOKER__COPY_PASTE_MODE__COPY_PASTE_FLIP == 0 && STOKER__COPY_PASTE_MODE__COPY_PASTE_MIXUP == 1 &&
+		       sizeof(Stoker__CopyPasteMode) == sizeof(int),
+	       "copy_paste_mode");
 _Static_assert(sizeof(Stoker__DType) == sizeof(int) && sizeof(Stoker__Transform) == sizeof(int) &&
 		       sizeof(Stoker__Task) == sizeof(int) && sizeof(Stoker__Resample) == sizeof(int) &&
 		       sizeof(protobuf_c_boolean) == sizeof(int),
@@ -869,6 +872,8 @@ static const struct opt_key opt_keys[] = {
 	DKEY(mosaic, OPT_FLOAT, "number"),
 	DKEY(mixup, OPT_FLOAT, "number"),
 	DKEY(cutmix, OPT_FLOAT, "number"),
+	DKEY(copy_paste, OPT_FLOAT, "number"),
+	DKEY(copy_paste_mode, OPT_CHOICE, "flip|mixup"),
 	DKEY(close_mosaic, OPT_U32, "u32"),
 	DKEY(max_boxes, OPT_U32, "u32"),
 	DKEY(epochs, OPT_U64, "u64"),

@@ -226,9 +226,9 @@ int stoker_pinned(const struct stoker *s);
  * option split=train|val|test). Options: transform=mosaic (the training
  * pipeline, the default) or letterbox (evaluation); Ultralytics'
  * hyper-parameters by name (hsv_h hsv_s hsv_v degrees translate scale
- * shear perspective flipud fliplr mosaic mixup cutmix), close_mosaic and
- * epochs (mosaic, mixup and cutmix stop for epochs >= epochs -
- * close_mosaic), max_boxes
+ * shear perspective flipud fliplr mosaic mixup cutmix copy_paste
+ * copy_paste_mode=flip|mixup), close_mosaic and epochs (mosaic, mixup,
+ * cutmix and copy_paste stop for epochs >= epochs - close_mosaic), max_boxes
  * per image (default 1000), rect, stride, pad, resample (below);
  * fraction (> 0) or images: Ultralytics' fraction, only the data set's
  * first max(1, round(N * fraction)) images (round half to even), or its

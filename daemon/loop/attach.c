@@ -125,9 +125,13 @@ static void detect_options(const Stoker__DetectOptions *o, struct detect_params 
 		p->name = o->name;
 	/* clang-format off */
 	TAKE(hsv_h) TAKE(hsv_s) TAKE(hsv_v) TAKE(degrees) TAKE(translate) TAKE(scale) TAKE(shear) TAKE(perspective)
-	TAKE(flipud) TAKE(fliplr) TAKE(mosaic) TAKE(mixup) TAKE(cutmix)
+	TAKE(flipud) TAKE(fliplr) TAKE(mosaic) TAKE(mixup) TAKE(cutmix) TAKE(copy_paste)
 	/* clang-format on */
 #undef TAKE
+			if (o->has_copy_paste_mode) p->copy_paste_mode =
+		o->copy_paste_mode == STOKER__COPY_PASTE_MODE__COPY_PASTE_MIXUP  ? DETECT_COPY_PASTE_MIXUP
+		: o->copy_paste_mode == STOKER__COPY_PASTE_MODE__COPY_PASTE_FLIP ? DETECT_COPY_PASTE_FLIP
+										 : -1;
 }
 
 /* The task, its transform and the options only it takes. */
@@ -242,6 +246,13 @@ static int validate_task(const Stoker__Attach *a, char *errbuf, size_t errlen)
 			o->yolo_task == STOKER__YOLO_TASK__YOLO_POSE  ? "pose"
 			: o->yolo_task == STOKER__YOLO_TASK__YOLO_OBB ? "obb"
 								      : "segment");
+		return -EINVAL;
+	}
+	if (o && o->copy_paste > 0 && a->transform == STOKER__TRANSFORM__MOSAIC &&
+	    (o->yolo_task == STOKER__YOLO_TASK__YOLO_SEGMENT || o->yolo_task == STOKER__YOLO_TASK__YOLO_OBB)) {
+		/* its pixels are pixels/copypaste.h's; the training path does not take it yet */
+		set_err(errbuf, errlen, "copy_paste is not built for yolo_task %s training yet",
+			o->yolo_task == STOKER__YOLO_TASK__YOLO_OBB ? "obb" : "segment");
 		return -EINVAL;
 	}
 	if (o && o->yolo_task == STOKER__YOLO_TASK__YOLO_POSE &&

@@ -299,11 +299,12 @@ static void job_prepare(struct session *s, uint32_t slot, uint64_t b)
 	if (s->detect) {
 		job->detect_transform = s->detect_transform;
 		job->detect_params = s->detect_params;
-		/* Ultralytics' close_mosaic: the last epochs go without mosaic, mixup and cutmix. */
+		/* Ultralytics' close_mosaic: the last epochs go without mosaic, mixup, cutmix and copy_paste. */
 		if (s->train_epochs && s->close_mosaic && s->epoch + s->close_mosaic >= s->train_epochs) {
 			job->detect_params.mosaic = 0;
 			job->detect_params.mixup = 0;
 			job->detect_params.cutmix = 0;
+			job->detect_params.copy_paste = 0;
 		}
 		job->max_boxes = s->max_boxes;
 		job->fits = NULL;

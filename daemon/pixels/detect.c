@@ -204,6 +204,7 @@ int detect_params_check(const struct detect_params *p, char *why, size_t whylen)
 		{"mosaic", p->mosaic, 0, 1, false},
 		{"mixup", p->mixup, 0, 1, false},
 		{"cutmix", p->cutmix, 0, 1, false},
+		{"copy_paste", p->copy_paste, 0, 1, false},
 	};
 
 	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++) {
@@ -215,6 +216,11 @@ int detect_params_check(const struct detect_params *p, char *why, size_t whylen)
 					 (double)k[i].hi, k[i].hi_open ? ")" : "]", (double)k[i].v);
 			return -EINVAL;
 		}
+	}
+	if (p->copy_paste_mode != DETECT_COPY_PASTE_FLIP && p->copy_paste_mode != DETECT_COPY_PASTE_MIXUP) {
+		if (why && whylen)
+			snprintf(why, whylen, "copy_paste_mode must be flip or mixup");
+		return -EINVAL;
 	}
 	return 0;
 }

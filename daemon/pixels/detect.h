@@ -55,7 +55,13 @@ struct detect_params {
 	float flipud, fliplr;                                /* 0 0.5 */
 	float mosaic, mixup;                                 /* 1 0; probabilities */
 	float cutmix;                                        /* 0; probability */
+	float copy_paste;                                    /* 0; fraction of the eligible objects */
+	int copy_paste_mode;                                 /* DETECT_COPY_PASTE_FLIP or _MIXUP */
 };
+
+/* detect_params.copy_paste_mode: Ultralytics' copy_paste_mode. */
+#define DETECT_COPY_PASTE_FLIP 0
+#define DETECT_COPY_PASTE_MIXUP 1
 
 void detect_params_default(struct detect_params *p);
 /* 0, or -EINVAL with a reason in `why` (a value out of its range). */

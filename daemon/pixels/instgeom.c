@@ -874,19 +874,26 @@ static float bbox_ioa(const float *b1, const float *b2)
 	return iw * ih / ((b2[2] - b2[0]) * (b2[3] - b2[1]) + 1e-7f);
 }
 
-uint32_t instgeom_copy_paste_select(const struct instgeom_set *s, int width, double p, uint32_t *selected,
-				    float *scratch)
+/*
+ * CopyPaste.get_params' choice among the candidates (the mirrors of s's
+ * instances, or other's instances): bbox_ioa of each over s's boxes, those
+ * below 0.30 with every one, by their largest overlap, the first round(p *
+ * eligible).
+ */
+static uint32_t copy_paste_choose(const struct instgeom_set *s, const struct instgeom_set *other, float W, double p,
+				  uint32_t *selected, float *scratch)
 {
-	const float W = (float)width, thr = 0.30f;
-	uint32_t eligible = 0, take;
+	const float thr = 0.30f;
+	uint32_t eligible = 0, take, count = other ? other->n : s->n;
 
-	if (s->n == 0 || s->npts == 0 || !s->seg)
-		return 0;
-	for (uint32_t i = 0; i < s->n; i++) {
+	for (uint32_t i = 0; i < count; i++) {
 		float m[4], worst = 0;
 		bool ok = true;
 
-		mirror_box(s->box + (size_t)i * 4, W, m);
+		if (other)
+			memcpy(m, other->box + (size_t)i * 4, sizeof(m));
+		else
+			mirror_box(s->box + (size_t)i * 4, W, m);
 		for (uint32_t j = 0; j < s->n; j++) {
 			float ioa = bbox_ioa(m, s->box + (size_t)j * 4);
 
@@ -910,6 +917,22 @@ uint32_t instgeom_copy_paste_select(const struct instgeom_set *s, int width, dou
 	}
 	take = (uint32_t)nearbyint(p * (double)eligible); /* Python's round(): half to even */
 	return take < eligible ? take : eligible;
+}
+
+uint32_t instgeom_copy_paste_select(const struct instgeom_set *s, int width, double p, uint32_t *selected,
+				    float *scratch)
+{
+	if (s->n == 0 || s->npts == 0 || !s->seg)
+		return 0;
+	return copy_paste_choose(s, NULL, (float)width, p, selected, scratch);
+}
+
+uint32_t instgeom_copy_paste_select_from(const struct instgeom_set *s, const struct instgeom_set *other, double p,
+					 uint32_t *selected, float *scratch)
+{
+	if (s->n == 0 || s->npts == 0 || !s->seg || other->n == 0)
+		return 0;
+	return copy_paste_choose(s, other, 0, p, selected, scratch);
 }
 
 void instgeom_copy_paste_append(struct instgeom_set *s, int width, const uint32_t *selected, uint32_t count)

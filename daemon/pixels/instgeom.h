@@ -22,6 +22,8 @@
  *   CopyPaste(mode=flip)   instgeom_copy_paste_select, _append (the
  *                          mirrored instances that overlap no original,
  *                          by bbox_ioa, appended)
+ *   CopyPaste(mode=mixup)  instgeom_copy_paste_select_from (the other
+ *                          image's instances as the candidates)
  *   xyxyxyxy2xywhr         instgeom_xywhr (cv2.minAreaRect ported: its
  *                          convex hull, rotating calipers and float32
  *                          arithmetic; then Ultralytics' regularisation)
@@ -200,6 +202,18 @@ void instgeom_flip(struct instgeom_set *s, bool vertical, float extent, const ui
  */
 uint32_t instgeom_copy_paste_select(const struct instgeom_set *s, int width, double p, uint32_t *selected,
 				    float *scratch);
+
+/*
+ * CopyPaste(mode="mixup").get_params' choice: as instgeom_copy_paste_select
+ * with the other image's instances (`other`, xyxy pixels of an image of s's
+ * size) as the candidates instead of the mirrors; their indices into
+ * `selected` (other->n entries of room; `scratch` other->n floats). 0 when
+ * s has no instances or no segments (CopyPaste leaves the image alone) or
+ * `other` has none. Its apply_instances is instgeom_cat of s and the chosen
+ * instances of `other`, classes from `other`.
+ */
+uint32_t instgeom_copy_paste_select_from(const struct instgeom_set *s, const struct instgeom_set *other, double p,
+					 uint32_t *selected, float *scratch);
 
 /*
  * CopyPaste's apply_instances: the mirrors of `selected` (count of them,

@@ -24,6 +24,7 @@
  *   K w h SET                       clip + remove_zero_area -> SET
  *   F vertical extent nidx idx... SET   RandomFlip      -> SET
  *   X w p SET                       CopyPaste flip mode -> count indices... ; SET
+ *   Y p SET SET2                    CopyPaste mixup mode's choice of SET2's -> count indices...
  *   J count SET...                  Instances.concatenate -> SET
  *   G w h obb SET                   Format -> n * 4 (obb: 5) box values, keypoint values
  *
@@ -290,6 +291,28 @@ int main(void)
 			set_put(&big);
 			set_free(&s);
 			set_free(&big);
+			free(sel);
+			free(scratch);
+			break;
+		}
+		case 'Y': {
+			double pr = num();
+			struct instgeom_set other;
+			uint32_t *sel, k;
+			float *scratch;
+
+			set_read(&s);
+			set_read(&other);
+			sel = calloc(other.n + 1, sizeof(uint32_t));
+			scratch = calloc(other.n + 1, sizeof(float));
+			if (!sel || !scratch)
+				return 1;
+			k = instgeom_copy_paste_select_from(&s, &other, pr, sel, scratch);
+			printf(" %u", k);
+			for (uint32_t i = 0; i < k; i++)
+				printf(" %u", sel[i]);
+			set_free(&s);
+			set_free(&other);
 			free(sel);
 			free(scratch);
 			break;

@@ -506,6 +506,83 @@ def test_copy_paste_flip(geom):
     assert pasted > 50 and same_choice > 50, (pasted, same_choice)
 
 
+class _OneSample:
+    """A data set of one sample, for CopyPaste(mode="mixup")'s draw."""
+
+    def __init__(self, labels):
+        self.labels = labels
+
+    def __len__(self):
+        return 1
+
+    def get_image_and_label(self, index):
+        return self.labels
+
+
+def test_copy_paste_mixup(geom):
+    """CopyPaste(mode="mixup"): the other image's instances whose bbox_ioa
+    with every one of the image's is below 0.30, by their largest overlap,
+    the first round(p * eligible) (the order among equal overlaps as in
+    test_copy_paste_flip), then apply_instances: Instances.concatenate of
+    the image's and the chosen ones (instgeom_cat), segments of different
+    point counts included."""
+    from ultralytics.data.augment import CopyPaste
+    from ultralytics.utils.metrics import bbox_ioa
+
+    rng = np.random.default_rng(35)
+    pasted = same_choice = 0
+    for trial in range(150):
+        S = int(rng.integers(50, 1300))
+        p = float(rng.choice([0.1, 0.5, 1.0, 0.25]))
+        sets = []
+        for which in range(2):
+            n = int(rng.integers(1 - which, 25))
+            npts = int(rng.choice([30, 30, 41])) if which else 30
+            x1y1 = rng.uniform(-0.1 * S, S, (n, 2))
+            wh = rng.uniform(0, 0.3, (n, 2)) * S * (rng.random((n, 1)) < 0.95)
+            boxes = np.concatenate([x1y1, x1y1 + wh], 1).astype(np.float32)
+            segs = (rng.uniform(0, S, (n, npts, 2))).astype(np.float32)
+            cls = np.arange(n, dtype=np.float32).reshape(-1, 1) + 100 * which
+            sets.append((n, npts, boxes, segs, cls))
+
+        def labels(k):
+            n, npts, boxes, segs, cls = sets[k]
+            inst = Instances(boxes.copy(), segs.copy(), None, bbox_format="xyxy", normalized=False)
+            return {"img": np.zeros((S, S, 3), np.uint8), "cls": cls.copy(), "instances": inst}
+
+        cp = CopyPaste(_OneSample(labels(1)), p=p, mode="mixup")
+        lab = labels(0)
+        params = cp.get_params(lab)
+        (n, npts, boxes, segs, _), (n2, npts2, boxes2, segs2, _) = sets
+        text2 = set_text(n2, boxes2, segs2, None) if n2 else f"0 {npts2} 0"
+        words = geom.ask("Y", repr(p), set_text(n, boxes, segs, None), text2)
+        k = int(words[0])
+        ours_sel = [int(w) for w in words[1:]]
+        assert len(ours_sel) == k == len(params["selected"]), (trial, ours_sel, params["selected"])
+        if n2:
+            ioa = bbox_ioa(boxes2, boxes)
+            idx = np.nonzero((ioa < 0.30).all(1))[0]
+            idx = idx[np.argsort(ioa.max(1)[idx], kind="stable")]
+            assert ours_sel == idx[:k].tolist(), (trial, ours_sel, idx[:k])
+            worst = ioa.max(1)
+            if k < len(idx) and k > 0 and worst[idx[k - 1]] == worst[idx[k]]:
+                assert sorted(worst[ours_sel].tolist()) == sorted(worst[params["selected"]].tolist())
+            else:
+                assert sorted(ours_sel) == sorted(params["selected"].tolist()), (trial, ours_sel, params["selected"])
+                same_choice += 1
+        params["selected"] = np.asarray(ours_sel, dtype=np.int64)
+        out = cp.apply_instances(lab, params)
+        if k:
+            chosen = set_text(k, boxes2[ours_sel], segs2[ours_sel], None)
+            ob, osg, _ = parse_set(geom.ask("J", 2, set_text(n, boxes, segs, None), chosen))
+            same(ob, out["instances"].bboxes, f"copy_paste mixup boxes {trial}")
+            same(osg, out["instances"].segments, f"copy_paste mixup segments {trial}")
+            want_cls = np.concatenate([sets[0][4], sets[1][4][ours_sel]])
+            assert np.array_equal(out["cls"], want_cls)
+        pasted += k
+    assert pasted > 50 and same_choice > 50, (pasted, same_choice)
+
+
 # ---- the chain: Mosaic's instances, MixUp's concatenation, Format ----
 
 

@@ -160,6 +160,13 @@ static void test_detect_options_refused(void **state)
 	refused(&a, "scale must be in [0, 1), not 1");
 	WITH((o.has_mixup = true, o.mixup = NAN));
 	refused(&a, "mixup must be in [0, 1]");
+	WITH((o.has_copy_paste = true, o.copy_paste = 1.5f));
+	refused(&a, "copy_paste must be in [0, 1], not 1.5");
+	WITH((o.has_copy_paste_mode = true, o.copy_paste_mode = 7));
+	refused(&a, "copy_paste_mode must be flip or mixup");
+	WITH((o.has_copy_paste = true, o.copy_paste = 0.5f, o.has_copy_paste_mode = true,
+	      o.copy_paste_mode = STOKER__COPY_PASTE_MODE__COPY_PASTE_MIXUP));
+	accepted(&a); /* detect: its samples carry no polygons, as Ultralytics' box labels */
 	WITH((o.has_max_boxes = true, o.max_boxes = 0));
 	refused(&a, "max_boxes 0 is not in 1..10000");
 	WITH((o.has_max_boxes = true, o.max_boxes = ATTACH_MAX_BOXES + 1));
