@@ -476,8 +476,9 @@ static void mat3_mul(const double a[9], const double b[9], double out[9])
 	memcpy(out, t, sizeof(t));
 }
 
-/* M = T @ S @ R @ P @ C for an input of in_w x in_h and an output of size x size. */
-static void affine_matrix(const struct image_draw *im, double in_w, double in_h, uint32_t size, double M[9])
+/* M = T @ S @ R @ P @ C for an input of in_w x in_h and an output of out_w x out_h. */
+static void affine_matrix(const struct image_draw *im, double in_w, double in_h, uint32_t out_w, uint32_t out_h,
+			  double M[9])
 {
 	const double deg = M_PI / 180.0;
 	double a = cos(im->angle * deg) * im->scale, b = sin(im->angle * deg) * im->scale;
@@ -486,7 +487,7 @@ static void affine_matrix(const struct image_draw *im, double in_w, double in_h,
 	/* cv2.getRotationMatrix2D(center=(0, 0), angle, scale) */
 	double R[9] = {a, b, 0, -b, a, 0, 0, 0, 1};
 	double S[9] = {1, tan(im->shear_x * deg), 0, tan(im->shear_y * deg), 1, 0, 0, 0, 1};
-	double T[9] = {1, 0, im->trans_x * size, 0, 1, im->trans_y * size, 0, 0, 1};
+	double T[9] = {1, 0, im->trans_x * out_w, 0, 1, im->trans_y * out_h, 0, 0, 1};
 
 	mat3_mul(P, C, M);
 	mat3_mul(R, M, M);
@@ -494,13 +495,17 @@ static void affine_matrix(const struct image_draw *im, double in_w, double in_h,
 	mat3_mul(T, M, M);
 }
 
-static bool is_identity(const double M[9])
+/*
+ * Is M a shift by whole pixels that keeps a w x h image inside ow x oh?
+ * Then cv2's warp copies it (its taps' weights are 0): where to, in *x, *y.
+ */
+static bool whole_shift(const double M[9], uint32_t w, uint32_t h, uint32_t ow, uint32_t oh, int *x, int *y)
 {
-	static const double I[9] = {1, 0, 0, 0, 1, 0, 0, 0, 1};
-
-	for (int i = 0; i < 9; i++)
-		if (M[i] != I[i])
-			return false;
+	if (M[0] != 1 || M[1] != 0 || M[3] != 0 || M[4] != 1 || M[6] != 0 || M[7] != 0 || M[8] != 1 ||
+	    M[2] != floor(M[2]) || M[5] != floor(M[5]) || !(M[2] >= 0 && M[2] + w <= ow && M[5] >= 0 && M[5] + h <= oh))
+		return false;
+	*x = (int)M[2];
+	*y = (int)M[5];
 	return true;
 }
 
@@ -595,24 +600,24 @@ static void warp_edge_pixel(const struct source *s, int ix, int iy, float fx, fl
  * BORDER_CONSTANT 114. The row's start is computed once and x * m0 added
  * per pixel.
  */
-static void warp_float(const struct source *s, const double inv[9], bool perspective, uint8_t *out, uint32_t size,
-		       bool flipud, bool fliplr)
+static void warp_float(const struct source *s, const double inv[9], bool perspective, uint8_t *out, uint32_t ow,
+		       uint32_t oh, bool flipud, bool fliplr)
 {
 	const float m0 = (float)inv[0], m1 = (float)inv[1], m2 = (float)inv[2], m3 = (float)inv[3];
 	const float m4 = (float)inv[4], m5 = (float)inv[5], m6 = (float)inv[6], m7 = (float)inv[7], m8 = (float)inv[8];
 	/* floor(sx) must lie in [ox - 1, ox + w): else all four neighbours are outside */
 	const float lo_x = (float)(s->ox - 1), hi_x = (float)(s->ox + s->w);
 	const float lo_y = (float)(s->oy - 1), hi_y = (float)(s->oy + s->h);
-	const size_t ostride = (size_t)size * 3;
+	const size_t ostride = (size_t)ow * 3;
 
-	for (uint32_t y = 0; y < size; y++) {
+	for (uint32_t y = 0; y < oh; y++) {
 		/* the row term in single precision, unfused, as OpenCV writes it */
 		float yf = (float)y, mx = yf * m1 + m2, my = yf * m4 + m5, mw = yf * m7 + m8;
-		uint8_t *o = out + (size_t)(flipud ? size - 1 - y : y) * ostride + (fliplr ? ostride - 3 : 0);
+		uint8_t *o = out + (size_t)(flipud ? oh - 1 - y : y) * ostride + (fliplr ? ostride - 3 : 0);
 		ptrdiff_t step = fliplr ? -3 : 3;
 		float xf = 0.0f;
 
-		for (uint32_t x = 0; x < size; x++, xf += 1.0f, o += step) {
+		for (uint32_t x = 0; x < ow; x++, xf += 1.0f, o += step) {
 			float sx = fma_f(xf, m0, mx), sy = fma_f(xf, m3, my);
 			int ix, iy;
 			float fx, fy;
@@ -718,10 +723,11 @@ static void clip_linear(int64_t v0, int64_t a, int64_t lo, int64_t hi, int64_t *
  * into c and f so that floor gives the tap and the weight is rounded.
  * False when the coordinates leave what fixed point holds.
  */
-static bool fix_map(const struct source *s, const double inv[9], uint32_t size, int wbits, int hbits, int64_t m[6])
+static bool fix_map(const struct source *s, const double inv[9], uint32_t ow, uint32_t oh, int wbits, int hbits,
+		    int64_t m[6])
 {
 	for (int c = 0; c < 4; c++) {
-		double x = (c & 1) ? size - 1.0 : 0.0, y = (c & 2) ? size - 1.0 : 0.0;
+		double x = (c & 1) ? ow - 1.0 : 0.0, y = (c & 2) ? oh - 1.0 : 0.0;
 		double sx = inv[0] * x + inv[1] * y + inv[2] - s->ox, sy = inv[3] * x + inv[4] * y + inv[5] - s->oy;
 
 		if (!(fabs(sx) < FIX_LIMIT && fabs(sy) < FIX_LIMIT))
@@ -737,11 +743,11 @@ static bool fix_map(const struct source *s, const double inv[9], uint32_t size, 
 	return true;
 }
 
-/* PAD over output columns [x0, x1) of a row, mirrored when flipped. */
-static void pad_span(uint8_t *row, uint32_t size, bool fliplr, int64_t x0, int64_t x1)
+/* PAD over output columns [x0, x1) of a row `ow` wide, mirrored when flipped. */
+static void pad_span(uint8_t *row, uint32_t ow, bool fliplr, int64_t x0, int64_t x1)
 {
 	if (x1 > x0)
-		memset(row + (size_t)(fliplr ? size - x1 : x0) * 3, PAD, (size_t)(x1 - x0) * 3);
+		memset(row + (size_t)(fliplr ? ow - x1 : x0) * 3, PAD, (size_t)(x1 - x0) * 3);
 }
 
 /* The bilinear of four taps with WG_BITS weights, rounded. */
@@ -789,17 +795,17 @@ static inline void affine_span(const struct source *s, const int64_t m[6], int64
  * inside run without checks; those with some inside take tap(); the rest
  * are PAD.
  */
-static void warp_affine(const struct source *s, const int64_t m[6], uint8_t *out, uint32_t size, bool flipud,
+static void warp_affine(const struct source *s, const int64_t m[6], uint8_t *out, uint32_t ow, uint32_t oh, bool flipud,
 			bool fliplr)
 {
 	const int64_t one = (int64_t)1 << FIX;
-	const size_t ostride = (size_t)size * 3;
+	const size_t ostride = (size_t)ow * 3;
 	const ptrdiff_t step = fliplr ? -3 : 3;
 
-	for (uint32_t y = 0; y < size; y++) {
-		uint8_t *row = out + (size_t)(flipud ? size - 1 - y : y) * ostride, *o0;
+	for (uint32_t y = 0; y < oh; y++) {
+		uint8_t *row = out + (size_t)(flipud ? oh - 1 - y : y) * ostride, *o0;
 		int64_t X0 = m[1] * y + m[2], Y0 = m[4] * y + m[5];
-		int64_t a0 = 0, a1 = size, f0, f1;
+		int64_t a0 = 0, a1 = ow, f0, f1;
 
 		/* some tap inside: floor in [-1, w - 1]; all inside: floor in [0, w - 2] */
 		clip_linear(X0, m[0], -one, (int64_t)s->w * one - 1, &a0, &a1);
@@ -809,8 +815,8 @@ static void warp_affine(const struct source *s, const int64_t m[6], uint8_t *out
 		clip_linear(Y0, m[3], 0, (int64_t)(s->h - 1) * one - 1, &f0, &f1);
 		if (f0 == f1)
 			f0 = f1 = a1;
-		pad_span(row, size, fliplr, 0, a0);
-		pad_span(row, size, fliplr, a1, size);
+		pad_span(row, ow, fliplr, 0, a0);
+		pad_span(row, ow, fliplr, a1, ow);
 		o0 = row + (fliplr ? ostride - 3 : 0);
 		affine_span(s, m, X0, Y0, a0, f0, false, o0 + a0 * step, step);
 		affine_span(s, m, X0, Y0, f0, f1, true, o0 + f0 * step, step);
@@ -1022,7 +1028,7 @@ static const uint8_t *lazy_row(struct lazy_canvas *lz, int64_t y, int keep, int 
  * Taps outside the source read PAD, so edges need no other case.
  */
 static int warp_separable(struct detect *d, const struct source *s, const int64_t m[6], uint8_t *out, uint32_t size,
-			  bool flipud, bool fliplr)
+			  uint32_t oh, bool flipud, bool fliplr)
 {
 	const size_t ostride = (size_t)size * 3;
 	int64_t lo = INT64_MAX, hi = INT64_MIN, c0, c1;
@@ -1068,9 +1074,9 @@ static int warp_separable(struct detect *d, const struct source *s, const int64_
 				vrow[(c - lo) * 3 + k] = PAD << WY_BITS;
 	memset(vrow + (hi + 1 - lo) * 3, 0, VROW_SLACK * sizeof(uint16_t));
 
-	for (uint32_t i = 0; i < size; i++) {
+	for (uint32_t i = 0; i < oh; i++) {
 		uint8_t *o = out + (size_t)i * ostride;
-		int64_t Y = m[4] * (flipud ? size - 1 - i : i) + m[5], iy = fix_floor(Y);
+		int64_t Y = m[4] * (flipud ? oh - 1 - i : i) + m[5], iy = fix_floor(Y);
 		const uint32_t wy = fix_weight(Y, WY_BITS);
 		const size_t n = (size_t)(c1 - c0) * 3;
 		const uint8_t *a, *b;
@@ -1114,20 +1120,20 @@ static int warp_separable(struct detect *d, const struct source *s, const int64_
 }
 
 /*
- * Warp `s` by the destination-to-source map `inv` into size x size `out`,
+ * Warp `s` by the destination-to-source map `inv` into ow x oh `out`,
  * flipped as asked, bilinear with BORDER_CONSTANT PAD.
  */
 static int warp(struct detect *d, const struct source *s, const double inv[9], bool perspective, uint8_t *out,
-		uint32_t size, bool flipud, bool fliplr)
+		uint32_t ow, uint32_t oh, bool flipud, bool fliplr)
 {
 	int64_t m[6];
 
-	if (!perspective && inv[1] == 0 && inv[3] == 0 && fix_map(s, inv, size, WX_BITS, WY_BITS, m))
-		return warp_separable(d, s, m, out, size, flipud, fliplr);
-	if (!perspective && fix_map(s, inv, size, WG_BITS, WG_BITS, m))
-		warp_affine(s, m, out, size, flipud, fliplr);
+	if (!perspective && inv[1] == 0 && inv[3] == 0 && fix_map(s, inv, ow, oh, WX_BITS, WY_BITS, m))
+		return warp_separable(d, s, m, out, ow, oh, flipud, fliplr);
+	if (!perspective && fix_map(s, inv, ow, oh, WG_BITS, WG_BITS, m))
+		warp_affine(s, m, out, ow, oh, flipud, fliplr);
 	else
-		warp_float(s, inv, perspective, out, size, flipud, fliplr);
+		warp_float(s, inv, perspective, out, ow, oh, flipud, fliplr);
 	return 0;
 }
 
@@ -1153,16 +1159,6 @@ void detect_letterbox_geometry(uint32_t w, uint32_t h, uint32_t out_w, uint32_t 
 	/* round(dw - 0.1) with dw = (new_w - w) / 2, Python's round (half to even) */
 	g->left = (int)nearbyint(((double)out_w - g->w) / 2.0 - 0.1);
 	g->top = (int)nearbyint(((double)out_h - g->h) / 2.0 - 0.1);
-}
-
-/* The square letterbox's padding of a w x h image, as above. */
-static void letterbox_offsets(uint32_t w, uint32_t h, uint32_t size, int *left, int *top)
-{
-	struct detect_letterbox g;
-
-	detect_letterbox_geometry(w, h, size, size, &g);
-	*left = g.left;
-	*top = g.top;
 }
 
 /* Copy the sample into out_w x out_h `out` at (left, top), PAD around it,
@@ -1589,6 +1585,7 @@ struct job {
 	struct detect *d;
 	const struct detect_params *p;
 	uint32_t size;
+	uint32_t out_w, out_h; /* size x size, but for rect training (no mosaic, mixup or cutmix) */
 	uint64_t count;
 	detect_load_fn load;
 	void *ctx;
@@ -1749,7 +1746,7 @@ out:
  * output, kept by box_candidates against the originals times the drawn scale.
  */
 static size_t perspective_boxes(struct dbox *b, size_t n, const double M[9], bool perspective, double scale,
-				uint32_t size)
+				uint32_t ow, uint32_t oh)
 {
 	const double eps = 1e-16;
 	size_t k = 0;
@@ -1772,10 +1769,10 @@ static size_t perspective_boxes(struct dbox *b, size_t n, const double M[9], boo
 			y1 = fmin(y1, y);
 			y2 = fmax(y2, y);
 		}
-		x1 = fmin(fmax(x1, 0.0), size);
-		x2 = fmin(fmax(x2, 0.0), size);
-		y1 = fmin(fmax(y1, 0.0), size);
-		y2 = fmin(fmax(y2, 0.0), size);
+		x1 = fmin(fmax(x1, 0.0), ow);
+		x2 = fmin(fmax(x2, 0.0), ow);
+		y1 = fmin(fmax(y1, 0.0), oh);
+		y2 = fmin(fmax(y2, 0.0), oh);
 		w1 = ((double)b[i].x2 - b[i].x1) * scale;
 		h1 = ((double)b[i].y2 - b[i].y1) * scale;
 		w2 = x2 - x1;
@@ -1823,14 +1820,15 @@ static void read_rect(const double inv[9], bool perspective, uint32_t size, int6
 }
 
 /*
- * Mosaic (or the letterboxed sample) then RandomPerspective, into size x
- * size `out`, flipped as asked; its boxes in box array `which`.
+ * Mosaic (or the sample alone) then RandomPerspective, into out_w x out_h
+ * `out` (size x size with mosaic), flipped as asked; its boxes in box
+ * array `which`.
  */
 static int make_image(const struct job *j, const struct image_draw *im, uint64_t index, bool primary, int which,
 		      uint8_t *out, size_t *nboxes)
 {
 	struct detect *d = j->d;
-	const uint32_t size = j->size;
+	const uint32_t size = j->size, ow = j->out_w, oh = j->out_h;
 	/* `if self.perspective:` chooses warpPerspective and the division */
 	bool perspective = j->p->perspective != 0;
 	double M[9], inv[9];
@@ -1852,12 +1850,13 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 		int64_t m[6];
 
 		/* border -size/2 each side: the input is the 2size canvas, the output size */
-		affine_matrix(im, (double)s2, (double)s2, size, M);
+		affine_matrix(im, (double)s2, (double)s2, size, size, M);
 		invert_map(M, perspective, inv);
 		read_rect(inv, perspective, size, s2, rect);
 		/* the separable warp (warp()'s choice) can make the canvas rows it reads one at a time */
 		r = mosaic4(j, im, index, primary, which, rect,
-			    !perspective && inv[1] == 0 && inv[3] == 0 && fix_map(&src, inv, size, WX_BITS, WY_BITS, m)
+			    !perspective && inv[1] == 0 && inv[3] == 0 &&
+					    fix_map(&src, inv, size, size, WX_BITS, WY_BITS, m)
 				    ? &lazy
 				    : NULL,
 			    &n);
@@ -1866,13 +1865,16 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 		src.pix = d->canvas;
 		src.lazy = lazy.rows ? &lazy : NULL;
 		t = prof_now(d);
-		r = warp(d, &src, inv, perspective, out, size, j->flipud, j->fliplr);
+		r = warp(d, &src, inv, perspective, out, size, size, j->flipud, j->fliplr);
 		prof_lap(d, DETECT_STAGE_WARP, &t);
 		if (r < 0)
 			goto out;
 	} else {
+		/* RandomPerspective of load_image's output itself (Ultralytics 8.4
+		 * has no LetterBox before it): its centre to the output's, an
+		 * output of out_w x out_h (a rect batch's shape, else size x size) */
 		struct detect_sample s;
-		int left, top;
+		int x, y;
 
 		t = prof_now(d);
 		if (primary)
@@ -1884,31 +1886,27 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 			goto out;
 		if (primary)
 			meta_fill(j->meta, &s, size, 1.0, 0, 0);
-		letterbox_offsets(s.width, s.height, size, &left, &top);
 		r = boxes_reserve(d, which, 0, s.box_count);
 		if (r < 0)
 			goto out;
-		n = append_boxes(d, which, 0, &s, left, top);
-		affine_matrix(im, size, size, size, M);
+		n = append_boxes(d, which, 0, &s, 0, 0);
+		affine_matrix(im, s.width, s.height, ow, oh, M);
 		prof_lap(d, DETECT_STAGE_BOXES, &t);
-		if (is_identity(M)) {
-			/* Ultralytics skips the warp when the border is 0 and M is I */
-			letterbox_copy(&s, left, top, out, size, size, j->flipud, j->fliplr);
+		if (whole_shift(M, s.width, s.height, ow, oh, &x, &y)) {
+			letterbox_copy(&s, x, y, out, ow, oh, j->flipud, j->fliplr);
 			prof_lap(d, DETECT_STAGE_COPY, &t);
 		} else {
-			/* the letterbox's padding is 114 as the warp's border is: warp the sample in place */
-			struct source src = {s.pixels, (size_t)s.width * 3, (int)s.width, (int)s.height, left, top,
-					     NULL};
+			struct source src = {s.pixels, (size_t)s.width * 3, (int)s.width, (int)s.height, 0, 0, NULL};
 
 			invert_map(M, perspective, inv);
-			r = warp(d, &src, inv, perspective, out, size, j->flipud, j->fliplr);
+			r = warp(d, &src, inv, perspective, out, ow, oh, j->flipud, j->fliplr);
 			prof_lap(d, DETECT_STAGE_WARP, &t);
 			if (r < 0)
 				goto out;
 		}
 	}
 	t = prof_now(d);
-	*nboxes = perspective_boxes(d->boxes[which], n, M, perspective, im->scale, size);
+	*nboxes = perspective_boxes(d->boxes[which], n, M, perspective, im->scale, ow, oh);
 	prof_lap(d, DETECT_STAGE_BOXES, &t);
 	r = 0;
 out:
@@ -2145,7 +2143,7 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 {
 	/* The metadata is staged here: *o->meta is written only on success. */
 	struct detect_meta meta = {{0}, {0}};
-	struct job j = {d, p, size, count, load, ctx, false, false, &meta};
+	struct job j = {d, p, size, o->out_w, o->out_h, count, load, ctx, false, false, &meta};
 	size_t n[3] = {0, 0, 0};
 	uint64_t dropped = 0;
 	uint32_t written = 0, max_boxes;
@@ -2159,10 +2157,11 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 	if (!d || !load || !o || !o->image || (!o->boxes && o->max_boxes) || !o->box_count || !o->boxes_dropped ||
 	    size == 0 || size > DETECT_MAX_SIZE || count == 0 || index >= count ||
 	    (t != DETECT_LETTERBOX && t != DETECT_TRAIN) || o->out_w == 0 || o->out_h == 0 ||
-	    o->out_w > DETECT_MAX_SIZE || o->out_h > DETECT_MAX_SIZE ||
-	    (t == DETECT_TRAIN && (o->out_w != size || o->out_h != size)))
+	    o->out_w > DETECT_MAX_SIZE || o->out_h > DETECT_MAX_SIZE)
 		return -EINVAL;
-	if (t == DETECT_TRAIN && (!p || !rng || detect_params_check(p, NULL, 0) < 0))
+	/* rect training (an output other than size x size): Ultralytics turns mosaic, mixup and cutmix off */
+	if (t == DETECT_TRAIN && (!p || !rng || detect_params_check(p, NULL, 0) < 0 ||
+				  ((o->out_w != size || o->out_h != size) && (p->mosaic || p->mixup || p->cutmix))))
 		return -EINVAL;
 	image = o->image;
 	boxes = o->boxes;
@@ -2242,16 +2241,17 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 			goto out;
 	}
 	if (o->before_hsv) {
-		r = o->before_hsv(o->before_hsv_ctx, image, size, size, pl.flipud, pl.fliplr);
+		r = o->before_hsv(o->before_hsv_ctx, image, o->out_w, o->out_h, pl.flipud, pl.fliplr);
 		if (r < 0)
 			goto out;
 	}
 	tm = prof_now(d);
 	if (p->hsv_h != 0 || p->hsv_s != 0 || p->hsv_v != 0)
-		hsv_jitter(d, image, (size_t)size * size, pl.gain);
+		hsv_jitter(d, image, (size_t)o->out_w * o->out_h, pl.gain);
 	prof_lap(d, DETECT_STAGE_HSV, &tm);
 
-	write_boxes(d->boxes[0], n[0], size, size, pl.flipud, pl.fliplr, boxes, max_boxes, &written, &dropped, NULL);
+	write_boxes(d->boxes[0], n[0], o->out_w, o->out_h, pl.flipud, pl.fliplr, boxes, max_boxes, &written, &dropped,
+		    NULL);
 	if (pl.mixup) {
 		uint32_t more = 0;
 

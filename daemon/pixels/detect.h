@@ -8,8 +8,12 @@
  *                     No random draws.
  *   DETECT_TRAIN      Mosaic (p = mosaic) of 4 samples around a random
  *                     centre on a 2size x 2size canvas; else the sample
- *                     letterboxed. Then RandomPerspective (degrees,
- *                     translate, scale, shear, perspective) to size x size,
+ *                     alone (load_image's output: Ultralytics 8.4 puts no
+ *                     LetterBox before the warp, so its centre goes to the
+ *                     output's, half a pixel off the letterbox where the
+ *                     padding is odd). Then RandomPerspective (degrees,
+ *                     translate, scale, shear, perspective) to size x size
+ *                     (out_w x out_h under rect training, below),
  *                     boxes transformed by their corners, clipped, and kept
  *                     by the candidate rule (w, h > 2 px, area ratio > 0.1,
  *                     aspect < 100). MixUp (p = mixup) with a second such
@@ -154,7 +158,10 @@ int detect_run(struct detect *d, enum detect_transform t, const struct detect_pa
  * detect_run() with more said: DETECT_LETTERBOX letterboxes into out_w x
  * out_h (a rectangular batch's shape, each side 1..DETECT_MAX_SIZE; the
  * loader must return the sample at long side `size` shrunk to fit it, as
- * LetterBox would), DETECT_TRAIN needs out_w = out_h = size. The sample's
+ * LetterBox would). DETECT_TRAIN makes an out_w x out_h other than size x
+ * size only with mosaic, mixup and cutmix 0: Ultralytics' rect training,
+ * RandomPerspective into the batch's rect_shape (its translation a share
+ * of each side), then HSV and flips. The sample's
  * metadata goes to *meta (may be NULL; written on success only): for the
  * letterbox as Ultralytics' validator reads it; for the training transform
  * the sample's own original and loaded sizes, ratio loaded / original,

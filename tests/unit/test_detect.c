@@ -441,7 +441,11 @@ static void test_mosaic_affine_boxes(void **state)
 	detect_free(d);
 }
 
-/* With an identity matrix, DETECT_TRAIN is the letterbox, mirrored as drawn. */
+/*
+ * Without geometric draws DETECT_TRAIN centres the sample (RandomPerspective
+ * maps its centre to the output's): where the padding is even, the
+ * letterbox; where it is odd, half a pixel off it. Flips mirror that.
+ */
 static void test_flips(void **state)
 {
 	struct detect *d;
@@ -451,13 +455,24 @@ static void test_flips(void **state)
 
 	(void)state;
 	assert_int_equal(detect_new(&d), 0);
-	f->s[1].aw = 333, f->s[1].ah = 500; /* odd padding: the mirror moves it */
-	assert_int_equal(run(d, DETECT_LETTERBOX, NULL, 0, 1, f, ref), 0);
+	f->s[1].aw = 333, f->s[1].ah = 500; /* loaded 171 x 256: odd padding, the mirror moves it */
+	f->s[2].aw = 332, f->s[2].ah = 500; /* loaded 170 x 256: even padding */
 
-	/* no flip: the same bytes */
-	assert_int_equal(run(d, DETECT_TRAIN, &p, 7, 1, f, o), 0);
+	/* even padding, no flip: the letterbox's bytes */
+	assert_int_equal(run(d, DETECT_LETTERBOX, NULL, 0, 2, f, ref), 0);
+	assert_int_equal(run(d, DETECT_TRAIN, &p, 7, 2, f, o), 0);
 	assert_memory_equal(o->image, ref->image, sizeof(o->image));
+	assert_int_equal(o->n, ref->n);
 	assert_memory_equal(o->boxes, ref->boxes, ref->n * DETECT_BOX_FLOATS * sizeof(float));
+	/* odd padding: not the letterbox (its centre is half a pixel off), the boxes half a pixel right */
+	assert_int_equal(run(d, DETECT_LETTERBOX, NULL, 0, 1, f, ref), 0);
+	assert_int_equal(run(d, DETECT_TRAIN, &p, 7, 1, f, o), 0);
+	assert_true(memcmp(o->image, ref->image, sizeof(o->image)) != 0);
+	assert_int_equal(o->n, ref->n);
+	for (uint32_t i = 0; i < o->n; i++)
+		assert_true(fabsf(o->boxes[i * DETECT_BOX_FLOATS + 2] - ref->boxes[i * DETECT_BOX_FLOATS + 2] -
+				  0.5f / SIZE) < 1e-6f);
+	memcpy(ref, o, sizeof(*o));
 
 	for (int mode = 0; mode < 3; mode++) {
 		bool lr = mode != 1, ud = mode != 0;
@@ -569,7 +584,7 @@ static void test_determinism(void **state)
 	detect_free(d2);
 }
 
-/* MixUp: boxes of both images, pixels a blend of both letterboxes. */
+/* MixUp: boxes of both images, pixels a blend of both (each as it is alone without draws). */
 static void test_mixup(void **state)
 {
 	struct detect *d;
@@ -592,8 +607,10 @@ static void test_mixup(void **state)
 		if (partner == 2)
 			continue;
 		tested++;
-		assert_int_equal(run(d, DETECT_LETTERBOX, NULL, 0, 2, f, a), 0);
-		assert_int_equal(run(d, DETECT_LETTERBOX, NULL, 0, partner, f, b), 0);
+		p.mixup = 0;
+		assert_int_equal(run(d, DETECT_TRAIN, &p, 0, 2, f, a), 0);
+		assert_int_equal(run(d, DETECT_TRAIN, &p, 0, partner, f, b), 0);
+		p.mixup = 1;
 		assert_int_equal(o->n, a->n + b->n);
 		assert_memory_equal(o->boxes, a->boxes, a->n * DETECT_BOX_FLOATS * sizeof(float));
 		assert_memory_equal(o->boxes + a->n * DETECT_BOX_FLOATS, b->boxes,
@@ -876,7 +893,7 @@ static void test_hsv(void **state)
 	struct fake *f = fake_new(4);
 	struct out *o = calloc(1, sizeof(*o));
 	struct detect_params p = zero_params();
-	uint8_t raw[N * 3];
+	uint8_t raw[2 * N * 3];
 	double g[3];
 	uint8_t lut_h[256], lut_s[256], lut_v[256];
 
@@ -885,11 +902,13 @@ static void test_hsv(void **state)
 	p.hsv_h = 0.5f;
 	p.hsv_s = 0.5f;
 	p.hsv_v = 0.5f;
-	memcpy(raw, px, sizeof(raw));
-	/* a 16 x 1 image at long side 256 is not what load_image makes: use SIZE 16 via a direct call */
+	memcpy(raw, px, sizeof(px));
+	memcpy(raw + sizeof(px), px, sizeof(px));
+	/* a 16 x 2 image at long side 256 is not what load_image makes: use SIZE 16 via a direct call (two
+	 * rows: even padding, so the sample is centred on whole pixels) */
 	f->raw = raw;
 	f->raw_w = N;
-	f->raw_h = 1;
+	f->raw_h = 2;
 	{
 		struct rng rng;
 		uint8_t image[N * N * 3];
@@ -910,9 +929,9 @@ static void test_hsv(void **state)
 			lut_v[x] = (uint8_t)fmin(fmax(v, 0), 255);
 		}
 		lut_s[0] = 0;
-		/* the image is the letterbox: row (N - 1) / 2 holds the pixels */
+		/* the image is the sample centred: rows N / 2 - 1 and N / 2 hold the pixels */
 		for (int i = 0; i < N; i++) {
-			const uint8_t *got = image + ((size_t)((N - 1) / 2) * N + i) * 3;
+			const uint8_t *got = image + ((size_t)(N / 2) * N + i) * 3;
 			int hsv[3];
 			uint8_t want[3];
 
