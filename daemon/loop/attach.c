@@ -198,13 +198,22 @@ static int validate_task(const Stoker__Attach *a, char *errbuf, size_t errlen)
 		return -EINVAL;
 	}
 	if (o && o->rect) {
-		/* BaseDataset.set_rectangle's batches, for validation */
-		const char *no = a->transform != STOKER__TRANSFORM__LETTERBOX ? "takes transform letterbox"
-				 : a->shuffle   ? "needs shuffle off (batches come in aspect-ratio order)"
-				 : a->drop_last ? "keeps every batch: drop_last must be off"
-				 : rect_max_side(a->image_size, o->stride, o->pad) > DETECT_MAX_SIZE
-					 ? "with this image_size, stride and pad makes batches over 16384 pixels"
-					 : NULL;
+		/* BaseDataset.set_rectangle's batches, for validation and training.
+		 * Training: YOLODataset.build_transforms sets mosaic, mixup and
+		 * cutmix to 0 under rect (its Mosaic asserts so); the client says
+		 * so, rather than getting other augmentations than it asked for. */
+		struct detect_params rp;
+		const char *no;
+
+		detect_options(o, &rp);
+		no = a->transform != STOKER__TRANSFORM__LETTERBOX && a->transform != STOKER__TRANSFORM__MOSAIC
+			     ? "takes transform letterbox or mosaic"
+		     : a->transform == STOKER__TRANSFORM__MOSAIC && (rp.mosaic || rp.mixup || rp.cutmix)
+			     ? "training needs mosaic, mixup and cutmix 0 (Ultralytics turns them off under rect)"
+		     : a->drop_last ? "keeps every batch: drop_last must be off"
+		     : rect_max_side(a->image_size, o->stride, o->pad) > DETECT_MAX_SIZE
+			     ? "with this image_size, stride and pad makes batches over 16384 pixels"
+			     : NULL;
 
 		if (no) {
 			set_err(errbuf, errlen, "rect %s", no);
@@ -646,7 +655,7 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 {
 	struct daemon *d = c->d;
 	const Stoker__Attach *a = &req->params;
-	uint32_t slots = lay->slots;
+	uint32_t slots = lay->slots, rect_h = 0, rect_w = 0;
 	struct session *s;
 	int r, fd;
 
@@ -707,12 +716,22 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 		s->rect = req->rect;
 	}
 	if (s->rect) {
-		/* The plan's order: the data set by aspect ratio, fixed. */
+		/* The plan's order: the data set by aspect ratio, fixed; shuffled
+		 * (Ultralytics' trainer) only when every batch has one shape. */
 		if (rect_order(ds->sizes, s->samples, &s->rect_order) < 0) {
 			conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED, "out of memory for the rect order");
 			goto fail;
 		}
-		s->plan.fixed = s->rect_order;
+		if (s->plan.shuffle && !rect_one_shape(ds->sizes, s->rect_order, s->samples, a->batch_size,
+						       a->image_size, req->stride, req->pad, &rect_h, &rect_w)) {
+			conn_log(LOG_LVL_INFO, c,
+				 "rect: data set %s makes batches of several shapes: in aspect-ratio "
+				 "order, not shuffled (as Ultralytics' trainer)",
+				 ds->root);
+			s->plan.shuffle = false;
+		}
+		if (!s->plan.shuffle)
+			s->plan.fixed = s->rect_order;
 	}
 	if (plan_validate(&s->plan) < 0) {
 		conn_send_error(
@@ -819,10 +838,16 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 					"out of memory for the batch shapes");
 			goto fail;
 		}
-		/* Each of this rank's batches lies in one batch of the whole
-		 * order (whole batches per rank), whose images set its shape. */
-		plan_fixed_range(&s->plan, &first, &end);
-		for (uint64_t b = 0; b < s->batches_per_epoch; b++) {
+		/* Shuffled: every batch has the one shape. Else each of this
+		 * rank's batches lies in one batch of the whole order (whole
+		 * batches per rank), whose images set its shape. */
+		for (uint64_t b = 0; !s->plan.fixed && b < s->batches_per_epoch; b++) {
+			s->rect_hw[2 * b] = rect_h;
+			s->rect_hw[2 * b + 1] = rect_w;
+		}
+		if (s->plan.fixed)
+			plan_fixed_range(&s->plan, &first, &end);
+		for (uint64_t b = 0; s->plan.fixed && b < s->batches_per_epoch; b++) {
 			uint64_t g = (first + b * a->batch_size) / a->batch_size * a->batch_size;
 			uint64_t last = g + a->batch_size < s->samples ? g + a->batch_size - 1 : s->samples - 1;
 

@@ -67,6 +67,26 @@ void rect_batch_shape(const uint32_t *sizes, const uint64_t *order, uint64_t fir
 	*width = side_of(sw, image_size, stride, pad);
 }
 
+bool rect_one_shape(const uint32_t *sizes, const uint64_t *order, uint64_t n, uint32_t batch_size, uint32_t image_size,
+		    uint32_t stride, double pad, uint32_t *height, uint32_t *width)
+{
+	uint32_t h0 = 0, w0 = 0;
+
+	for (uint64_t first = 0; first < n; first += batch_size) {
+		uint64_t last = n - first > batch_size ? first + batch_size - 1 : n - 1;
+		uint32_t h, w;
+
+		rect_batch_shape(sizes, order, first, last, image_size, stride, pad, &h, &w);
+		if (first > 0 && (h != h0 || w != w0))
+			return false;
+		h0 = h;
+		w0 = w;
+	}
+	*height = h0;
+	*width = w0;
+	return n > 0;
+}
+
 uint64_t rect_max_side(uint32_t image_size, uint32_t stride, double pad)
 {
 	return (uint64_t)ceil(1.0 * image_size / stride + pad) * stride;

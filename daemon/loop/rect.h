@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Ultralytics' rectangular batches (BaseDataset.set_rectangle), used by its
- * validator: the data set ordered by aspect ratio h / w, cut into batches,
- * each letterboxed to its own shape
+ * validator and by rect=True training: the data set ordered by aspect ratio h / w, cut into batches,
+ * each made in its own shape
  *
  *     shape = [maxi, 1] if the batch's largest ratio maxi < 1,
  *             [1, 1 / mini] if its smallest mini > 1, else [1, 1];
@@ -16,6 +16,7 @@
 #ifndef STOKER_RECT_H
 #define STOKER_RECT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* Bounds on the options (the attach checks them). */
@@ -30,6 +31,13 @@ int rect_order(const uint32_t *sizes, uint64_t n, uint64_t **out);
  * ascending by ratio, last >= first). */
 void rect_batch_shape(const uint32_t *sizes, const uint64_t *order, uint64_t first, uint64_t last, uint32_t image_size,
 		      uint32_t stride, double pad, uint32_t *height, uint32_t *width);
+
+/* Whether the n images in `order` (rect_order's), cut into batches of
+ * batch_size, make batches of one shape: then that shape in *height and
+ * *width. Ultralytics' trainer keeps its shuffle only then (its
+ * get_dataloader: "'rect=True' is incompatible with DataLoader shuffle"). */
+bool rect_one_shape(const uint32_t *sizes, const uint64_t *order, uint64_t n, uint32_t batch_size, uint32_t image_size,
+		    uint32_t stride, double pad, uint32_t *height, uint32_t *width);
 
 /* The largest side any batch can have: a square batch's. */
 uint64_t rect_max_side(uint32_t image_size, uint32_t stride, double pad);

@@ -352,8 +352,8 @@ def test_resample_modes_differ_only_in_pixels(daemon, make_yolo):
 
 
 @pytest.mark.parametrize("kw,words", [
-    (dict(rect=True, transform="mosaic"), "letterbox"),
-    (dict(rect=True, shuffle=True), "shuffle"),
+    (dict(rect=True, transform="mosaic"), "mosaic, mixup and cutmix 0"),
+    (dict(rect=True, transform="mosaic", mosaic=0.0, mixup=0.5), "mosaic, mixup and cutmix 0"),
     (dict(rect=True, drop_last=True), "drop_last"),
     (dict(rect=True, stride=0), "stride"),
     (dict(rect=True, stride=4096), "stride"),
@@ -372,6 +372,71 @@ def test_rect_refusals(daemon, varied, kw, words):
         assert words in str(e.value), str(e.value)
     with open_loader(d, root / "images" / "train", rect=True) as ld:     # the daemon serves on
         assert len(collect(ld)) == len(rect_plan(sizes, 4, 256)[1])
+
+
+def test_rect_shuffle_only_with_one_shape(daemon, varied, tmp_path):
+    """shuffle with rect, Ultralytics' trainer's rule: batches of several shapes come in
+    aspect-ratio order, unshuffled (the daemon logs it); a data set whose batches all have
+    one shape (every image 4:3 here) is shuffled, each batch in that shape."""
+    root, files, sizes = varied
+    d = daemon()
+    order, shapes = rect_plan(sizes, 4, 256)
+    assert len({tuple(x) for x in shapes}) > 1
+    with open_loader(d, root / "images" / "train", rect=True, shuffle=True, seed=5) as ld:
+        got = collect(ld)
+    assert np.concatenate([b["indices"] for b in got]).tolist() == order.tolist()
+    assert [b["images"].shape[1:3] for b in got] == [tuple(x) for x in shapes]
+    assert "batches of several shapes" in d.stderr()
+
+    same = tmp_path / "same"
+    same.mkdir()
+    for i, f in enumerate(files[:10]):
+        Image.open(f).convert("RGB").resize((320 + 8 * i, 240 + 6 * i)).save(same / f"im{i}.jpg")
+    (order, shapes), seen = rect_plan([(320 + 8 * i, 240 + 6 * i) for i in range(10)], 4, 256), []
+    assert {tuple(x) for x in shapes} == {(224, 288)}
+    for seed in (5, 6):
+        with open_loader(d, same, rect=True, shuffle=True, seed=seed) as ld:
+            got = collect(ld)
+        assert [b["images"].shape[1:3] for b in got] == [(224, 288)] * 3
+        seen.append(np.concatenate([b["indices"] for b in got]).tolist())
+    assert sorted(seen[0]) == sorted(seen[1]) == list(range(10))
+    assert seen[0] != seen[1] and order.tolist() not in seen  # shuffled, by the seed
+
+
+def test_rect_training_shapes_and_boxes(daemon, varied):
+    """transform mosaic with rect (mosaic, mixup and cutmix 0: Ultralytics' rect
+    training, pad 0): the rect order and batch shapes, each image its batch's shape,
+    every box inside it; without geometric draws each image is its load_image output
+    centred in the shape (the padding 114 around it, on whole pixels where it is even)."""
+    root, files, sizes = varied
+    d = daemon()
+    order, shapes = rect_plan(sizes, 4, 256, pad=0.0)
+    flat = dict(mosaic=0.0, mixup=0.0, cutmix=0.0, degrees=0.0, translate=0.0, scale=0.0, shear=0.0,
+                fliplr=0.0, flipud=0.0, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0)
+    with open_loader(d, root / "images" / "train", rect=True, shuffle=False, transform="mosaic", pad=0.0,
+                     **flat) as ld:
+        got = collect(ld)
+    assert np.concatenate([b["indices"] for b in got]).tolist() == order.tolist()
+    assert [b["images"].shape[1:3] for b in got] == [tuple(x) for x in shapes]
+    whole = 0
+    for b, (out_h, out_w) in zip(got, shapes):
+        for i, idx in enumerate(b["indices"]):
+            w1, h1 = load_size(*sizes[idx], 256)
+            assert w1 <= out_w and h1 <= out_h
+            if (out_w - w1) % 2 == 0 and (out_h - h1) % 2 == 0:
+                left, top = (out_w - w1) // 2, (out_h - h1) // 2
+                img = b["images"][i]
+                assert (img[:top] == PAD).all() and (img[top + h1:] == PAD).all()
+                assert (img[:, :left] == PAD).all() and (img[:, left + w1:] == PAD).all()
+                assert (img[top:top + h1, left:left + w1] != PAD).any()
+                whole += 1
+    assert whole > 0
+    with open_loader(d, root / "images" / "train", rect=True, shuffle=False, transform="mosaic", pad=0.0,
+                     mosaic=0.0, mixup=0.0, cutmix=0.0, seed=3) as ld:
+        for b, (out_h, out_w) in zip(collect(ld), shapes):
+            assert b["images"].shape[1:3] == (out_h, out_w)
+            boxes = b["boxes"]
+            assert len(boxes) and (boxes[:, 2:6] >= 0).all() and (boxes[:, 2:6] <= 1).all()
 
 
 def test_rect_unreadable_image_square_and_replaced(daemon, make_yolo):

@@ -183,12 +183,20 @@ static void test_detect_options_refused(void **state)
 	refused(&a, "is not in 0..8");
 	WITH((o.has_resample = true, o.resample = 5));
 	refused(&a, "unknown resample 5");
+	/* rect training: as Ultralytics, without mosaic, mixup and cutmix */
 	WITH((o.rect = true));
-	refused(&a, "rect takes transform letterbox");
+	refused(&a, "rect training needs mosaic, mixup and cutmix 0 (Ultralytics turns them off under rect)");
+	WITH((o.rect = true, o.has_mosaic = true, o.mosaic = 0, o.has_cutmix = true, o.cutmix = 0.5f));
+	refused(&a, "rect training needs mosaic, mixup and cutmix 0");
+	WITH((o.rect = true, o.has_mosaic = true, o.mosaic = 0, o.has_mixup = true, o.mixup = 0.1f));
+	refused(&a, "rect training needs mosaic, mixup and cutmix 0");
+	WITH((o.rect = true, o.has_mosaic = true, o.mosaic = 0));
+	accepted(&a);
+	/* shuffle: Ultralytics' rule, applied when the shapes are known */
 	WITH((o.rect = true));
 	a.transform = STOKER__TRANSFORM__LETTERBOX;
 	a.shuffle = true;
-	refused(&a, "rect needs shuffle off");
+	accepted(&a);
 	WITH((o.rect = true));
 	a.transform = STOKER__TRANSFORM__LETTERBOX;
 	a.shuffle = false;

@@ -60,6 +60,36 @@ static void test_batch_shapes(void **state)
 	free(o);
 }
 
+/* Batches of one shape (Ultralytics' trainer keeps its shuffle then) or not. */
+static void test_one_shape(void **state)
+{
+	/* all 4:3 landscape; then one portrait among them */
+	static const uint32_t same[] = {640, 480, 320, 240, 800, 600, 400, 300, 64, 48};
+	static const uint32_t mixed[] = {640, 480, 320, 240, 800, 600, 300, 400, 64, 48};
+	uint64_t *o;
+	uint32_t h = 0, w = 0;
+
+	(void)state;
+	assert_int_equal(rect_order(same, 5, &o), 0);
+	/* 0.75 * 640 / 32 = 15 -> 480 x 640, whatever the batch size */
+	assert_true(rect_one_shape(same, o, 5, 2, 640, 32, 0.0, &h, &w));
+	assert_int_equal(h, 480);
+	assert_int_equal(w, 640);
+	assert_true(rect_one_shape(same, o, 5, 8, 640, 32, 0.0, &h, &w));
+	free(o);
+	assert_int_equal(rect_order(mixed, 5, &o), 0);
+	/* one batch holding all: [0.75, 1.33] is square; batches of 2: 480 x 640 twice, then the portrait's */
+	h = w = 7;
+	assert_true(rect_one_shape(mixed, o, 5, 5, 640, 32, 0.0, &h, &w));
+	assert_int_equal(h, 640);
+	assert_int_equal(w, 640);
+	h = w = 7;
+	assert_false(rect_one_shape(mixed, o, 5, 2, 640, 32, 0.0, &h, &w));
+	assert_int_equal(h, 7); /* untouched */
+	assert_false(rect_one_shape(mixed, o, 0, 2, 640, 32, 0.0, &h, &w));
+	free(o);
+}
+
 /* ContiguousDistributedSampler: 7 samples, batch 2 -> 4 batches over 3
  * ranks: [0, 4), [4, 6), [6, 7). Batch >= N: unit batches, 7 over 3 ranks. */
 static void test_contiguous_ranks(void **state)
@@ -210,9 +240,13 @@ static void test_cv_half_is_area_mean(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_order_stable_by_ratio),    cmocka_unit_test(test_batch_shapes),
-		cmocka_unit_test(test_contiguous_ranks),         cmocka_unit_test(test_fit_and_letterbox),
-		cmocka_unit_test(test_cv_linear_matches_opencv), cmocka_unit_test(test_cv_half_is_area_mean),
+		cmocka_unit_test(test_order_stable_by_ratio),
+		cmocka_unit_test(test_batch_shapes),
+		cmocka_unit_test(test_contiguous_ranks),
+		cmocka_unit_test(test_fit_and_letterbox),
+		cmocka_unit_test(test_one_shape),
+		cmocka_unit_test(test_cv_linear_matches_opencv),
+		cmocka_unit_test(test_cv_half_is_area_mean),
 	};
 	return cmocka_run_group_tests_name("rect", tests, NULL, NULL);
 }
