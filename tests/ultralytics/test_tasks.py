@@ -122,7 +122,7 @@ def test_tasks_not_built_are_refused(yolo, task):
         YOLOLoader(data["train"], args, data, mode="train")
 
 
-@pytest.mark.parametrize("kw,what", [({"copy_paste": 0.5}, "copy_paste"), ({"rect": True}, "rect=True for training")])
+@pytest.mark.parametrize("kw,what", [({"copy_paste": 0.5}, "copy_paste")])
 def test_switches_not_built_are_refused(yolo, kw, what):
     path, _ = yolo
     args = _args(path, **kw)

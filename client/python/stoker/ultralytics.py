@@ -165,8 +165,6 @@ def loader_options(args, mode="train", epochs=None):
     bad = [f"{k}={getattr(args, k)}" for k in _NOT_BUILT if getattr(args, k, 0)]
     if getattr(args, "augmentations", None):
         bad.append("augmentations (Albumentations)")
-    if mode == "train" and args.rect:
-        bad.append("rect=True for training")
     if bad:
         raise ValueError(f"stoker does not build {', '.join(bad)}: unset it, or train with Ultralytics' own loader")
     imgsz = args.imgsz
@@ -181,6 +179,8 @@ def loader_options(args, mode="train", epochs=None):
     if mode == "train":
         opts.update(transform="mosaic", shuffle=True, close_mosaic=int(args.close_mosaic or 0))
         opts.update((k, float(getattr(args, k))) for k in _SAME_NAME)
+        if args.rect:  # YOLODataset.build_transforms: no mosaic, mixup or cutmix under rect
+            opts.update(mosaic=0.0, mixup=0.0, cutmix=0.0)
         opts["bgr"] = float(getattr(args, "bgr", 0.0) or 0.0)  # Ultralytics applies it in training only
         albu = albumentations_p(args)
         if albu:
@@ -226,6 +226,17 @@ class _Sampler:
         self._loader.set_epoch(epoch)
 
 
+def _yolo_dataset(path, args, data, stride, fraction, rect_batch=None):
+    """Ultralytics' own YOLODataset of the split, without transforms that
+    read images: its labels (its label scan, cached beside them) and, with
+    rect_batch, its set_rectangle at training's pad 0 (batch_shapes, the
+    labels in aspect-ratio order)."""
+    return YOLODataset(img_path=path, imgsz=args.imgsz, augment=False, hyp=copy.copy(args),
+                       rect=rect_batch is not None, batch_size=rect_batch, cache=False,
+                       single_cls=args.single_cls or False, stride=stride, pad=0.0, prefix=colorstr("labels: "),
+                       task="detect", classes=args.classes, data=data, fraction=fraction)
+
+
 class _Dataset:
     """What Ultralytics reads of a loader's dataset: len() (images in the
     data set), im_files, and labels for its label statistics (the max_det
@@ -234,11 +245,11 @@ class _Dataset:
     they are read. close_mosaic() is what the trainer calls to close the
     mosaic."""
 
-    def __init__(self, loader, path, args, data, stride, fraction=1.0):
+    def __init__(self, loader, path, args, data, stride, fraction=1.0, yolo=None):
         self._loader = loader
         self._fraction = fraction
         self._path, self._args, self._data, self._stride = path, args, data, stride
-        self._labels = None
+        self._labels = None if yolo is None else yolo.labels  # rect training's: in aspect-ratio order
         self._im_files = None
 
     def __len__(self):
@@ -253,12 +264,7 @@ class _Dataset:
     @property
     def labels(self):
         if self._labels is None:
-            a = self._args
-            ds = YOLODataset(img_path=self._path, imgsz=a.imgsz, augment=False, hyp=copy.copy(a), rect=False,
-                             cache=False, single_cls=a.single_cls or False, stride=self._stride, pad=0.0,
-                             prefix=colorstr("labels: "), task="detect", classes=a.classes, data=self._data,
-                             fraction=self._fraction)
-            self._labels = ds.labels
+            self._labels = _yolo_dataset(self._path, self._args, self._data, self._stride, self._fraction).labels
         return self._labels
 
     def close_mosaic(self, hyp):
@@ -272,12 +278,15 @@ class YOLOLoader:
     .batch_size, .num_workers, .drop_last, set_epoch(), reset(), close().
 
     mode "train": stoker's mosaic pipeline with the trainer's augmentation
-    hyper-parameters, shuffled; "val": letterboxed, in order, rectangular
-    batches as Ultralytics' validator builds them (rect=True; rect=False:
-    square imgsz, as it does for models exported with a fixed shape)."""
+    hyper-parameters, shuffled; with args.rect, Ultralytics' rect training
+    (rectangular batches in aspect-ratio order, no mosaic, mixup or cutmix;
+    shuffled only when every batch has one shape). "val": letterboxed, in
+    order, rectangular batches as Ultralytics' validator builds them
+    (rect=True; rect=False: square imgsz, as it does for models exported
+    with a fixed shape). rect None: args.rect for "train", True for "val"."""
 
     def __init__(self, path, args, data, batch_size=16, mode="train", rank=-1, epochs=None, stride=32,
-                 socket=None, timeout=None, resample=None, rect=True):
+                 socket=None, timeout=None, resample=None, rect=None):
         if mode not in ("train", "val"):
             raise ValueError(f"mode {mode!r}: 'train' or 'val'")
         if not isinstance(path, (str, os.PathLike)):
@@ -296,8 +305,20 @@ class YOLOLoader:
         self._opts = dict(loader_options(args, mode, epochs), socket=socket, timeout=timeout,
                           batch_size=int(batch_size), **whole, **_fraction_options(self._fraction),
                           **_instance_options(self._task, data))
-        self._rect = mode == "val" and rect
-        if self._rect:
+        if rect is None:
+            rect = bool(args.rect) if mode == "train" else True
+        self._rect = bool(rect)
+        yolo = None
+        if self._rect and mode == "train":
+            # build_yolo_dataset's pad 0 for training; Ultralytics' own
+            # YOLODataset(rect=True) says whether its batches have one shape,
+            # the only case in which its get_dataloader keeps the shuffle.
+            yolo = _yolo_dataset(self._path, args, data, stride, self._fraction, int(batch_size))
+            if not np.all(yolo.batch_shapes == yolo.batch_shapes[0]):
+                LOGGER.warning("'rect=True' is incompatible with DataLoader shuffle, setting shuffle=False")
+                self._opts["shuffle"] = False
+            self._opts.update(rect=True, stride=int(stride), pad=0.0)
+        elif self._rect:
             self._opts.update(rect=True, stride=int(stride), pad=0.5)
         if resample is not None:
             self._opts["resample"] = resample
@@ -318,7 +339,7 @@ class YOLOLoader:
         self.batch_size = min(int(batch_size), self._stoker.dataset_samples)
         self.drop_last = False
         self.num_workers = 0  # no loader processes: stokerd's workers do the work
-        self.dataset = _Dataset(self, self._path, args, data, stride, self._fraction)
+        self.dataset = _Dataset(self, self._path, args, data, stride, self._fraction, yolo)
         self.sampler = _Sampler(self)
         LOGGER.info(f"{colorstr(mode + ':')} stoker: {self._stoker.dataset_samples} images of {self._path}, "
                     f"{len(self)} batches of {self.batch_size} per epoch for this rank "
@@ -385,7 +406,8 @@ class YOLOLoader:
         rp = b.ratio_pad.tolist()
         h, w = img.shape[2:]
         if self.mode == "train":
-            # Mosaic and affine: the sample's own load_image ratio (as Ultralytics').
+            # Mosaic and affine: the sample's own load_image ratio (as
+            # Ultralytics'); resized_shape the image's (its rect shape under rect).
             resized = ((h, w),) * len(files)
             ratio_pad = tuple((rh, rw) for rh, rw, _, _ in rp)
         else:
