@@ -525,7 +525,9 @@ class Loader:
     Detection options (task="detect"): Ultralytics' hyper-parameters by
     name, close_mosaic, epochs, max_boxes, split; rect=True (letterbox):
     Ultralytics' rectangular validation batches, in aspect-ratio order, each
-    its own height and width (stride=32, pad=0.5); resample="cv2" (OpenCV's
+    its own height and width (stride=32, pad=0.5; with transform="mosaic",
+    pad=0 and mosaic, mixup and cutmix 0: its rect training, shuffled only
+    when every batch has one shape); resample="cv2" (OpenCV's
     INTER_LINEAR, the letterbox default) or "antialias" (faster, the mosaic
     default). sample_path(i) / sample_paths(batch.indices): file names.
     """
