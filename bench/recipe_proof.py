@@ -25,15 +25,19 @@ The data: real photos (data/photos, their NOTICE.md) turned into two
 ImageFolders by scripts/mkdataset.py (train --seed 0, validation --seed 1:
 other crops of the same photos), class k = photo k.
 
-The criterion (docs/transforms.md): for each metric (training loss,
-validation loss, validation top-1) and epoch e, the DataLoader runs' band is
-[min - f * w, max + f * w] with w the DataLoader runs' range at e, floored
-at the metric's mean range over all epochs (two seeds give a noisy range at
-one epoch); the mean of stoker's runs must lie in it at every epoch, f =
---factor (1).
+The criterion (docs/transforms.md): at each epoch e and for each metric
+(training loss, validation loss, validation top-1), the mean of stoker's
+runs must lie in the DataLoader runs' range widened by k * sd_e: sd_e is
+the run-to-run standard deviation at e, pooled within the loaders over every
+run the report holds (--report with several JSONs: all their runs), and k is
+set so that a loader equal to the DataLoader leaves the band at one (metric,
+epoch) point with probability 0.05 / (3 * epochs) when sd is known (normal
+runs; Monte Carlo): at most 5 % over the whole curve (Bonferroni). With two
+seeds each k = 2.83. Each JSON (one invocation: two seeds each) is judged
+alone, and all of them together.
 Also printed: the mean over epochs of |stoker's mean - the DataLoader's
-mean| against the mean within-loader seed range (the two loaders' curves
-differ by no more than two seeds of one loader do when it is <= 1).
+mean| against the mean within-loader seed range, and Welch's t-test on the
+runs' curves averaged over the epochs.
 """
 
 import argparse
@@ -202,24 +206,76 @@ def outside_band(ref, got, metric, factor, floor):
     return out
 
 
-def compare(ref, got, factor):
-    """The criterion for each metric, the floor being the DataLoader runs'
-    range averaged over the epochs (two seeds give a noisy range at one
-    epoch); and the mean over epochs of |stoker's mean - the DataLoader's
-    mean| against the mean within-loader seed range."""
+def run_sd(runs, metric):
+    """Per epoch, the run-to-run standard deviation pooled within the
+    loaders (each loader's runs about its own mean; needs two runs of one)."""
+    out = []
+    for e in range(len(runs[0][metric])):
+        ss, df = 0.0, 0
+        for loader in ("torchvision", "stoker"):
+            xs = [r[metric][e] for r in runs if r["loader"] == loader]
+            if len(xs) > 1:
+                mean = sum(xs) / len(xs)
+                ss += sum((x - mean) ** 2 for x in xs)
+                df += len(xs) - 1
+        out.append(math.sqrt(ss / df) if df else math.nan)
+    return out
+
+
+def band_k(n_ref, n_got, points, alpha=0.05, draws=400_000):
+    """k such that the mean of n_got normal runs leaves [min - k sd, max + k sd]
+    of n_ref runs of the same loader with probability alpha / points (sd
+    known; Monte Carlo with a fixed seed)."""
+    import numpy as np
+    g = np.random.default_rng(0)
+    x = g.standard_normal((draws, n_ref))
+    y = g.standard_normal((draws, n_got)).mean(1)
+    # the excess beyond the range, in sd: leaving the band is excess > k
+    excess = np.maximum(x.min(1) - y, y - x.max(1))
+    return float(np.quantile(excess, 1 - alpha / points))
+
+
+def compare(ref, got, sd=None, k=None):
+    """The criterion for each metric (sd: per metric and epoch, default from
+    these runs; k: default band_k), the mean over epochs of |stoker's mean -
+    the DataLoader's mean| against the mean within-loader seed range, and
+    Welch's t on the runs' curves averaged over the epochs."""
     out = {}
+    epochs = len(ref[0][METRICS[0]])
+    if k is None:
+        k = band_k(len(ref), len(got), len(METRICS) * epochs)
     for m in METRICS:
         r = [c[m] for c in ref]
         g = [c[m] for c in got]
-        epochs = len(r[0])
+        s = sd[m] if sd else run_sd(ref + got, m)
+        outside = []
+        for e in range(epochs):
+            mean = sum(x[e] for x in g) / len(g)
+            lo, hi = min(x[e] for x in r) - k * s[e], max(x[e] for x in r) + k * s[e]
+            if not lo <= mean <= hi:
+                outside.append((e + 1, round(mean, 4), round(lo, 4), round(hi, 4)))
         rng_ref = [max(x[e] for x in r) - min(x[e] for x in r) for e in range(epochs)]
         rng_got = [max(x[e] for x in g) - min(x[e] for x in g) for e in range(epochs)]
-        floor = sum(rng_ref) / epochs
         gap = sum(abs(sum(x[e] for x in g) / len(g) - sum(x[e] for x in r) / len(r)) for e in range(epochs)) / epochs
         spread = sum(rng_ref[e] + rng_got[e] for e in range(epochs)) / (2 * epochs)
-        out[m] = {"outside": outside_band(ref, got, m, factor, floor), "floor": floor, "mean_gap": gap,
-                  "mean_seed_range": spread, "gap_over_range": gap / spread if spread > 0 else math.inf}
+        avg_r = [sum(x) / epochs for x in r]
+        avg_g = [sum(x) / epochs for x in g]
+        out[m] = {"k": k, "outside": outside, "mean_gap": gap, "mean_seed_range": spread,
+                  "gap_over_range": gap / spread if spread > 0 else math.inf,
+                  "curve_mean": [sum(avg_r) / len(r), sum(avg_g) / len(g)], "welch": welch(avg_r, avg_g)}
     return out
+
+
+def welch(a, b):
+    """Welch's t and its two-sided p (scipy) of two samples, or None."""
+    try:
+        from scipy import stats
+    except ImportError:
+        return None
+    if len(a) < 2 or len(b) < 2:
+        return None
+    t = stats.ttest_ind(b, a, equal_var=False)
+    return [round(float(t.statistic), 3), round(float(t.pvalue), 4)]
 
 
 def main():
@@ -236,7 +292,6 @@ def main():
     ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0.01)
-    ap.add_argument("--factor", type=float, default=1.0)
     ap.add_argument("--workers", type=int, default=1, help="stokerd's workers")
     ap.add_argument("--loader-workers", type=int, default=1, help="the DataLoader's num_workers")
     ap.add_argument("--data", help="a directory to build the data sets in (default: a scratch one)")
@@ -245,12 +300,11 @@ def main():
                     help="only print the tables and the criterion of saved runs (several: their runs together)")
     a = ap.parse_args()
     if a.report:
-        runs = []
+        groups = []
         for path in a.report:
             with open(path) as f:
-                runs += json.load(f)["runs"]
-        runs.sort(key=lambda r: (r["loader"] != "torchvision", r["seed"]))
-        report(runs, a.factor)
+                groups.append((path, json.load(f)["runs"]))
+        report(groups)
         return
     import torch
     from cpu_per_image import scratch_daemon
@@ -276,25 +330,36 @@ def main():
     if a.json:
         os.makedirs(os.path.dirname(os.path.abspath(a.json)), exist_ok=True)
         with open(a.json, "w") as f:
-            json.dump({"config": config, "runs": runs, "criterion": compare(ref, got, a.factor),
+            json.dump({"config": config, "runs": runs, "criterion": compare(ref, got),
                        "seconds": round(time.monotonic() - t0)}, f, indent=1)
-    report(runs, a.factor)
+    report([(a.json or "this run", runs)])
 
 
-def report(runs, factor):
-    ref = [r for r in runs if r["loader"] == "torchvision"]
-    got = [r for r in runs if r["loader"] == "stoker"]
+def report(groups):
+    """The tables of all the runs, then the criterion for each group (one
+    invocation: two seeds each) and for all together, sd from all."""
+    runs = sorted((r for _, rs in groups for r in rs), key=lambda r: (r["loader"] != "torchvision", r["seed"]))
     epochs = len(runs[0][METRICS[0]])
     for m in METRICS:
         print(f"\n{m}\n| epoch | " + " | ".join(f"{r['loader']} {r['seed']}" for r in runs) + " |")
         print("|---" * (len(runs) + 1) + "|")
         for e in range(epochs):
             print(f"| {e + 1} | " + " | ".join(f"{r[m][e]:.3f}" for r in runs) + " |")
-    print()
-    for m, v in compare(ref, got, factor).items():
-        print(f"{m}: stoker's mean outside the DataLoader's band (factor {factor:g}, floor {v['floor']:.4f}) at "
-              f"{len(v['outside'])} of {epochs} epochs {v['outside']}; mean |gap of means| {v['mean_gap']:.4f}, "
-              f"mean seed range {v['mean_seed_range']:.4f}, ratio {v['gap_over_range']:.2f}")
+    sd = {m: run_sd(runs, m) for m in METRICS}
+    print("\nrun-to-run sd (pooled within the loaders, all runs): " +
+          "; ".join(f"{m} " + " ".join(f"{v:.3f}" for v in sd[m]) for m in METRICS))
+    if len(groups) > 1:
+        groups = groups + [("all", runs)]
+    for name, rs in groups:
+        ref = [r for r in rs if r["loader"] == "torchvision"]
+        got = [r for r in rs if r["loader"] == "stoker"]
+        print(f"\n{name}: DataLoader seeds {[r['seed'] for r in ref]}, stoker seeds {[r['seed'] for r in got]}")
+        for m, v in compare(ref, got, sd).items():
+            print(f"{m}: stoker's mean outside the DataLoader's range +- {v['k']:.2f} sd at {len(v['outside'])} of "
+                  f"{epochs} epochs {v['outside']}; mean |gap of means| {v['mean_gap']:.4f}, mean seed range "
+                  f"{v['mean_seed_range']:.4f}, ratio {v['gap_over_range']:.2f}; averaged over the epochs "
+                  f"DataLoader {v['curve_mean'][0]:.4f}, stoker {v['curve_mean'][1]:.4f}, Welch (t, p) {v['welch']}")
+
 
 if __name__ == "__main__":
     main()

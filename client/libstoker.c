@@ -2020,8 +2020,9 @@ static void stats_json(struct text *t, const Stoker__Stats *st)
 	text_json_string(t, st->state ? st->state : "serving");
 	text_printf(t,
 		    ", \"rss_bytes\": %llu, \"connections\": %u, \"worker_threads\": %u, "
-		    "\"worker_busy_seconds\": %.3f",
-		    (unsigned long long)st->rss_bytes, st->connections, st->worker_threads, st->worker_busy_seconds);
+		    "\"worker_busy_seconds\": %.3f, \"worker_batch_op_seconds\": %.6f",
+		    (unsigned long long)st->rss_bytes, st->connections, st->worker_threads, st->worker_busy_seconds,
+		    st->worker_batch_op_seconds);
 	text_printf(t,
 		    ", \"samples_decoded\": %llu, \"samples_copied\": %llu, \"label_errors\": %llu, "
 		    "\"boxes_dropped\": %llu, \"ring_bytes\": %llu, \"memory_budget_bytes\": %llu, ",

@@ -134,6 +134,8 @@ void control_handle_stats(struct conn *c)
 	st.connections = d->nconns;
 	st.worker_threads = pool_threads(d->pool);
 	st.worker_busy_seconds = (double)pool_busy_ns(d->pool) / 1e9;
+	st.has_worker_batch_op_seconds = true;
+	st.worker_batch_op_seconds = (double)pool_batch_op_ns(d->pool) / 1e9;
 	st.has_uptime_seconds = true;
 	st.uptime_seconds = (double)(now - d->start_ns) / 1e9;
 	st.has_protocol_errors = true;

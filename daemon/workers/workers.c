@@ -42,6 +42,7 @@ enum counter {
 	COUNTER_SAMPLES_DECODED,
 	COUNTER_SAMPLES_COPIED,
 	COUNTER_BOXES_DROPPED,
+	COUNTER_BATCH_OP_NS, /* thread CPU time in batch ops */
 	COUNTER_N,
 };
 
@@ -749,6 +750,17 @@ static bool mixing(const struct batch_job *job)
 	return job->mix && !job->copy_from;
 }
 
+/* This thread's CPU time (the batch op's share: on a shared machine the
+ * wall time would count the waits for a core). */
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) < 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static void job_finish(struct pool *p, struct batch_job *job)
 {
 	struct batch_job *head = atomic_load_explicit(&p->done_head, memory_order_relaxed);
@@ -795,16 +807,29 @@ static void *worker_main(void *arg)
 		if (!cancelled)
 			produce_sample(w, t.job, t.pos);
 		/* the batch's last mixing step counts as one more for remaining */
-		done = mixing(t.job) && batchmix_written(&t.job->mixing, t.pos, !cancelled) ? 2 : 1;
+		done = 1;
+		if (mixing(t.job)) {
+			uint64_t mix_start = thread_cpu_ns();
+
+			if (batchmix_written(&t.job->mixing, t.pos, !cancelled))
+				done = 2;
+			atomic_fetch_add_explicit(&w->counters[COUNTER_BATCH_OP_NS], thread_cpu_ns() - mix_start,
+						  memory_order_relaxed);
+		}
 		atomic_fetch_add_explicit(&w->counters[COUNTER_BUSY_NS], monotonic_ns() - start, memory_order_relaxed);
 		atomic_fetch_add_explicit(&p->tasks_done, 1, memory_order_release);
 		if (atomic_fetch_sub_explicit(&t.job->remaining, done, memory_order_acq_rel) == done) {
 			cancelled = atomic_load_explicit(&t.job->cancelled, memory_order_relaxed);
 			if (t.job->detect && !cancelled)
 				pack_boxes(t.job);
-			if (mixing(t.job) && !cancelled)
+			if (mixing(t.job) && !cancelled) {
+				uint64_t mix_start = thread_cpu_ns();
+
 				batchmix_soft_targets(t.job->mix, t.job->mix_recs, t.job->count, t.job->labels,
 						      t.job->mix_classes, t.job->soft);
+				atomic_fetch_add_explicit(&w->counters[COUNTER_BATCH_OP_NS],
+							  thread_cpu_ns() - mix_start, memory_order_relaxed);
+			}
 			job_finish(p, t.job);
 		}
 	}
@@ -1061,6 +1086,11 @@ static uint64_t pool_counter(const struct pool *p, enum counter k)
 uint64_t pool_busy_ns(const struct pool *p)
 {
 	return pool_counter(p, COUNTER_BUSY_NS);
+}
+
+uint64_t pool_batch_op_ns(const struct pool *p)
+{
+	return pool_counter(p, COUNTER_BATCH_OP_NS);
 }
 
 uint64_t pool_decode_errors(const struct pool *p)

@@ -187,6 +187,8 @@ uint32_t pool_workers(const struct pool *p);
 uint32_t pool_threads(const struct pool *p);
 /* Sum over workers of time spent producing samples. */
 uint64_t pool_busy_ns(const struct pool *p);
+/* The workers' CPU time in classification batch ops (mixing, soft targets). */
+uint64_t pool_batch_op_ns(const struct pool *p);
 /* Failed attempts to make a sample (a bad file counts again each time it
  * is planned), and the files found bad: each once per opening of its data
  * set (dataset.h: bad_files). */

@@ -169,6 +169,25 @@ def test_torch_loader_yields_soft_targets(daemon, dataset):
             break
 
 
+def test_stats_count_the_batch_ops_cpu_time(daemon, dataset):
+    """stats' worker_batch_op_seconds grows with batches mixed (float32
+    images at 96 px: the mixing takes measurable CPU) and not without a
+    batch op."""
+    d = daemon()
+    opts = dict(SMALL, image_size=96, dtype="float32", socket=d.socket)
+    s0 = stoker.stats(d.socket)
+    with stoker.Loader(dataset, **opts) as ld:
+        n = sum(len(b.labels) for b in ld)
+    s1 = stoker.stats(d.socket)
+    assert n > 0 and s1["worker_batch_op_seconds"] == s0["worker_batch_op_seconds"] == 0
+    with stoker.Loader(dataset, batch_transform=("MixUp", {"alpha": 0.2}), **opts) as ld:
+        n = sum(len(b.labels) for b in ld)
+    s2 = stoker.stats(d.socket)
+    assert n > 0 and s2["worker_batch_op_seconds"] > 0
+    # a part of the workers' time, not more
+    assert s2["worker_batch_op_seconds"] < s2["worker_busy_seconds"] - s1["worker_busy_seconds"]
+
+
 def test_translation_reads_every_parameter():
     rc = v2.RandomChoice([v2.MixUp(alpha=0.2, num_classes=10), v2.CutMix(alpha=1.0, num_classes=10)], p=[1, 3])
     assert batch_transforms.to_text(batch_transforms.from_object(rc)) == (
