@@ -123,6 +123,8 @@ FAULT_BINS   += $(B)/tests/albuop
 FAULT_BINS   += $(B)/tests/cutmixgeom
 # CopyPaste's pixels with a given choice (tests/ultralytics/test_copypaste.py).
 FAULT_BINS   += $(B)/tests/copypaste
+# A training sample's instances with its draws (tests/ultralytics/test_train_instances.py).
+FAULT_BINS   += $(B)/tests/detectinst
 
 LIB_SO       := $(B)/libstoker.so.$(SOVERSION)
 # The GPU tests' programs (tests/gpu/run.sh runs them on a GPU; `make`
@@ -303,6 +305,11 @@ $(B)/tests/cutmixgeom: tests/tools/cutmixgeom.c $(B)/libstokerd.a
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 
 $(B)/tests/copypaste: tests/tools/copypaste.c $(B)/libstokerd.a
+	@mkdir -p $(dir $@)
+	$(call say,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
+
+$(B)/tests/detectinst: tests/tools/detectinst.c $(B)/libstokerd.a
 	@mkdir -p $(dir $@)
 	$(call say,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)

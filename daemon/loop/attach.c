@@ -65,6 +65,7 @@ struct attach_request {
 	bool has_inst;
 	uint32_t mask_ratio; /* segment: masks downsampled by it; 0: no masks */
 	bool obb;            /* obb: xywhr per box row */
+	uint32_t *flip_idx;  /* pose: the keypoints' order after a flip ([inst.nkpt]); NULL: none */
 	enum fit_resample resample;
 	struct transform_spec spec; /* the host ring's (attach_start) */
 	uint32_t rect_side;         /* rect: the largest shape's side */
@@ -97,6 +98,7 @@ static void request_free(struct attach_request *req)
 	free(req->params.dataset);
 	access_id_clear(&req->id);
 	free(req->readable);
+	free(req->flip_idx);
 	s3_config_clear(&req->s3); /* a client's keys */
 	free(req);
 }
@@ -248,10 +250,10 @@ static int validate_task(const Stoker__Attach *a, char *errbuf, size_t errlen)
 		set_err(errbuf, errlen, "unknown yolo_task %d", (int)o->yolo_task);
 		return -EINVAL;
 	}
-	if (o && o->yolo_task != STOKER__YOLO_TASK__YOLO_DETECT && a->transform != STOKER__TRANSFORM__LETTERBOX) {
+	if (o && o->yolo_task != STOKER__YOLO_TASK__YOLO_DETECT && a->transform != STOKER__TRANSFORM__LETTERBOX &&
+	    o->has_cutmix && o->cutmix > 0) {
 		set_err(errbuf, errlen,
-			"yolo_task %s: the training transforms (mosaic) do not carry segments and "
-			"keypoints yet; transform letterbox",
+			"yolo_task %s: cutmix does not carry segments, keypoints and oriented boxes yet; cutmix 0",
 			o->yolo_task == STOKER__YOLO_TASK__YOLO_POSE  ? "pose"
 			: o->yolo_task == STOKER__YOLO_TASK__YOLO_OBB ? "obb"
 								      : "segment");
@@ -752,6 +754,8 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 	s->keypoints_offset = lay->keypoints_offset;
 	s->kpt_points = req->inst.keypoint ? req->inst.nkpt : 0;
 	s->obb_offset = lay->obb_offset;
+	s->flip_idx = req->flip_idx; /* the session's now */
+	req->flip_idx = NULL;
 	if (req->has_mix) {
 		s->mix = req->mix;
 		s->has_mix = true;
@@ -1368,6 +1372,16 @@ void session_handle_attach(struct conn *c, const Stoker__Attach *a)
 		if (req->inst.keypoint) {
 			req->inst.nkpt = o->kpt_points;
 			req->inst.ndim = o->kpt_dims;
+		}
+		if (req->inst.keypoint && o->n_flip_idx) { /* attach_validate checked it: kpt_points entries */
+			req->flip_idx = calloc(o->n_flip_idx, sizeof(*req->flip_idx));
+			if (!req->flip_idx) {
+				conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
+						"out of memory for flip_idx");
+				request_free(req);
+				return;
+			}
+			memcpy(req->flip_idx, o->flip_idx, o->n_flip_idx * sizeof(*req->flip_idx));
 		}
 		req->mask_ratio = o && o->yolo_task == STOKER__YOLO_TASK__YOLO_SEGMENT ? o->mask_ratio : 0;
 		req->obb = o && o->yolo_task == STOKER__YOLO_TASK__YOLO_OBB;

@@ -138,6 +138,7 @@ void session_free(struct session *s)
 	free(s->tpipe_text);
 	free(s->rect_order);
 	free(s->rect_hw);
+	free(s->flip_idx);
 	free(s->fit_tables);
 	free(s->fit_entries);
 	if (s->fit_pixels)
@@ -328,6 +329,7 @@ static void job_prepare(struct session *s, uint32_t slot, uint64_t b)
 		job->kpt_points = s->kpt_points;
 		job->keypoints = s->kpt_points ? (float *)(base + s->keypoints_offset) : NULL;
 		job->obb = s->obb_offset ? (float *)(base + s->obb_offset) : NULL;
+		job->flip_idx = s->flip_idx;
 	}
 	atomic_store_explicit(&job->replaced, 0, memory_order_relaxed);
 	atomic_store_explicit(&job->cancelled, false, memory_order_relaxed);

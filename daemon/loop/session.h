@@ -73,7 +73,8 @@ struct session {
 	/* yolo_task segment: overlap masks (mask_ratio 0: none); pose: keypoints (kpt_points 0: none). */
 	size_t masks_offset, keypoints_offset;
 	uint32_t mask_side, mask_ratio, kpt_points;
-	size_t obb_offset; /* yolo_task obb: xywhr per box row (0: none) */
+	size_t obb_offset;  /* yolo_task obb: xywhr per box row (0: none) */
+	uint32_t *flip_idx; /* pose: the data.yaml's flip_idx ([kpt_points]; NULL: none); owned */
 	/* A batch op (batchmix.h): its soft targets, records and scratch in each slot. */
 	bool has_mix;
 	struct batchmix mix;

@@ -36,6 +36,7 @@
 #include "detect.h"
 #include "grow.h"
 #include "instgeom.h"
+#include "instmask.h"
 #include "resize.h"
 
 /*
@@ -89,6 +90,13 @@ struct cutmix_sets {
 	size_t idx_cap;
 };
 
+/* One image's instances (detect_output.inst) and the floats behind them. */
+struct inst_buf {
+	struct instgeom_set s;
+	float *mem;
+	size_t cap;
+};
+
 struct detect {
 	uint8_t *canvas; /* the 2size x 2size mosaic */
 	size_t canvas_cap;
@@ -106,6 +114,13 @@ struct detect {
 	bool avx2;      /* the AVX2 kernels */
 	bool avx512;    /* the AVX-512 warp kernel (avx2 set too: HSV runs on AVX2) */
 	uint64_t *prof; /* detect_profile()'s counters, or NULL */
+	/* detect_output.inst: the mosaic's tiles, image 1's and the mixup's
+	 * instances, the sample's (out), and instgeom's scratch */
+	struct inst_buf tile[4], inst[2], out;
+	float *iscratch;
+	size_t iscratch_cap;
+	float *fmt; /* Format's boxes of the written rows */
+	size_t fmt_cap;
 };
 
 /* The random choices of one image (mosaic + affine). */
@@ -238,6 +253,8 @@ long detect_check_arith(void);
 int detect_cutmix_geometry(uint32_t size, const double lam[3], const int64_t cx[3], const int64_t cy[3], double choice,
 			   const float *boxes, size_t n, float *partner, size_t *n_partner, float area[4]);
 
+int detect_plan_draws(const struct detect_params *p, uint32_t size, uint64_t count, struct rng *rng, double out[32]);
+
 static int forced_isa = ISA_AUTO;
 
 static bool avx2_runs(void)
@@ -349,6 +366,13 @@ void detect_free(struct detect *d)
 	free(d->cutmix.idx);
 	for (int i = 0; i < 3; i++)
 		free(d->boxes[i]);
+	for (int i = 0; i < 4; i++)
+		free(d->tile[i].mem);
+	free(d->inst[0].mem);
+	free(d->inst[1].mem);
+	free(d->out.mem);
+	free(d->iscratch);
+	free(d->fmt);
 	free(d);
 }
 
@@ -443,6 +467,44 @@ static void draw_plan(struct plan *pl, const struct detect_params *p, uint32_t s
 	pl->flipud = rng_uniform(rng) < p->flipud;
 	pl->fliplr = rng_uniform(rng) < p->fliplr;
 	pl->beta = pl->mixup ? rng_beta(rng, 32.0, 32.0) : 1.0;
+}
+
+/*
+ * For tests/tools/detectinst: the plan DETECT_TRAIN draws from `rng`, as 32
+ * doubles: per image (1, then the mixup's) mosaic, its 3 partners, yc, xc
+ * and the 8 affine draws; then mixup, its partner, flipud, fliplr.
+ */
+int detect_plan_draws(const struct detect_params *p, uint32_t size, uint64_t count, struct rng *rng, double out[32])
+{
+	struct plan pl;
+
+	if (!p || !rng || size == 0 || count == 0)
+		return -EINVAL;
+	draw_plan(&pl, p, size, count, rng);
+	for (int i = 0; i < 2; i++) {
+		const struct image_draw *im = &pl.img[i];
+		const double v[14] = {im->mosaic,
+				      (double)im->partner[0],
+				      (double)im->partner[1],
+				      (double)im->partner[2],
+				      (double)im->yc,
+				      (double)im->xc,
+				      im->persp_x,
+				      im->persp_y,
+				      im->angle,
+				      im->scale,
+				      im->shear_x,
+				      im->shear_y,
+				      im->trans_x,
+				      im->trans_y};
+
+		memcpy(out + 14 * i, v, sizeof(v));
+	}
+	out[28] = pl.mixup;
+	out[29] = (double)pl.mix_index;
+	out[30] = pl.flipud;
+	out[31] = pl.fliplr;
+	return 0;
 }
 
 static void draw_cutmix(struct cutmix_draw *cm, const struct detect_params *p, uint32_t size, uint64_t count,
@@ -1590,8 +1652,169 @@ struct job {
 	detect_load_fn load;
 	void *ctx;
 	bool flipud, fliplr;
-	struct detect_meta *meta; /* the primary sample's, published on success */
+	struct detect_meta *meta;            /* the primary sample's, published on success */
+	const struct detect_instances *inst; /* NULL: boxes only */
 };
+
+/* ---- instances (detect_output.inst) ---- */
+
+/* Room in `b` for n instances of npts segment points and nkpt keypoints; b->s set to that shape. */
+static int inst_reserve(struct inst_buf *b, uint32_t n, uint32_t npts, uint32_t nkpt)
+{
+	size_t per = 1 + 4 + (size_t)npts * 2 + (size_t)nkpt * 3;
+	void *p = b->mem;
+	int r;
+
+	if ((uint64_t)n * npts > INSTMASK_MAX_IMAGE_POINTS || (uint64_t)n * nkpt > INSTMASK_MAX_IMAGE_POINTS)
+		return -EFBIG; /* a hostile label fails its sample */
+	r = grow(&p, &b->cap, (size_t)n * per + 1, sizeof(float));
+	b->mem = p;
+	if (r < 0)
+		return r;
+	b->s = (struct instgeom_set){.n = n, .npts = npts, .nkpt = nkpt, .cls = b->mem, .box = b->mem + n};
+	b->s.seg = npts ? b->s.box + (size_t)n * 4 : NULL;
+	b->s.kpt = nkpt ? b->s.box + (size_t)n * (4 + (size_t)npts * 2) : NULL;
+	return 0;
+}
+
+/* instgeom's scratch for sets of up to npts points and nkpt keypoints. */
+static int inst_scratch(struct detect *d, uint32_t npts, uint32_t nkpt)
+{
+	size_t a = instgeom_obb_scratch_floats(npts), b = instgeom_scratch_floats(npts), need = (size_t)nkpt * 3;
+	void *p = d->iscratch;
+	int r;
+
+	need = a > need ? a : need;
+	need = b > need ? b : need;
+	r = grow(&p, &d->iscratch_cap, need + 1, sizeof(float));
+	d->iscratch = p;
+	return r;
+}
+
+/*
+ * A sample's labels as YOLODataset.update_labels_info leaves them (boxes
+ * xywh normalised, segments resampled, keypoints normalised) into `b`.
+ */
+static int inst_from_sample(struct detect *d, struct inst_buf *b, const struct detect_sample *s,
+			    const struct detect_instances *in)
+{
+	uint32_t n = s->box_count, longest = 0, npts = 0;
+	int r;
+
+	if (in->seg_points) {
+		for (uint32_t k = 0; k < n; k++) {
+			uint64_t np = s->seg_off ? s->seg_off[k + 1] - s->seg_off[k] : 0;
+
+			if (np == 0)
+				n = 0; /* an object without a polygon: the sample carries none (as its validation) */
+			longest = np > longest ? (uint32_t)(np < INSTGEOM_MAX_POINTS ? np : INSTGEOM_MAX_POINTS)
+					       : longest;
+		}
+		if (longest >= INSTGEOM_MAX_POINTS)
+			return -EFBIG;
+		npts = instmask_resample_count(longest, in->seg_points);
+	}
+	if (in->nkpt && n && !s->kpt)
+		return -EINVAL;
+	r = inst_reserve(b, n, npts, in->nkpt);
+	if (r == 0)
+		r = inst_scratch(d, npts, in->nkpt);
+	if (r < 0)
+		return r;
+	for (uint32_t k = 0; k < n; k++) {
+		const struct detect_box *x = &s->boxes[k];
+		float *o = b->s.box + (size_t)k * 4;
+
+		b->s.cls[k] = x->cls;
+		o[0] = x->cx, o[1] = x->cy, o[2] = x->w, o[3] = x->h;
+		if (npts)
+			instmask_resample(s->seg + s->seg_off[k] * 2, (uint32_t)(s->seg_off[k + 1] - s->seg_off[k]),
+					  npts, b->s.seg + (size_t)k * npts * 2);
+	}
+	if (in->nkpt && n)
+		memcpy(b->s.kpt, s->kpt, (size_t)n * in->nkpt * 3 * sizeof(float));
+	return 0;
+}
+
+/* Instances.concatenate of `count` sets into `out` (room for all at the longest point count). */
+static int inst_cat(struct detect *d, const struct inst_buf *parts, uint32_t count, struct inst_buf *out)
+{
+	struct instgeom_set sets[4];
+	uint32_t n = 0, npts = 0;
+	int r;
+
+	for (uint32_t i = 0; i < count; i++) {
+		sets[i] = parts[i].s;
+		n += sets[i].n;
+		npts = sets[i].npts > npts ? sets[i].npts : npts;
+	}
+	r = inst_reserve(out, n, npts, count ? sets[0].nkpt : 0);
+	if (r == 0)
+		r = inst_scratch(d, npts, count ? sets[0].nkpt : 0);
+	if (r < 0)
+		return r;
+	instgeom_cat(sets, count, &out->s);
+	return 0;
+}
+
+/* The affine draws as instgeom takes them. */
+static void inst_affine(const struct image_draw *im, int in_w, int in_h, uint32_t out_w, uint32_t out_h, float M[9])
+{
+	const struct instgeom_affine_draw a = {im->persp_x, im->persp_y, im->angle,   im->scale,
+					       im->shear_x, im->shear_y, im->trans_x, im->trans_y};
+
+	instgeom_affine_matrix(&a, in_w, in_h, (int)out_w, (int)out_h, M);
+}
+
+/*
+ * The sample's instances: image 1's (and the mixup's) concatenated, then
+ * RandomFlip's (boxes to xywh, the flips with flip_idx), then Format's rows,
+ * keypoints and xywhr for the first max_boxes of them.
+ */
+static int inst_finish(struct detect *d, const struct detect_instances *in, const struct plan *pl,
+		       const struct detect_output *o, uint32_t *written, uint64_t *dropped)
+{
+	const int w = (int)o->out_w, h = (int)o->out_h;
+	struct instgeom_set v;
+	uint32_t k;
+	void *p = d->fmt;
+	int r = inst_cat(d, d->inst, pl->mixup ? 2 : 1, &d->out);
+
+	if (r < 0)
+		return r;
+	instgeom_xywh(&d->out.s);
+	if (pl->flipud)
+		instgeom_flip(&d->out.s, true, (float)h, in->flip_idx, d->iscratch);
+	if (pl->fliplr)
+		instgeom_flip(&d->out.s, false, (float)w, in->flip_idx, d->iscratch);
+	v = d->out.s;
+	k = v.n < o->max_boxes ? v.n : o->max_boxes;
+	v.n = k;
+	r = grow(&p, &d->fmt_cap, (size_t)k * 4 + 1, sizeof(float));
+	d->fmt = p;
+	if (r < 0)
+		return r;
+	r = instgeom_format(&v, w, h, false, true, d->fmt, in->nkpt ? o->kpt : NULL, d->iscratch);
+	if (r == 0 && in->obb)
+		r = instgeom_format(&v, w, h, true, true, o->xywhr, NULL, d->iscratch);
+	if (r < 0)
+		return r;
+	for (uint32_t i = 0; i < k; i++) {
+		float *row = o->boxes + (size_t)i * DETECT_BOX_FLOATS;
+
+		row[0] = 0.0f;
+		row[1] = v.cls[i];
+		memcpy(row + 2, d->fmt + (size_t)i * 4, 4 * sizeof(float));
+	}
+	*written = k;
+	*dropped += d->out.s.n - k;
+	return 0;
+}
+
+const struct instgeom_set *detect_instances_result(const struct detect *d)
+{
+	return d ? &d->out.s : NULL;
+}
 
 /* Fill [a, b) of a canvas row with PAD except [c0, c1), the patch's part. */
 static void fill_except(uint8_t *row, int64_t a, int64_t b, int64_t c0, int64_t c1)
@@ -1691,6 +1914,13 @@ static int mosaic4(const struct job *j, const struct image_draw *im, uint64_t in
 		if (r < 0)
 			goto out;
 		n = append_boxes(d, which, n, &s, (double)(x1a - x1b), (double)(y1a - y1b));
+		if (j->inst) {
+			/* Mosaic._update_labels: the tile's instances denormalised and moved by its padding */
+			r = inst_from_sample(d, &d->tile[i], &s, j->inst);
+			if (r < 0)
+				goto out;
+			instgeom_place(&d->tile[i].s, (int)w, (int)h, (int)(x1a - x1b), (int)(y1a - y1b));
+		}
 	}
 
 	prof_lap(d, DETECT_STAGE_BOXES, &t);
@@ -1718,6 +1948,19 @@ static int mosaic4(const struct job *j, const struct image_draw *im, uint64_t in
 	prof_lap(d, DETECT_STAGE_CANVAS, &t);
 
 labels:
+	if (j->inst) {
+		/* _cat_labels: the four concatenated, clipped to the canvas, zero-area ones removed */
+		struct inst_buf *o = &d->inst[which];
+
+		r = inst_cat(d, d->tile, 4, o);
+		if (r < 0)
+			goto out;
+		if (j->inst->obb)
+			instgeom_clip_obb(&o->s, (int)s2, (int)s2, d->iscratch);
+		else
+			instgeom_clip(&o->s, (int)s2, (int)s2);
+		instgeom_remove_zero_area(&o->s);
+	}
 	/* _cat_labels: clip to the canvas, drop boxes with no area */
 	{
 		struct dbox *b = d->boxes[which];
@@ -1832,10 +2075,13 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 	/* `if self.perspective:` chooses warpPerspective and the division */
 	bool perspective = j->p->perspective != 0;
 	double M[9], inv[9];
+	float M32[9]; /* with instances: Ultralytics' float32 matrix, for the warp and the instances */
 	size_t n = 0;
 	uint64_t t;
 	int r;
 
+	if (j->inst && which > 1)
+		return -EOPNOTSUPP;
 	if (im->mosaic) {
 		const int64_t s2 = 2 * (int64_t)size;
 		int64_t rect[4];
@@ -1850,7 +2096,13 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 		int64_t m[6];
 
 		/* border -size/2 each side: the input is the 2size canvas, the output size */
-		affine_matrix(im, (double)s2, (double)s2, size, size, M);
+		if (j->inst) {
+			inst_affine(im, (int)s2, (int)s2, size, size, M32);
+			for (int k = 0; k < 9; k++)
+				M[k] = M32[k];
+		} else {
+			affine_matrix(im, (double)s2, (double)s2, size, size, M);
+		}
 		invert_map(M, perspective, inv);
 		read_rect(inv, perspective, size, s2, rect);
 		/* the separable warp (warp()'s choice) can make the canvas rows it reads one at a time */
@@ -1886,11 +2138,24 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 			goto out;
 		if (primary)
 			meta_fill(j->meta, &s, size, 1.0, 0, 0);
+		if (j->inst) {
+			/* the sample's instances, denormalised: RandomPerspective's input */
+			r = inst_from_sample(d, &d->inst[which], &s, j->inst);
+			if (r < 0)
+				goto out;
+			instgeom_place(&d->inst[which].s, (int)s.width, (int)s.height, 0, 0);
+		}
 		r = boxes_reserve(d, which, 0, s.box_count);
 		if (r < 0)
 			goto out;
 		n = append_boxes(d, which, 0, &s, 0, 0);
-		affine_matrix(im, s.width, s.height, ow, oh, M);
+		if (j->inst) {
+			inst_affine(im, (int)s.width, (int)s.height, ow, oh, M32);
+			for (int k = 0; k < 9; k++)
+				M[k] = M32[k];
+		} else {
+			affine_matrix(im, s.width, s.height, ow, oh, M);
+		}
 		prof_lap(d, DETECT_STAGE_BOXES, &t);
 		if (whole_shift(M, s.width, s.height, ow, oh, &x, &y)) {
 			letterbox_copy(&s, x, y, out, ow, oh, j->flipud, j->fliplr);
@@ -1907,6 +2172,9 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 	}
 	t = prof_now(d);
 	*nboxes = perspective_boxes(d->boxes[which], n, M, perspective, im->scale, ow, oh);
+	if (j->inst)
+		instgeom_perspective(&d->inst[which].s, M32, (float)im->scale, (int)ow, (int)oh, perspective,
+				     j->inst->obb, d->iscratch, NULL);
 	prof_lap(d, DETECT_STAGE_BOXES, &t);
 	r = 0;
 out:
@@ -2143,7 +2411,7 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 {
 	/* The metadata is staged here: *o->meta is written only on success. */
 	struct detect_meta meta = {{0}, {0}};
-	struct job j = {d, p, size, o->out_w, o->out_h, count, load, ctx, false, false, &meta};
+	struct job j = {d, p, size, o->out_w, o->out_h, count, load, ctx, false, false, &meta, NULL};
 	size_t n[3] = {0, 0, 0};
 	uint64_t dropped = 0;
 	uint32_t written = 0, max_boxes;
@@ -2163,6 +2431,14 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 	if (t == DETECT_TRAIN && (!p || !rng || detect_params_check(p, NULL, 0) < 0 ||
 				  ((o->out_w != size || o->out_h != size) && (p->mosaic || p->mixup || p->cutmix))))
 		return -EINVAL;
+	if (t == DETECT_TRAIN && o->inst) {
+		if ((o->inst->nkpt && !o->kpt) || (o->inst->obb && (!o->xywhr || !o->inst->seg_points)) ||
+		    (o->max_boxes && !o->boxes))
+			return -EINVAL;
+		if (p->cutmix > 0)
+			return -EOPNOTSUPP; /* CutMix's instances are not built */
+		j.inst = o->inst;
+	}
 	image = o->image;
 	boxes = o->boxes;
 	max_boxes = o->max_boxes;
@@ -2250,6 +2526,14 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 		hsv_jitter(d, image, (size_t)o->out_w * o->out_h, pl.gain);
 	prof_lap(d, DETECT_STAGE_HSV, &tm);
 
+	if (j.inst) {
+		r = inst_finish(d, j.inst, &pl, o, &written, &dropped);
+		prof_lap(d, DETECT_STAGE_BOXES, &tm);
+		if (r < 0)
+			goto out;
+		goto done;
+	}
+
 	write_boxes(d->boxes[0], n[0], o->out_w, o->out_h, pl.flipud, pl.fliplr, boxes, max_boxes, &written, &dropped,
 		    NULL);
 	if (pl.mixup) {
@@ -2283,8 +2567,13 @@ int detect_run(struct detect *d, enum detect_transform t, const struct detect_pa
 	       uint64_t count, struct rng *rng, detect_load_fn load, void *ctx, uint8_t *image, float *boxes,
 	       uint32_t max_boxes, uint32_t *box_count, uint64_t *boxes_dropped)
 {
-	struct detect_output o = {image,         size, size, boxes, max_boxes, box_count,
-				  boxes_dropped, NULL, NULL, NULL,  NULL};
+	struct detect_output o = {.image = image,
+				  .out_w = size,
+				  .out_h = size,
+				  .boxes = boxes,
+				  .max_boxes = max_boxes,
+				  .box_count = box_count,
+				  .boxes_dropped = boxes_dropped};
 
 	return detect_make(d, t, p, size, index, count, rng, load, ctx, &o);
 }

@@ -96,6 +96,38 @@ struct detect_sample {
 	 * next call): a mosaic whose four samples all say so is warped from
 	 * them directly, without assembling the whole canvas first. */
 	bool stable;
+	/* detect_output.inst's sample only: object k's polygon is
+	 * seg[seg_off[k] .. seg_off[k + 1]) (points x, y, normalised; seg_off
+	 * NULL: none), its keypoints kpt[k][nkpt][3] (x, y normalised,
+	 * visibility; NULL: none). Valid until detect_make() returns. */
+	const uint64_t *seg_off;
+	const float *seg, *kpt;
+};
+
+/*
+ * The instances a DETECT_TRAIN sample carries beside its boxes (Ultralytics'
+ * segment, pose and OBB tasks), through Mosaic, RandomPerspective, MixUp
+ * and the flips by instgeom.h's functions, exactly as Ultralytics' own:
+ *
+ *   segments   each sample's polygons resampled to seg_points (1000; OBB
+ *              100) or one more than its longest, as update_labels_info
+ *              does; boxes re-derived from them by the affine. A sample
+ *              with an object without a polygon carries no instances.
+ *   keypoints  nkpt per object, visibility zeroed outside the image,
+ *              reordered by flip_idx after each flip.
+ *   obb        Instances.clip(preserve_obb=True) and Format's xywhr.
+ *
+ * The random affine's pixel warp then uses Ultralytics' float32 matrix
+ * (instgeom_affine_matrix), the same one the instances go through; an
+ * image that is not a mosaic is warped from its own centre, unpadded (the
+ * detect path's warp is untouched). CutMix with instances is not built
+ * (-EOPNOTSUPP for cutmix > 0).
+ */
+struct detect_instances {
+	uint32_t seg_points;      /* 0: no segments */
+	uint32_t nkpt;            /* 0: no keypoints */
+	const uint32_t *flip_idx; /* [nkpt], or NULL */
+	bool obb;
 };
 
 /* LetterBox's and the warp's border grey. */
@@ -184,9 +216,25 @@ struct detect_output {
 	/* DETECT_LETTERBOX: each written row's object index in the sample
 	 * (max_boxes entries; NULL: not wanted). */
 	uint32_t *rows_src;
+	/* DETECT_TRAIN with instances (NULL: boxes only). Each written row's
+	 * keypoints into kpt ([max_boxes][nkpt][3], normalised, as Format) and,
+	 * with obb, its xywhr into xywhr ([max_boxes][5], normalised); the
+	 * rows' boxes are Format's too. The instances themselves:
+	 * detect_instances_result(). */
+	const struct detect_instances *inst;
+	float *kpt, *xywhr;
 };
 int detect_make(struct detect *d, enum detect_transform t, const struct detect_params *p, uint32_t size, uint64_t index,
 		uint64_t count, struct rng *rng, detect_load_fn load, void *ctx, const struct detect_output *out);
+
+/*
+ * The instances of the last DETECT_TRAIN sample made with
+ * detect_output.inst, in the output image's pixels, boxes xywh, in row
+ * order (the first *box_count of them are the written rows): segments for
+ * Format's masks. Valid until the next detect_make().
+ */
+struct instgeom_set;
+const struct instgeom_set *detect_instances_result(const struct detect *d);
 
 /*
  * For bench/profile_detect.c: with `ns` non-NULL, detect_make() adds the

@@ -808,7 +808,25 @@ void instgeom_cat(const struct instgeom_set *parts, uint32_t count, struct instg
 	out->nkpt = nkpt;
 }
 
-int instgeom_format(const struct instgeom_set *s, int w, int h, bool obb, float *boxes, float *kpt, float *scratch)
+/* xyxy2xywh of one box, in float32 */
+static void xyxy2xywh(const float *b, float o[4])
+{
+	float cx = (b[0] + b[2]) / 2.0f, cy = (b[1] + b[3]) / 2.0f, w = b[2] - b[0], h = b[3] - b[1];
+
+	o[0] = cx;
+	o[1] = cy;
+	o[2] = w;
+	o[3] = h;
+}
+
+void instgeom_xywh(struct instgeom_set *s)
+{
+	for (uint32_t i = 0; i < s->n; i++)
+		xyxy2xywh(s->box + (size_t)i * 4, s->box + (size_t)i * 4);
+}
+
+int instgeom_format(const struct instgeom_set *s, int w, int h, bool obb, bool xywh, float *boxes, float *kpt,
+		    float *scratch)
 {
 	const float W = (float)w, H = (float)h;
 
@@ -830,13 +848,16 @@ int instgeom_format(const struct instgeom_set *s, int w, int h, bool obb, float 
 			o[3] = (float)r[3] / H;
 			o[4] = (float)r[4];
 		} else {
-			float *o = boxes + (size_t)i * 4;
-			float cx = (b[0] + b[2]) / 2.0f, cy = (b[1] + b[3]) / 2.0f;
+			float *o = boxes + (size_t)i * 4, c[4];
 
-			o[0] = cx / W;
-			o[1] = cy / H;
-			o[2] = (b[2] - b[0]) / W;
-			o[3] = (b[3] - b[1]) / H;
+			if (xywh)
+				memcpy(c, b, sizeof(c));
+			else
+				xyxy2xywh(b, c);
+			o[0] = c[0] / W;
+			o[1] = c[1] / H;
+			o[2] = c[2] / W;
+			o[3] = c[3] / H;
 		}
 	}
 	if (kpt && s->nkpt && s->kpt)

@@ -167,8 +167,13 @@ void instgeom_place(struct instgeom_set *s, int w, int h, int padw, int padh);
  */
 void instgeom_cat(const struct instgeom_set *parts, uint32_t count, struct instgeom_set *out);
 
+/* Instances.convert_bbox("xywh") of xyxy boxes in place (xyxy2xywh in
+ * float32), as RandomFlip leaves them. */
+void instgeom_xywh(struct instgeom_set *s);
+
 /*
  * Format's boxes and keypoints for a w x h training image: xyxy to xywh
+ * (boxes already xywh when `xywh`: after instgeom_xywh and the flips)
  * and each coordinate divided by w or h in float32 (`boxes` [n][4]); with
  * `obb`, the box is xyxyxyxy2xywhr of the instance's segment (float32,
  * as from its float32 tensor) with x, w divided by w and y, h by h
@@ -176,7 +181,8 @@ void instgeom_cat(const struct instgeom_set *parts, uint32_t count, struct instg
  * visibility kept. `scratch`: instgeom_scratch_floats(npts) floats with
  * `obb`. 0, or -EINVAL (obb without segments).
  */
-int instgeom_format(const struct instgeom_set *s, int w, int h, bool obb, float *boxes, float *kpt, float *scratch);
+int instgeom_format(const struct instgeom_set *s, int w, int h, bool obb, bool xywh, float *boxes, float *kpt,
+		    float *scratch);
 
 /*
  * RandomFlip.apply_instances with the flip drawn: boxes here are xywh (as

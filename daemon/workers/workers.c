@@ -369,6 +369,9 @@ done:
 		.placed = req.in_box,
 		/* the batch's fit table and the slot outlive the sample; the worker's own fit buffer does not */
 		.stable = dst != w->fit,
+		.seg_off = ds->seg_off ? ds->seg_off + ds->box_off[index] : NULL,
+		.seg = ds->seg,
+		.kpt = ds->kpt ? ds->kpt + ds->box_off[index] * ds->nkpt * 3 : NULL,
 	};
 	return 0;
 }
@@ -444,6 +447,36 @@ static int finish_obb(struct worker *w, struct batch_job *job, uint32_t pos, uin
 }
 
 /*
+ * Format's overlap mask of the image at `pos` from its n polygons of m
+ * points each (pixels, polygon k at pts + k * m * 2), and its rows put in
+ * the mask's area order (polygons2masks_overlap's sorted_idx).
+ */
+static int pack_masks(struct worker *w, struct batch_job *job, uint32_t pos, const float *pts, uint32_t m, uint32_t n,
+		      float *rows)
+{
+	uint16_t *mask = job->masks + (size_t)pos * job->mask_side * job->mask_side;
+	int r;
+
+	if (!w->instmask && (r = instmask_new(&w->instmask)) < 0)
+		return r;
+	if (grow((void **)&w->inst_off, &w->inst_off_cap, (size_t)n + 1, sizeof(uint32_t)) < 0 ||
+	    grow((void **)&w->inst_order, &w->inst_order_cap, (size_t)n + 1, sizeof(uint32_t)) < 0 ||
+	    grow((void **)&w->rows_tmp, &w->rows_tmp_cap, (size_t)n * DETECT_BOX_FLOATS + 1, sizeof(float)) < 0)
+		return -ENOMEM;
+	for (uint32_t k = 0; k <= n; k++)
+		w->inst_off[k] = k * m;
+	r = instmask_overlap(w->instmask, pts, w->inst_off, n, job->out_w, job->out_h, job->mask_ratio, mask,
+			     w->inst_order);
+	if (r < 0)
+		return r;
+	memcpy(w->rows_tmp, rows, (size_t)n * DETECT_BOX_FLOATS * sizeof(float));
+	for (uint32_t k = 0; k < n; k++)
+		memcpy(rows + (size_t)k * DETECT_BOX_FLOATS, w->rows_tmp + (size_t)w->inst_order[k] * DETECT_BOX_FLOATS,
+		       DETECT_BOX_FLOATS * sizeof(float));
+	return 0;
+}
+
+/*
  * yolo_task pose and segment, letterboxed: the keypoints of each row, and
  * the image's overlap mask with its rows put in the mask's area order, as
  * Ultralytics' LetterBox and Format(return_keypoint, return_mask) make them
@@ -457,7 +490,6 @@ static int finish_instances(struct worker *w, struct batch_job *job, uint32_t po
 	uint64_t first = ds->box_off[index], count = ds->box_off[index + 1] - first;
 	uint32_t n = *nrows, rw = (uint32_t)meta->shape[3], rh = (uint32_t)meta->shape[2];
 	struct detect_letterbox g;
-	int r;
 
 	detect_letterbox_geometry(rw, rh, job->out_w, job->out_h, &g);
 	if (job->keypoints) {
@@ -479,7 +511,6 @@ static int finish_instances(struct worker *w, struct batch_job *job, uint32_t po
 	if (!job->masks)
 		return 0;
 	{
-		uint16_t *mask = job->masks + (size_t)pos * job->mask_side * job->mask_side;
 		uint32_t longest = 0, m;
 
 		if (!ds->seg_off)
@@ -494,12 +525,7 @@ static int finish_instances(struct worker *w, struct batch_job *job, uint32_t po
 		/* a hostile label (a huge polygon among many) fails the sample, not the daemon */
 		if ((uint64_t)n * m > INSTMASK_MAX_IMAGE_POINTS)
 			return -EFBIG;
-		if (!w->instmask && (r = instmask_new(&w->instmask)) < 0)
-			return r;
-		if (grow((void **)&w->inst_pts, &w->inst_pts_cap, (size_t)n * m * 2 + 2, sizeof(float)) < 0 ||
-		    grow((void **)&w->inst_off, &w->inst_off_cap, (size_t)n + 1, sizeof(uint32_t)) < 0 ||
-		    grow((void **)&w->inst_order, &w->inst_order_cap, (size_t)n + 1, sizeof(uint32_t)) < 0 ||
-		    grow((void **)&w->rows_tmp, &w->rows_tmp_cap, (size_t)n * DETECT_BOX_FLOATS + 1, sizeof(float)) < 0)
+		if (grow((void **)&w->inst_pts, &w->inst_pts_cap, (size_t)n * m * 2 + 2, sizeof(float)) < 0)
 			return -ENOMEM;
 		for (uint32_t k = 0; k < n; k++) {
 			uint64_t o = first + w->rows_src[k], s0 = ds->seg_off[o];
@@ -507,20 +533,9 @@ static int finish_instances(struct worker *w, struct batch_job *job, uint32_t po
 
 			instmask_resample(ds->seg + s0 * 2, (uint32_t)(ds->seg_off[o + 1] - s0), m, pts);
 			instmask_letterbox(pts, m, 2, rw, rh, g.r, g.left, g.top);
-			w->inst_off[k] = k * m;
 		}
-		w->inst_off[n] = n * m;
-		r = instmask_overlap(w->instmask, w->inst_pts, w->inst_off, n, job->out_w, job->out_h, job->mask_ratio,
-				     mask, w->inst_order);
-		if (r < 0)
-			return r;
-		memcpy(w->rows_tmp, rows, (size_t)n * DETECT_BOX_FLOATS * sizeof(float));
-		for (uint32_t k = 0; k < n; k++)
-			memcpy(rows + (size_t)k * DETECT_BOX_FLOATS,
-			       w->rows_tmp + (size_t)w->inst_order[k] * DETECT_BOX_FLOATS,
-			       DETECT_BOX_FLOATS * sizeof(float));
+		return pack_masks(w, job, pos, w->inst_pts, m, n, rows);
 	}
-	return 0;
 }
 
 /* A detection sample: pixels at dst, its rows at `rows`, their number out. */
@@ -546,9 +561,24 @@ static int produce_detect(struct worker *w, struct batch_job *job, uint32_t pos,
 				  .before_hsv =
 					  job->albu > 0 && job->detect_transform == DETECT_TRAIN ? albu_hook : NULL,
 				  .before_hsv_ctx = &hook};
-	bool instances = job->detect_transform == DETECT_LETTERBOX && (job->masks || job->keypoints || job->obb);
+	bool instances = job->masks || job->keypoints || job->obb;
+	bool train_instances = instances && job->detect_transform == DETECT_TRAIN;
+	/* update_labels_info's resampling: segments to 1000 points, OBB corners to 100 */
+	struct detect_instances spec = {.seg_points = job->obb     ? INSTMASK_OBB_POINTS
+						      : job->masks ? INSTMASK_SEGMENT_POINTS
+								   : 0,
+					.nkpt = job->keypoints ? job->kpt_points : 0,
+					.flip_idx = job->flip_idx,
+					.obb = job->obb != NULL};
 	struct rng rng;
 	int r;
+
+	if (train_instances) {
+		o.inst = &spec;
+		o.kpt = job->keypoints ? job->keypoints + (size_t)pos * job->max_boxes * job->kpt_points * 3 : NULL;
+		o.xywhr = job->obb ? job->obb + (size_t)pos * job->max_boxes * 5 : NULL;
+		instances = false;
+	}
 
 	if (!w->detect) {
 		r = detect_new(&w->detect);
@@ -566,6 +596,14 @@ static int produce_detect(struct worker *w, struct batch_job *job, uint32_t pos,
 			&rng, detect_load, &l, &o);
 	if (r == 0 && instances)
 		r = finish_instances(w, job, pos, index, rows, nrows, &meta);
+	if (r == 0 && train_instances && job->masks) {
+		/* Format's masks from the sample's final polygons */
+		const struct instgeom_set *f = detect_instances_result(w->detect);
+
+		r = pack_masks(w, job, pos, f->seg, f->npts, f->npts ? *nrows : 0, rows);
+		if (r == 0 && !f->npts)
+			*nrows = 0;
+	}
 	if (r == 0) {
 		memcpy(job->shapes + (size_t)pos * 4, meta.shape, sizeof(meta.shape));
 		memcpy(job->ratio_pad + (size_t)pos * 4, meta.ratio_pad, sizeof(meta.ratio_pad));

@@ -116,7 +116,8 @@ struct batch_job {
 	uint32_t mask_ratio, mask_side;
 	float *keypoints;
 	uint32_t kpt_points;
-	float *obb; /* obb: float [count][max_boxes][5], each row's xywhr; NULL: none */
+	float *obb;               /* obb: float [count][max_boxes][5], each row's xywhr; NULL: none */
+	const uint32_t *flip_idx; /* pose, training: the keypoints' order after a flip ([kpt_points]); NULL: kept */
 	/* Classification's batch op (batchmix.h), or NULL: pool_submit draws
 	 * mix_recs[count] from the stream (seed, epoch, mix_key, RNG_BATCHMIX)
 	 * and hands the samples out in batchmix_order; each worker mixes in

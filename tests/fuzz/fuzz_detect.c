@@ -134,7 +134,8 @@ static void run_detect(struct input *in)
 	boxes = malloc((size_t)max_boxes * DETECT_BOX_FLOATS * sizeof(float));
 	if (!image || !boxes)
 		abort();
-	struct detect_output o = {image, out_w, out_h, boxes, max_boxes, &nboxes, &dropped, &meta, NULL, NULL, NULL};
+	struct detect_output o = {image, out_w, out_h, boxes, max_boxes, &nboxes, &dropped,
+				  &meta, NULL,  NULL,  NULL,  NULL,      NULL,    NULL};
 	if (detect_make(d, t, &p, size, take_u32(in, count), count, &rng, fake_load, &f, &o) == 0) {
 		if (nboxes > max_boxes)
 			abort();

@@ -354,7 +354,7 @@ int main(void)
 			scratch = calloc(instgeom_scratch_floats(s.npts) + 1, sizeof(float));
 			if (!boxes || !kpt || !scratch)
 				return 1;
-			rc = instgeom_format(&s, w, h, obb, boxes, kpt, scratch);
+			rc = instgeom_format(&s, w, h, obb, false, boxes, kpt, scratch);
 			if (rc < 0) {
 				printf(" error %d", rc);
 			} else {

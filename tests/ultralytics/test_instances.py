@@ -135,7 +135,7 @@ def test_corrupt_label_files_are_counted(daemon, instances_set):
     ({"yolo_task": "pose", "kpt_shape": "4,3", "flip_idx": "1,0,3"}, "flip_idx has 3 entries"),
     ({"yolo_task": "pose", "kpt_shape": "4,3", "flip_idx": "1,0,3,4"}, "flip_idx.* is not a keypoint"),
     ({"yolo_task": "segment", "kpt_shape": "4,3"}, "options of yolo_task pose"),
-    ({"yolo_task": "segment", "transform": "mosaic"}, "do not carry segments"),
+    ({"yolo_task": "segment", "transform": "mosaic", "cutmix": 0.5}, "cutmix does not carry"),
     ({"yolo_task": "segment", "mask_ratio": 3}, "mask_ratio 3 is not a power of two"),
     ({"yolo_task": "segment", "mask_ratio": 64}, "mask_ratio 64"),
     ({"yolo_task": "segment", "overlap_mask": False}, "overlap_mask false"),
@@ -238,15 +238,79 @@ def test_validator_on_its_own_equals_ultralytics(daemon, instances_set, monkeypa
     assert ours.results_dict.keys() == theirs.results_dict.keys()
 
 
+def test_training_batches_have_ultralytics_keys(daemon, instances_set):
+    """The training loader's batches (mosaic, affine, flips; mixup on): the
+    keys and dtypes of Ultralytics' own training batches for the task, rows
+    that lie in the image, one overlap mask per image whose objects each
+    hold cells (segment), keypoints per row (pose), xywhr per row (obb)."""
+    from stoker.ultralytics import YOLOLoader
+
+    task, yaml = instances_set
+    d = daemon(workers=2)
+    args = _args(yaml, task, mixup=0.5, fliplr=0.5, flipud=0.2)
+    data = check_det_dataset(args.data)
+    ds = build_yolo_dataset(args, data["train"], 2, data, mode="train", stride=STRIDE)
+    want = next(iter(build_dataloader(ds, 2, 0, shuffle=False, rank=-1)))
+    ld = YOLOLoader(data["train"], args, data, batch_size=2, mode="train", rank=-1, epochs=3, stride=STRIDE,
+                    socket=d.socket)
+    rows = 0
+    try:
+        for ep in range(2):
+            ld.set_epoch(ep)
+            for b in ld:
+                assert set(want) <= set(b), set(want) - set(b)
+                for k, v in want.items():
+                    if isinstance(v, torch.Tensor) and k != "img":
+                        assert b[k].dtype == v.dtype and b[k].shape[1:] == v.shape[1:], (k, b[k].shape, v.shape)
+                n = len(b["cls"])
+                rows += n
+                assert b["bboxes"].shape[0] == n and b["batch_idx"].shape == (n,)
+                assert bool((b["bboxes"][:, :2] >= 0).all() and (b["bboxes"][:, :2] <= 1).all())
+                if task == "segment":
+                    assert b["masks"].shape == (len(b["im_file"]), IMGSZ // 4, IMGSZ // 4)
+                    for i in range(len(b["im_file"])):
+                        k = int((b["batch_idx"] == i).sum())
+                        assert int(b["masks"][i].max()) <= k
+                elif task == "pose":
+                    assert b["keypoints"].shape == (n, KPT_SHAPE[0], 3)
+                elif task == "obb":
+                    assert b["bboxes"].shape == (n, 5)
+    finally:
+        ld.close()
+    assert rows > 0
+
+
 @pytest.mark.parametrize("task", ["segment", "pose", "obb"])
-def test_trainers_refuse_training_with_the_reason(tmp_path, task):
+def test_trainers_train_one_epoch(daemon, tmp_path, task, monkeypatch):
+    """One epoch of each task through Ultralytics' own trainer with stoker's
+    loaders (CPU, imgsz 128, the model from its yaml): every training batch
+    from stokerd, finite losses, the validation's metrics present."""
+    import csv
+    import math
+
     from ultralytics import YOLO
 
-    from stoker.ultralytics import StokerOBBTrainer, StokerPoseTrainer, StokerSegmentationTrainer
+    from stoker.ultralytics import StokerOBBTrainer, StokerPoseTrainer, StokerSegmentationTrainer, YOLOLoader
 
-    yaml = make_instances_set(tmp_path, task)
+    yaml = make_instances_set(tmp_path / "data", task)
+    d = daemon(workers=2)
+    monkeypatch.setenv("STOKER_SOCKET", d.socket)
     model = YOLO({"segment": "yolo11n-seg.yaml", "pose": "yolo11n-pose.yaml", "obb": "yolo11n-obb.yaml"}[task])
     trainer = {"segment": StokerSegmentationTrainer, "pose": StokerPoseTrainer, "obb": StokerOBBTrainer}[task]
-    with pytest.raises(ValueError, match=f"task={task} training: .*not built yet"):
-        model.train(data=str(yaml), trainer=trainer, imgsz=IMGSZ, epochs=1, batch=2, device="cpu", workers=0,
-                    project=str(tmp_path / "runs"), plots=False)
+    seen = []
+
+    def on_batch(tr):
+        assert isinstance(tr.train_loader, YOLOLoader) and isinstance(tr.test_loader, YOLOLoader)
+        seen.append(tr.epoch)
+
+    model.add_callback("on_train_batch_end", on_batch)
+    metrics = model.train(data=str(yaml), trainer=trainer, imgsz=128, epochs=1, batch=2, device="cpu", workers=0,
+                          plots=False, amp=False, seed=0, project=str(tmp_path / "runs"), name="run",
+                          exist_ok=True, verbose=False)
+    assert len(seen) == 3  # 5 images (bad.png's label is corrupt), batches of 2
+    with open(tmp_path / "runs" / "run" / "results.csv") as f:
+        rows = [{k.strip(): v for k, v in r.items()} for r in csv.DictReader(f)]
+    assert len(rows) == 1
+    losses = [k for k in rows[0] if k.startswith("train/")]
+    assert losses and all(math.isfinite(float(rows[0][k])) for k in losses), rows[0]
+    assert metrics.results_dict and all(math.isfinite(v) for v in metrics.results_dict.values())

@@ -89,7 +89,10 @@ static int fake_load(void *ctx, uint64_t index, uint32_t side, struct detect_sam
 	if ((f->fail_all_after_first && f->calls++ > 0) || f->fail[index])
 		return -f->fail_errno;
 	if (f->raw) {
-		*out = (struct detect_sample){f->raw, f->raw_w, f->raw_h, NULL, 0, 0, 0, false, f->raw_stable};
+		*out = (struct detect_sample){.pixels = f->raw,
+					      .width = f->raw_w,
+					      .height = f->raw_h,
+					      .stable = f->raw_stable};
 		return 0;
 	}
 	s = &f->s[index];
@@ -112,7 +115,11 @@ static int fake_load(void *ctx, uint64_t index, uint32_t side, struct detect_sam
 						  (float)((y1 + y2) / 2.0 / h), (float)((double)(x2 - x1) / w),
 						  (float)((double)(y2 - y1) / h)};
 	}
-	*out = (struct detect_sample){f->pix, w, h, f->boxes, (uint32_t)s->nrect, 0, 0, false, false};
+	*out = (struct detect_sample){.pixels = f->pix,
+				      .width = w,
+				      .height = h,
+				      .boxes = f->boxes,
+				      .box_count = (uint32_t)s->nrect};
 	return 0;
 }
 
@@ -351,10 +358,10 @@ static void test_letterbox_placed(void **state)
 		for (uint64_t idx = 0; idx < 3; idx++) {
 			const uint32_t ow = shapes[k][0], oh = shapes[k][1];
 			struct detect_meta ma, mb;
-			struct detect_output oa = {a->image,    ow,  oh,   a->boxes, MAX_BOXES, &a->n,
-						   &a->dropped, &ma, NULL, NULL,     NULL};
-			struct detect_output ob = {b->image,    ow,  oh,   b->boxes, MAX_BOXES, &b->n,
-						   &b->dropped, &mb, NULL, NULL,     NULL};
+			struct detect_output oa = {a->image, ow,   oh,   a->boxes, MAX_BOXES, &a->n, &a->dropped,
+						   &ma,      NULL, NULL, NULL,     NULL,      NULL,  NULL};
+			struct detect_output ob = {b->image, ow,   oh,   b->boxes, MAX_BOXES, &b->n, &b->dropped,
+						   &mb,      NULL, NULL, NULL,     NULL,      NULL,  NULL};
 			struct placing pl = {f, b->image, ow, oh, false};
 			uint32_t side = ow;
 			assert_int_equal(
@@ -701,8 +708,8 @@ static void test_load_failures(void **state)
 	f->fail_all_after_first = true;
 	for (int mode = 0; mode < 2; mode++) {
 		struct detect_meta meta = {{-7, -7, -7, -7}, {-7, -7, -7, -7}}, before = meta;
-		struct detect_output out = {o->image,    SIZE,  SIZE, o->boxes, MAX_BOXES, &o->n,
-					    &o->dropped, &meta, NULL, NULL,     NULL};
+		struct detect_output out = {o->image, SIZE, SIZE, o->boxes, MAX_BOXES, &o->n, &o->dropped,
+					    &meta,    NULL, NULL, NULL,     NULL,      NULL,  NULL};
 		struct rng rng;
 
 		p.mosaic = mode == 0;

@@ -18,9 +18,11 @@ gives a trainer class with others. StokerDetectionValidator does the same
 for a validation on its own: `YOLO("best.pt").val(data=...,
 validator=StokerDetectionValidator)`. StokerSegmentationValidator and
 StokerPoseValidator do it for segment (overlap masks, sem_masks) and pose
-(keypoints), with batches equal to Ultralytics' own; their trainers refuse
-training (the training transforms of segments and keypoints are not built
-yet).
+(keypoints), StokerOBBValidator for OBB (xywhr), with batches equal to
+Ultralytics' own; StokerSegmentationTrainer, StokerPoseTrainer and
+StokerOBBTrainer train them, the daemon carrying polygons, keypoints and
+oriented boxes through mosaic, affine, mixup and flips as Ultralytics'
+transforms do (cutmix with them is refused: not built yet).
 
 The batches are the dict Ultralytics' own loader yields: img (uint8
 [B, 3, H, W], a zero-copy view of the daemon's ring in channels_last
@@ -62,14 +64,13 @@ _SAME_NAME = ("mosaic", "mixup", "cutmix", "degrees", "translate", "scale", "she
 _NOT_BUILT = ("copy_paste",)
 # Tasks whose labels and transforms stoker does not make yet (docs/ultralytics.md).
 _TASKS_NOT_BUILT = {}
-# Tasks whose validation stoker makes, but not yet their training transforms.
-_TRAINING_NOT_BUILT = {
-    "segment": "the training transforms of segments and masks (mosaic, affine with resampled segments, flips) "
-               "are not built yet; validation is (StokerSegmentationValidator)",
-    "pose": "the training transforms of keypoints (mosaic, affine, flips with flip_idx) are not built yet; "
-            "validation is (StokerPoseValidator)",
-    "obb": "the training transforms of oriented boxes are not built yet; validation is (StokerOBBValidator)",
-}
+# The YOLO tasks stoker's loaders serve (classify has its own, ClassifyLoader).
+_TASKS = ("detect", "segment", "pose", "obb")
+# Tasks whose validation stoker makes, but not yet their training transforms
+# (none: segment, pose and OBB train since issue 21).
+_TRAINING_NOT_BUILT = {}
+# Training switches a task's instances do not go through yet (docs/ultralytics.md).
+_INSTANCES_NOT_BUILT = {"cutmix": "CutMix does not carry segments, keypoints and oriented boxes yet"}
 
 
 # Ultralytics' default Albumentations ops that stokerd makes (pixels/albu.h,
@@ -156,7 +157,7 @@ def loader_options(args, mode="train", epochs=None):
     if task in _TRAINING_NOT_BUILT and mode == "train":
         raise ValueError(f"stoker does not build task={task} training: {_TRAINING_NOT_BUILT[task]}; train with "
                          "Ultralytics' own loader")
-    if task not in ("detect", *_TRAINING_NOT_BUILT):
+    if task not in _TASKS:
         why = _TASKS_NOT_BUILT.get(task, "stoker.ultralytics serves task=detect")
         raise ValueError(f"stoker does not build task={task}: {why}; train with Ultralytics' own loader")
     if task == "segment" and args.classes is not None:
@@ -165,6 +166,9 @@ def loader_options(args, mode="train", epochs=None):
     bad = [f"{k}={getattr(args, k)}" for k in _NOT_BUILT if getattr(args, k, 0)]
     if getattr(args, "augmentations", None):
         bad.append("augmentations (Albumentations)")
+    if mode == "train" and task != "detect":
+        bad += [f"{k}={getattr(args, k)} with task={task} ({why})" for k, why in _INSTANCES_NOT_BUILT.items()
+                if getattr(args, k, 0)]
     if bad:
         raise ValueError(f"stoker does not build {', '.join(bad)}: unset it, or train with Ultralytics' own loader")
     imgsz = args.imgsz
@@ -196,16 +200,21 @@ def loader_options(args, mode="train", epochs=None):
     return opts
 
 
-def _instance_options(task, data):
-    """The daemon's options for the data.yaml's keypoints (task pose)."""
+def _instance_options(task, data, mode="val"):
+    """The daemon's options for the data.yaml's keypoints (task pose). As
+    Ultralytics' v8_transforms: training without flip_idx flips nothing
+    (fliplr and flipud 0, with its warning)."""
     if task != "pose":
         return {}
     kpt = data.get("kpt_shape")
     if not kpt or len(kpt) != 2:
         raise ValueError(f"task=pose needs the data.yaml's kpt_shape [points, 2 or 3], not {kpt!r}")
     opts = {"yolo_task": "pose", "kpt_shape": f"{int(kpt[0])},{int(kpt[1])}"}
-    if data.get("flip_idx"):
-        opts["flip_idx"] = ",".join(str(int(i)) for i in data["flip_idx"])
+    flip_idx = data.get("flip_idx") or []
+    if flip_idx:
+        if len(flip_idx) != int(kpt[0]):
+            raise ValueError(f"data.yaml flip_idx={flip_idx} length must be equal to kpt_shape[0]={kpt[0]}")
+        opts["flip_idx"] = ",".join(str(int(i)) for i in flip_idx)
     return opts
 
 
@@ -304,7 +313,11 @@ class YOLOLoader:
         self._task = getattr(args, "task", "detect") or "detect"
         self._opts = dict(loader_options(args, mode, epochs), socket=socket, timeout=timeout,
                           batch_size=int(batch_size), **whole, **_fraction_options(self._fraction),
-                          **_instance_options(self._task, data))
+                          **_instance_options(self._task, data, mode))
+        if mode == "train" and self._task == "pose" and "flip_idx" not in self._opts and \
+                (self._opts["fliplr"] or self._opts["flipud"]):
+            LOGGER.warning("No 'flip_idx' array defined in data.yaml, disabling 'fliplr' and 'flipud' augmentations.")
+            self._opts.update(fliplr=0.0, flipud=0.0)
         if rect is None:
             rect = bool(args.rect) if mode == "train" else True
         self._rect = bool(rect)
@@ -482,9 +495,8 @@ class _Configurable:
                                            "__module__": cls.__module__})
 
 
-class StokerDetectionTrainer(_Configurable, DetectionTrainer):
-    """Ultralytics' DetectionTrainer whose train and validation loaders are
-    stoker's (YOLOLoader). Pass it as `trainer=` to YOLO(...).train()."""
+class _StokerTrainer:
+    """A YOLO trainer's loaders made stoker's (YOLOLoader)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -507,6 +519,11 @@ class StokerDetectionTrainer(_Configurable, DetectionTrainer):
                 loader.close()
                 raise
         return loader
+
+
+class StokerDetectionTrainer(_Configurable, _StokerTrainer, DetectionTrainer):
+    """Ultralytics' DetectionTrainer whose train and validation loaders are
+    stoker's (YOLOLoader). Pass it as `trainer=` to YOLO(...).train()."""
 
 
 class _StokerValidatorLoader:
@@ -550,31 +567,26 @@ class StokerOBBValidator(_Configurable, _StokerValidatorLoader, OBBValidator):
     `YOLO("yolo11n-obb.pt").val(data=..., validator=StokerOBBValidator)`."""
 
 
-class _TrainingNotBuilt:
-    """A trainer whose training loader stoker does not build yet: refused
-    with the reason when the trainer asks for it."""
-
-    def get_dataloader(self, dataset_path, batch_size=16, rank=0, mode="train"):
-        loader_options(self.args, mode)  # raises for training
-        return super().get_dataloader(dataset_path, batch_size, rank, mode)
-
-
-class StokerSegmentationTrainer(_Configurable, _TrainingNotBuilt, SegmentationTrainer):
-    """Refuses training (ValueError with the reason): stoker does not build
-    the segment training transforms yet. Validation is built:
-    StokerSegmentationValidator."""
+class StokerSegmentationTrainer(_Configurable, _StokerTrainer, SegmentationTrainer):
+    """Ultralytics' SegmentationTrainer with stoker's loaders: training
+    batches whose polygons went through Mosaic, RandomPerspective, MixUp
+    and the flips as Ultralytics' own (segments resampled to 1000 points,
+    boxes re-derived from them), with overlap masks (mask_ratio) and
+    sem_masks; validation as StokerSegmentationValidator."""
 
 
-class StokerOBBTrainer(_Configurable, _TrainingNotBuilt, OBBTrainer):
-    """Refuses training (ValueError with the reason): stoker does not build
-    the oriented-box training transforms yet. Validation is built:
-    StokerOBBValidator."""
+class StokerOBBTrainer(_Configurable, _StokerTrainer, OBBTrainer):
+    """Ultralytics' OBBTrainer with stoker's loaders: training batches'
+    bboxes are xywhr of the corners (resampled to 100 points, clipped with
+    preserve_obb) after Mosaic, RandomPerspective, MixUp and the flips;
+    validation as StokerOBBValidator."""
 
 
-class StokerPoseTrainer(_Configurable, _TrainingNotBuilt, PoseTrainer):
-    """Refuses training (ValueError with the reason): stoker does not build
-    the keypoint training transforms yet. Validation is built:
-    StokerPoseValidator."""
+class StokerPoseTrainer(_Configurable, _StokerTrainer, PoseTrainer):
+    """Ultralytics' PoseTrainer with stoker's loaders: training batches'
+    keypoints went through Mosaic, RandomPerspective (visibility zeroed
+    outside the image), MixUp and the flips with the data.yaml's flip_idx;
+    validation as StokerPoseValidator."""
 
 
 # ---- classification (YOLO-cls) ----
