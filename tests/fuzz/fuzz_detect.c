@@ -8,7 +8,9 @@
  *      input (whatever detect_params_check() accepts), on small outputs,
  *      square or (letterbox) a rectangular batch's shape: the geometry and
  *      box code must never read or write out of bounds, every box it
- *      writes must lie inside the image, the metadata inside it too;
+ *      writes must lie inside the image, the metadata inside it too; in
+ *      training, with instances (segments, keypoints with flip_idx, OBB
+ *      corners) from the input too, every value it writes finite;
  *   3: a file's bytes into the header reader (header.h: every format's
  *      size, the EXIF orientation of JPEG APP1, PNG eXIf and WebP EXIF)
  *      that reads image sizes for rectangular batches, through a memfd
@@ -58,6 +60,10 @@ struct fake {
 	struct detect_box boxes[4][8];
 	uint32_t nboxes[4];
 	uint32_t fail_mask;
+	/* detect_output.inst: object b's polygon seg[k][seg_off[k][b] ..), 3 keypoints each */
+	uint64_t seg_off[4][9];
+	float seg[4][8 * 6 * 2];
+	float kpt[4][8 * 3 * 3];
 };
 
 static int fake_load(void *ctx, uint64_t index, uint32_t side, struct detect_sample *out)
@@ -75,6 +81,9 @@ static int fake_load(void *ctx, uint64_t index, uint32_t side, struct detect_sam
 		.box_count = f->nboxes[k],
 		/* both mosaic paths: stable samples (the canvas made a row at a time) and mixes with copied ones */
 		.stable = index % 8 >= 4,
+		.seg_off = f->seg_off[k],
+		.seg = f->seg[k],
+		.kpt = f->kpt[k],
 	};
 	return 0;
 }
@@ -90,9 +99,11 @@ static void run_detect(struct input *in)
 	uint64_t dropped = 0;
 	struct detect_meta meta;
 	enum detect_transform t;
-	uint32_t out_w, out_h;
+	uint32_t out_w, out_h, task;
+	static const uint32_t flip_idx[3] = {1, 0, 2};
+	struct detect_instances inst = {0};
 	uint8_t *image;
-	float *boxes;
+	float *boxes, kpt[40 * 3 * 3], xywhr[40 * 5];
 
 	if (!d && detect_new(&d) < 0)
 		abort();
@@ -123,6 +134,17 @@ static void run_detect(struct input *in)
 							    .w = take_unit(in),
 							    .h = take_unit(in)};
 		memset(f.pixels[k], (int)take_u32(in, 256), sizeof(f.pixels[k]));
+		/* polygons of 0..6 points (0: the sample carries no instances), in [-0.5, 1.5] */
+		f.seg_off[k][0] = 0;
+		for (uint32_t b = 0; b < f.nboxes[k]; b++) {
+			uint32_t np = take_u32(in, 7);
+
+			for (uint32_t j = 0; j < np * 2; j++)
+				f.seg[k][f.seg_off[k][b] * 2 + j] = take_unit(in) * 2 - 0.5f;
+			f.seg_off[k][b + 1] = f.seg_off[k][b] + np;
+			for (uint32_t j = 0; j < 9; j++)
+				f.kpt[k][b * 9 + j] = j % 3 == 2 ? (float)take_u32(in, 3) : take_unit(in) * 2 - 0.5f;
+		}
 	}
 	f.fail_mask = take_u32(in, 16);
 	rng_init(&rng, take_u32(in, 0), 0, 0, RNG_AUGMENT);
@@ -134,8 +156,22 @@ static void run_detect(struct input *in)
 	boxes = malloc((size_t)max_boxes * DETECT_BOX_FLOATS * sizeof(float));
 	if (!image || !boxes)
 		abort();
+	/* training's instances: none, segment, pose (flip_idx or none), obb */
+	task = t == DETECT_TRAIN ? take_u32(in, 5) : 0;
+	if (task)
+		inst = (struct detect_instances){.seg_points = task == 1   ? 1000
+							       : task == 4 ? 100
+									   : 0,
+						 .nkpt = task == 2 || task == 3 ? 3 : 0,
+						 .flip_idx = task == 2 ? flip_idx : NULL,
+						 .obb = task == 4};
 	struct detect_output o = {image, out_w, out_h, boxes, max_boxes, &nboxes, &dropped,
 				  &meta, NULL,  NULL,  NULL,  NULL,      NULL,    NULL};
+	if (task) {
+		o.inst = &inst;
+		o.kpt = kpt;
+		o.xywhr = xywhr;
+	}
 	if (detect_make(d, t, &p, size, take_u32(in, count), count, &rng, fake_load, &f, &o) == 0) {
 		if (nboxes > max_boxes)
 			abort();
@@ -144,7 +180,11 @@ static void run_detect(struct input *in)
 		    !(meta.ratio_pad[1] > 0) || meta.ratio_pad[2] < 0 || meta.ratio_pad[2] >= out_w ||
 		    meta.ratio_pad[3] < 0 || meta.ratio_pad[3] >= out_h)
 			abort(); /* metadata that describes no image inside the output */
-		for (uint32_t b = 0; b < nboxes; b++) {
+		for (uint32_t b = 0; task && b < nboxes; b++)
+			for (int k = 0; k < DETECT_BOX_FLOATS; k++)
+				if (!isfinite(boxes[b * DETECT_BOX_FLOATS + k]))
+					abort(); /* a row that is not a number */
+		for (uint32_t b = 0; !task && b < nboxes; b++) {
 			const float *r = boxes + b * DETECT_BOX_FLOATS;
 
 			if (!(r[4] > 0 && r[5] > 0 && r[2] - r[4] / 2 >= -1e-4f && r[2] + r[4] / 2 <= 1 + 1e-4f &&

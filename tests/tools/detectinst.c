@@ -83,6 +83,7 @@ int main(void)
 	if (scanf("%u %llu %llu %u %u %u %u %u", &size, &seed, &index, &count, &segp, &nkpt, &obb, &max_boxes) != 8 ||
 	    count == 0 || count > 64 || size == 0 || size > 4096 || nkpt > 1024 || index >= count)
 		return 1;
+	detect_params_default(&p);
 	if (scanf("%f %f %f %f %f %f %f %f %f %f %f %f", &p.hsv_h, &p.hsv_s, &p.hsv_v, &p.degrees, &p.translate,
 		  &p.scale, &p.shear, &p.perspective, &p.flipud, &p.fliplr, &p.mosaic, &p.mixup) != 12)
 		return 1;
