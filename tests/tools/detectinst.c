@@ -5,7 +5,8 @@
  * tests/ultralytics/test_train_instances.py against Ultralytics' own
  * Mosaic, RandomPerspective, MixUp, RandomFlip and Format on the same draws.
  *
- *   stdin:  SIZE SEED INDEX COUNT SEG_POINTS NKPT OBB MAX_BOXES
+ *   stdin:  SIZE OUT_W OUT_H SEED INDEX COUNT SEG_POINTS NKPT OBB MAX_BOXES
+ *           (OUT_W x OUT_H: SIZE x SIZE, or a rect batch's shape)
  *           hsv_h hsv_s hsv_v degrees translate scale shear perspective
  *           flipud fliplr mosaic mixup
  *           NFLIP, then NFLIP flip_idx entries (0: none)
@@ -68,7 +69,7 @@ static void put(const float *v, size_t n)
 
 int main(void)
 {
-	unsigned size, count, segp, nkpt, obb, max_boxes, nflip;
+	unsigned size, out_w, out_h, count, segp, nkpt, obb, max_boxes, nflip;
 	unsigned long long seed, index;
 	struct detect_params p;
 	uint32_t flip_idx[1024];
@@ -80,8 +81,10 @@ int main(void)
 	struct rng rng;
 	int r;
 
-	if (scanf("%u %llu %llu %u %u %u %u %u", &size, &seed, &index, &count, &segp, &nkpt, &obb, &max_boxes) != 8 ||
-	    count == 0 || count > 64 || size == 0 || size > 4096 || nkpt > 1024 || index >= count)
+	if (scanf("%u %u %u %llu %llu %u %u %u %u %u", &size, &out_w, &out_h, &seed, &index, &count, &segp, &nkpt, &obb,
+		  &max_boxes) != 10 ||
+	    count == 0 || count > 64 || size == 0 || size > 4096 || out_w == 0 || out_w > 4096 || out_h == 0 ||
+	    out_h > 4096 || nkpt > 1024 || index >= count)
 		return 1;
 	detect_params_default(&p);
 	if (scanf("%f %f %f %f %f %f %f %f %f %f %f %f", &p.hsv_h, &p.hsv_s, &p.hsv_v, &p.degrees, &p.translate,
@@ -148,15 +151,15 @@ int main(void)
 
 	{
 		struct detect_instances in = {segp, nkpt, nflip ? flip_idx : NULL, obb != 0};
-		uint8_t *image = malloc((size_t)size * size * 3);
+		uint8_t *image = malloc((size_t)out_w * out_h * 3);
 		float *rows = calloc((size_t)max_boxes * DETECT_BOX_FLOATS + 1, sizeof(float));
 		float *kpt = calloc((size_t)max_boxes * nkpt * 3 + 1, sizeof(float));
 		float *xywhr = calloc((size_t)max_boxes * 5 + 1, sizeof(float));
 		uint32_t written = 0;
 		uint64_t dropped = 0;
 		struct detect_output o = {.image = image,
-					  .out_w = size,
-					  .out_h = size,
+					  .out_w = out_w,
+					  .out_h = out_h,
 					  .boxes = rows,
 					  .max_boxes = max_boxes,
 					  .box_count = &written,

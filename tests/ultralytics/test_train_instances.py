@@ -63,10 +63,11 @@ def make_samples(rng, task, size, count):
     return out
 
 
-def tool_input(task, size, seed, index, samples, hyp, max_boxes):
+def tool_input(task, size, seed, index, samples, hyp, max_boxes, out=None):
     segp = {"segment": 1000, "obb": 100}.get(task, 0)
     nkpt = NKPT if task == "pose" else 0
-    lines = [f"{size} {seed} {index} {len(samples)} {segp} {nkpt} {int(task == 'obb')} {max_boxes}",
+    ow, oh = out or (size, size)
+    lines = [f"{size} {ow} {oh} {seed} {index} {len(samples)} {segp} {nkpt} {int(task == 'obb')} {max_boxes}",
              " ".join(repr(float(hyp[k])) for k in ("hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale",
                                                     "shear", "perspective", "flipud", "fliplr", "mosaic", "mixup")),
              " ".join(map(str, [len(FLIP_IDX), *FLIP_IDX])) if task == "pose" else "0"]
@@ -104,11 +105,13 @@ class _Dataset:
         self.use_obb = obb
 
 
-def replay(task, size, index, samples, hyp, draws, monkeypatch):
-    """Ultralytics' v8_transforms' instance path on the same draws."""
+def replay(task, size, index, samples, hyp, draws, monkeypatch, out=None):
+    """Ultralytics' v8_transforms' instance path on the same draws (`out`:
+    a rect batch's (w, h), RandomPerspective's rect_shape)."""
+    ow, oh = out or (size, size)
     mosaic = Mosaic(_Dataset(task == "obb"), imgsz=size, p=1.0, n=4)
     rp = RandomPerspective(degrees=hyp["degrees"], translate=hyp["translate"], scale=hyp["scale"],
-                           shear=hyp["shear"], perspective=hyp["perspective"], size=(size, size),
+                           shear=hyp["shear"], perspective=hyp["perspective"], size=(ow, oh),
                            preserve_obb=task == "obb")
 
     def image(k, primary):
@@ -133,9 +136,9 @@ def replay(task, size, index, samples, hyp, draws, monkeypatch):
         values = iter(d[6:14])
         with monkeypatch.context() as m:
             m.setattr(augment.random, "uniform", lambda a, b: next(values))
-            M, s = rp._compute_affine_matrix(np.zeros((*shape, 3), np.uint8), (size, size))
+            M, s = rp._compute_affine_matrix(np.zeros((*shape, 3), np.uint8), (ow, oh))
         assert s == d[9]
-        return rp.apply_instances(labels, {"M": M, "scale": s, "orig_shape": shape, "size": (size, size)})
+        return rp.apply_instances(labels, {"M": M, "scale": s, "orig_shape": shape, "size": (ow, oh)})
 
     labels = image(0, index)
     if draws[28]:
@@ -145,14 +148,14 @@ def replay(task, size, index, samples, hyp, draws, monkeypatch):
     flip_idx = FLIP_IDX if task == "pose" else []
     for direction, flag in (("vertical", draws[30]), ("horizontal", draws[31])):
         rf = RandomFlip(p=1.0, direction=direction, flip_idx=flip_idx)
-        labels = rf.apply_instances(labels, {"flip": bool(flag), "h": size, "w": size, "direction": direction,
+        labels = rf.apply_instances(labels, {"flip": bool(flag), "h": oh, "w": ow, "direction": direction,
                                              "flip_idx": flip_idx})
     inst = labels["instances"]
     final = (labels["cls"].copy(), inst.bboxes.copy(), inst.segments.copy(),
              None if inst.keypoints is None else inst.keypoints.copy())
     fmt = Format(bbox_format="xywh", normalize=True, return_mask=False, return_keypoint=task == "pose",
                  return_obb=task == "obb", batch_idx=True)
-    labels["img"] = np.zeros((size, size, 3), np.uint8)
+    labels["img"] = np.zeros((oh, ow, 3), np.uint8)
     return final, fmt.apply_instances(labels, fmt.get_params(labels))
 
 
@@ -169,19 +172,25 @@ def run_tool(text):
     return p.stdout.splitlines()
 
 
+@pytest.mark.parametrize("rect", [False, True])
 @pytest.mark.parametrize("task", ["segment", "pose", "obb"])
-def test_training_instances_equal_ultralytics(task, monkeypatch):
-    rng = np.random.default_rng({"segment": 51, "pose": 52, "obb": 53}[task])
+def test_training_instances_equal_ultralytics(task, rect, monkeypatch):
+    """rect: rect=True training's samples (mosaic and mixup 0, as
+    YOLODataset sets them), warped into a batch shape other than square."""
+    rng = np.random.default_rng({"segment": 51, "pose": 52, "obb": 53}[task] + 10 * rect)
     seen = {"mosaic": 0, "plain": 0, "mixup": 0, "flipud": 0, "fliplr": 0, "kept": 0, "hidden": 0}
     for trial in range(36):
         size = int(rng.choice([64, 96, 128, 160]))
         count = 6
         hyp = dict(hsv_h=0.015, hsv_s=0.7, hsv_v=0.4, degrees=float(rng.choice([0.0, 10.0])), translate=0.1,
                    scale=0.5, shear=float(rng.choice([0.0, 2.0])), perspective=float(rng.choice([0.0, 0.0005])),
-                   flipud=0.3, fliplr=0.5, mosaic=0.7, mixup=0.3)
+                   flipud=0.3, fliplr=0.5, mosaic=0.0 if rect else 0.7, mixup=0.0 if rect else 0.3)
+        out = (size, int(rng.choice([size // 2, 3 * size // 4]))) if rect else None
+        if rect and rng.random() < 0.5:
+            out = out[::-1]
         samples = make_samples(rng, task, size, count)
         index = int(rng.integers(0, count))
-        lines = run_tool(tool_input(task, size, trial, index, samples, hyp, 400))
+        lines = run_tool(tool_input(task, size, trial, index, samples, hyp, 400, out))
         draws = [float(x) for x in lines[0].split()]
         assert not lines[1].startswith("error"), lines[1]
         head = lines[1].split()
@@ -194,7 +203,7 @@ def test_training_instances_equal_ultralytics(task, monkeypatch):
             segs, v = v[: n * npts * 2].reshape(n, npts, 2), v[n * npts * 2:]
         if nkpt:
             kpts, v = v[: n * nkpt * 3].reshape(n, nkpt, 3), v[n * nkpt * 3:]
-        (wcls, wboxes, wsegs, wkpts), fmt = replay(task, size, index, samples, hyp, draws, monkeypatch)
+        (wcls, wboxes, wsegs, wkpts), fmt = replay(task, size, index, samples, hyp, draws, monkeypatch, out)
         what = f"{task} trial {trial} draws {draws}"
         same(cls, wcls.reshape(-1), what + " cls")
         same(boxes, wboxes, what + " boxes")
@@ -211,7 +220,8 @@ def test_training_instances_equal_ultralytics(task, monkeypatch):
         same(rr[:, 1], fmt["cls"].numpy().reshape(-1), what + " row classes")
         if task == "obb":
             same(r[k * nkpt * 3:].reshape(k, 5), fmt["bboxes"].numpy(), what + " xywhr")
-            same(rr[:, 2:], boxes / np.float32(size), what + " row boxes")
+            ow, oh = out or (size, size)
+            same(rr[:, 2:], boxes / np.float32([ow, oh, ow, oh]), what + " row boxes")
         else:
             same(rr[:, 2:], fmt["bboxes"].numpy(), what + " row boxes")
         if task == "pose":
@@ -222,7 +232,8 @@ def test_training_instances_equal_ultralytics(task, monkeypatch):
         seen["fliplr"] += int(draws[31])
         seen["kept"] += n
     # every path of the chain was taken, with instances left to compare
-    assert all(seen[k] > 0 for k in ("mosaic", "plain", "mixup", "flipud", "fliplr")), seen
+    paths = ("plain", "flipud", "fliplr") if rect else ("mosaic", "plain", "mixup", "flipud", "fliplr")
+    assert all(seen[k] > 0 for k in paths), seen
     assert seen["kept"] > 40, seen
     assert task != "pose" or seen["hidden"] > 0, seen
 
