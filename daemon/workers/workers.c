@@ -7,6 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 
 #include "access.h"
 #include "albu.h"
@@ -298,6 +301,58 @@ struct detect_loader {
 	uint8_t *place; /* a letterbox's output: its own sample is fitted straight into it, padded */
 };
 
+/* Entry pos of the job's fit table, claimed (FIT_LOADING) by this worker: make it and publish it. */
+static int fit_make(struct worker *w, struct batch_job *job, uint32_t pos, uint32_t side, struct fit_result *res)
+{
+	struct fit_entry *e = &job->fits->entries[pos];
+	/* a rectangular batch's shape may be smaller than side x side */
+	struct fit_request req = {side, job->out_w, job->out_h, job->resample, false};
+	int r = fit_load(w, job, job->order[pos], &req, job->fits->pixels + pos * (size_t)side * side * 3, res);
+
+	e->width = res->width;
+	e->height = res->height;
+	e->full_width = res->full_width;
+	e->full_height = res->full_height;
+	e->error = r;
+	if (atomic_exchange_explicit(&e->state, r < 0 ? FIT_FAILED : FIT_READY, memory_order_release) == FIT_WAITED)
+		syscall(SYS_futex, &e->state, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+	return r;
+}
+
+/*
+ * Entry e is being made by another worker. Rather than make a second copy
+ * (a second decode: 1.6 loads a sample with 8 workers on one batch), make
+ * the batch's other images that nobody has started (each is some sample's
+ * own image, so none is wasted), then sleep until e is published. Makers
+ * never wait, so this cannot deadlock. Returns FIT_READY or FIT_FAILED.
+ */
+static uint32_t fit_await(struct worker *w, struct batch_job *job, struct fit_entry *e, uint32_t side)
+{
+	uint32_t state;
+
+	for (uint32_t j = 0; j < job->count; j++) {
+		struct fit_result res;
+
+		state = atomic_load_explicit(&e->state, memory_order_acquire);
+		if (state == FIT_READY || state == FIT_FAILED)
+			return state;
+		if (atomic_load_explicit(&job->cancelled, memory_order_relaxed))
+			break; /* nobody will want the rest */
+		if (atomic_compare_exchange_strong_explicit(&job->fits->entries[j].state, &(uint32_t){FIT_EMPTY},
+							    FIT_LOADING, memory_order_acquire, memory_order_relaxed))
+			fit_make(w, job, j, side, &res);
+	}
+	for (;;) {
+		state = FIT_LOADING;
+		if (atomic_compare_exchange_strong_explicit(&e->state, &state, FIT_WAITED, memory_order_acquire,
+							    memory_order_acquire) ||
+		    state == FIT_WAITED)
+			syscall(SYS_futex, &e->state, FUTEX_WAIT_PRIVATE, FIT_WAITED, NULL, NULL, 0);
+		else
+			return state;
+	}
+}
+
 static int detect_load(void *arg, uint64_t pos, uint32_t side, struct detect_sample *out)
 {
 	struct detect_loader *l = arg;
@@ -305,7 +360,6 @@ static int detect_load(void *arg, uint64_t pos, uint32_t side, struct detect_sam
 	struct batch_job *job = l->job;
 	struct dataset *ds = job->ds;
 	uint64_t index = pos == l->self_pos ? l->self_index : job->order[pos];
-	struct fit_entry *e = NULL;
 	/* a rectangular batch's shape may be smaller than side x side */
 	struct fit_request req = {side, job->out_w, job->out_h, job->resample, false};
 	struct fit_result res = {0};
@@ -323,38 +377,25 @@ static int detect_load(void *arg, uint64_t pos, uint32_t side, struct detect_sam
 		goto done;
 	}
 	if (job->fits && index == job->order[pos]) {
+		struct fit_entry *e = &job->fits->entries[pos];
 		uint32_t state = FIT_EMPTY;
 
-		e = &job->fits->entries[pos];
-		if (!atomic_compare_exchange_strong_explicit(&e->state, &state, FIT_LOADING, memory_order_acquire,
-							     memory_order_acquire)) {
-			if (state == FIT_FAILED)
-				return e->error;
-			if (state == FIT_READY) {
-				res = (struct fit_result){e->width, e->height, e->full_width, e->full_height};
-				dst = job->fits->pixels + pos * (size_t)side * side * 3;
-				goto done;
-			}
-			e = NULL; /* another worker is making it: make our own, no waiting */
-		}
-	}
-	if (e) {
+		if (atomic_compare_exchange_strong_explicit(&e->state, &state, FIT_LOADING, memory_order_acquire,
+							    memory_order_acquire))
+			state = fit_make(w, job, (uint32_t)pos, side, &res) < 0 ? FIT_FAILED : FIT_READY;
+		else if (state == FIT_LOADING || state == FIT_WAITED)
+			state = fit_await(w, job, e, side);
+		if (state == FIT_FAILED)
+			return e->error;
+		res = (struct fit_result){e->width, e->height, e->full_width, e->full_height};
 		dst = job->fits->pixels + pos * (size_t)side * side * 3;
-	} else {
-		r = grow((void **)&w->fit, &w->fit_cap, (size_t)side * side * 3, 1);
-		if (r < 0)
-			return r;
-		dst = w->fit;
+		goto done;
 	}
+	r = grow((void **)&w->fit, &w->fit_cap, (size_t)side * side * 3, 1);
+	if (r < 0)
+		return r;
+	dst = w->fit;
 	r = fit_load(w, job, index, &req, dst, &res);
-	if (e) {
-		e->width = res.width;
-		e->height = res.height;
-		e->full_width = res.full_width;
-		e->full_height = res.full_height;
-		e->error = r;
-		atomic_store_explicit(&e->state, r < 0 ? FIT_FAILED : FIT_READY, memory_order_release);
-	}
 	if (r < 0)
 		return r;
 done:

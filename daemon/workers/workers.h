@@ -29,12 +29,14 @@ struct dataset;
 
 /* Detection's shared images: each sample of a batch at long side
  * image_size, made once by whichever worker needs it first, and used by the
- * others as a mosaic or mixup partner. */
+ * others as a mosaic or mixup partner (never made twice: a worker that
+ * finds one in the making makes the batch's unstarted ones, then waits). */
 enum fit_state {
 	FIT_EMPTY = 0,
-	FIT_LOADING = 1, /* a worker is making it: others make their own copy */
+	FIT_LOADING = 1, /* a worker is making it: others make what nobody has started, then wait */
 	FIT_READY = 2,
 	FIT_FAILED = 3,
+	FIT_WAITED = 4, /* FIT_LOADING with a worker asleep on it (futex): the maker wakes it */
 };
 
 struct fit_entry {

@@ -11,6 +11,7 @@ same bounding box.
 
 import math
 import re
+import time
 
 import numpy as np
 import pytest
@@ -606,3 +607,28 @@ def test_mosaic_partner_images_within_memory_budget(daemon, make_yolo, tmp_path)
     assert "partner images" in str(e.value)
     with loader(d, train_dir(root), transform="letterbox", image_size=640) as ld:
         assert len(take(ld, batches=1)) == 1
+
+
+def test_mosaic_decodes_each_image_once_with_many_workers(daemon, make_yolo):
+    """A mosaic batch's images are made once each however many workers share the
+    batch: a worker that needs a partner another worker is still making waits for
+    it (making the batch's unstarted images meanwhile) instead of decoding its own
+    copy. Six workers on one 16-image batch raced to 1.6 file reads a sample before.
+    The daemon's encoded-cache lookups count the file reads; once the daemon is
+    idle every job it made is whole, so reads == samples made, exactly."""
+    root, _, _ = make_yolo(kind="photos", images=64, classes=10, min_side=200, max_side=320, seed=11)
+    d = daemon(workers=6, prefetch=2)
+    with loader(d, train_dir(root), transform="mosaic", image_size=256, batch_size=16, shuffle=True) as ld:
+        assert sum(len(b["indices"]) for b in take(ld)) == 64
+        last, still = None, 0
+        for _ in range(600):  # until the daemon has made all it will (whole jobs): 10 equal reads
+            st = d.stats()
+            made = (st["samples_decoded"], st["cache"]["encoded"]["hits"] + st["cache"]["encoded"]["misses"])
+            still = still + 1 if made == last else 0
+            if still >= 10 and made[0] % 16 == 0:
+                break
+            last = made
+            time.sleep(0.05)
+    samples, reads = made
+    assert samples >= 64
+    assert reads == samples, f"{reads} file reads for {samples} mosaic samples"
