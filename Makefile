@@ -125,6 +125,8 @@ FAULT_BINS   += $(B)/tests/cutmixgeom
 FAULT_BINS   += $(B)/tests/copypaste
 # A training sample's instances with its draws (tests/ultralytics/test_train_instances.py).
 FAULT_BINS   += $(B)/tests/detectinst
+# DETECT_TRAIN samples' affine and flip draws (tests/ultralytics/test_rect_train.py).
+FAULT_BINS   += $(B)/tests/detectdraws
 
 LIB_SO       := $(B)/libstoker.so.$(SOVERSION)
 # The GPU tests' programs (tests/gpu/run.sh runs them on a GPU; `make`
@@ -300,6 +302,11 @@ $(B)/tests/instmask: tests/tools/instmask.c $(B)/libstokerd.a
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 
 $(B)/tests/cutmixgeom: tests/tools/cutmixgeom.c $(B)/libstokerd.a
+	@mkdir -p $(dir $@)
+	$(call say,CCLD,$@)
+	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
+
+$(B)/tests/detectdraws: tests/tools/detectdraws.c $(B)/libstokerd.a
 	@mkdir -p $(dir $@)
 	$(call say,CCLD,$@)
 	$(Q)$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)

@@ -2,18 +2,24 @@
 own loader on real-photo scenes of many aspect ratios: the trainer's
 dataloader (build_yolo_dataset with rect, its get_dataloader's shuffle rule),
 batch by batch: the order, each batch's shape, boxes, classes, metadata and
-pixels without random geometry; the random parts (translate, scale, flips,
-HSV) by their statistics over several epochs; and one rect=True epoch through
-Ultralytics' own trainer (make check-ultralytics)."""
+pixels without random geometry; with random rotation, shear, scale,
+translation and flips, sample by sample with stoker's draws injected into
+Ultralytics' RandomPerspective and RandomFlip; the random parts (translate,
+scale, flips, HSV) by their statistics over several epochs; and one rect=True
+epoch through Ultralytics' own trainer (make check-ultralytics)."""
 
 import csv
 import math
+import os
+import pathlib
+import subprocess
 
 import numpy as np
 import pytest
 import torch
 from ultralytics import YOLO
 from ultralytics.cfg import get_cfg
+from ultralytics.data import augment
 from ultralytics.data import build_dataloader, build_yolo_dataset
 from ultralytics.data.utils import check_det_dataset
 from ultralytics.utils.torch_utils import init_seeds
@@ -21,6 +27,7 @@ from ultralytics.utils.torch_utils import init_seeds
 from stoker.ultralytics import StokerDetectionTrainer, YOLOLoader
 
 STRIDE = 32
+DRAWS = pathlib.Path(os.environ.get("STOKER_BUILD", "build")) / "tests" / "detectdraws"
 # No random geometry, flip or colour: every training image is deterministic.
 FLAT = dict(degrees=0.0, translate=0.0, scale=0.0, shear=0.0, perspective=0.0, fliplr=0.0, flipud=0.0,
             hsv_h=0.0, hsv_s=0.0, hsv_v=0.0)
@@ -104,6 +111,81 @@ def test_rect_training_batches_equal_ultralytics(daemon, scenes, imgsz, batch, f
                 assert diff <= 1, (k, i, g["im_file"][i], diff)
                 half += 1
     assert whole > 0 and half > 0
+
+
+class _Injected:
+    """Ultralytics' `random` inside ultralytics.data.augment, serving one sample's
+    draws from stoker: uniform(0, 1) is the mix transforms' p test (0.5: never under
+    p 0) and Format's bgr test (0.5 > bgr 0: its usual RGB); any other uniform is
+    RandomPerspective's next draw, random() RandomFlip's (vertical, then horizontal)."""
+
+    def __init__(self):
+        self.affine, self.flips = [], []
+
+    def uniform(self, a, b):
+        if (a, b) == (0, 1):
+            return 0.5
+        v = self.affine.pop(0)
+        assert a - 1e-6 <= v <= b + 1e-6, (a, b, v)
+        return v
+
+    def random(self):
+        return self.flips.pop(0)
+
+
+GEOMETRY = dict(degrees=10.0, translate=0.1, scale=0.5, shear=2.0, fliplr=0.5, flipud=0.5, hsv_h=0.0, hsv_s=0.0,
+                hsv_v=0.0)
+
+
+def test_rect_training_samples_with_stokers_draws_equal_ultralytics(daemon, scenes, monkeypatch):
+    """Random rotation, shear, scale, translation and both flips under rect, each sample's
+    draws (build/tests/detectdraws: detect.c's own plan, from the sample's Philox stream)
+    injected into Ultralytics' own RandomPerspective and RandomFlip: over 3 epochs every
+    training sample equals Ultralytics' for its file (its batch's shape, classes, boxes
+    within 1e-4 of the image, stoker's matrix in double against Ultralytics' float32;
+    pixels within 1, its fixed-point bilinear against OpenCV 5's float one)."""
+    d = daemon(workers=2)
+    imgsz, batch, epochs = 160, 4, 3
+    args = _args(scenes, imgsz=imgsz, **GEOMETRY)
+    data = check_det_dataset(args.data)
+    ours = _stoker(args, data, batch, d.socket, resample="cv2")
+    got = []
+    try:
+        files = ours._stoker.sample_paths(range(len(ours.dataset)))
+        for e in range(epochs):
+            ours.set_epoch(e)
+            got.append(_pass(ours))
+    finally:
+        ours.close()
+    index = {f: i for i, f in enumerate(files)}
+    lines = [f"0 {e} {index[f]} {b['img'].shape[0]}" for e, ep in enumerate(got) for b in ep for f in b["im_file"]]
+    out = subprocess.run([str(DRAWS), str(imgsz)] + [str(getattr(args, k)) for k in (
+        "degrees", "translate", "scale", "shear", "perspective", "flipud", "fliplr")],
+        input="\n".join(lines) + "\n", capture_output=True, text=True, check=True).stdout.split("\n")
+    draws = iter([float(v) for v in line.split()] for line in out if line)
+
+    ds, _ = _ultralytics(args, data, batch)
+    at = {f: k for k, f in enumerate(ds.im_files)}
+    fake = _Injected()
+    monkeypatch.setattr(augment, "random", fake)
+    flipped = rotated = 0
+    for ep in got:
+        for b in ep:
+            for i, f in enumerate(b["im_file"]):
+                v = next(draws)
+                fake.affine, fake.flips = v[:8], [0.0 if flip else 1.0 for flip in v[8:10]]
+                w = ds[at[f]]
+                assert not fake.affine and not fake.flips, f
+                flipped += v[8] + v[9]
+                rotated += abs(v[2]) > 1
+                m = b["batch_idx"] == i
+                assert w["img"].shape == b["img"][i].shape, f
+                assert torch.equal(b["cls"][m], w["cls"]), f
+                assert torch.allclose(b["bboxes"][m], w["bboxes"], atol=1e-4, rtol=0), f
+                diff = (b["img"][i].int() - w["img"].int()).abs()
+                assert diff.max().item() <= 1, (f, diff.max().item())
+    assert next(draws, None) is None
+    assert flipped > 20 and rotated > 20
 
 
 def _stats(batches):
