@@ -135,3 +135,23 @@ void copypaste_image(const struct copypaste *c, uint8_t *img, size_t stride, con
 	for (uint32_t y = c->y0; y < c->y1; y++)
 		copypaste_row(c, y, img + (size_t)y * stride, src ? src + (size_t)y * src_stride : NULL);
 }
+
+void copypaste_image_flipped(const struct copypaste *c, uint8_t *img, size_t stride, const uint8_t *src,
+			     size_t src_stride, bool flipud, bool fliplr)
+{
+	const uint32_t w = c->w;
+
+	for (uint32_t my = c->y0; my < c->y1; my++) {
+		const uint32_t y = flipud ? c->h - 1 - my : my;
+		const uint8_t *m = c->mask + (size_t)my * w, *s = src + (size_t)y * src_stride;
+		uint8_t *row = img + (size_t)y * stride;
+
+		if (!fliplr) {
+			copypaste_row(c, my, row, s);
+			continue;
+		}
+		for (uint32_t x = 0; x < w; x++)
+			if (m[w - 1 - x])
+				px(row + (size_t)x * 3, s + (size_t)x * 3);
+	}
+}

@@ -25,6 +25,7 @@
 #ifndef STOKER_COPYPASTE_H
 #define STOKER_COPYPASTE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -50,5 +51,15 @@ void copypaste_row(const struct copypaste *c, uint32_t y, uint8_t *row, const ui
 /* copypaste_row on every row of the mask's w x h image (`stride` bytes a
  * row; `src` NULL or the other image, `src_stride` bytes a row). */
 void copypaste_image(const struct copypaste *c, uint8_t *img, size_t stride, const uint8_t *src, size_t src_stride);
+
+/*
+ * Mode mixup on images made flipped (detect.c folds RandomFlip into the
+ * warp that makes them): `img` and `src` are the two images flipped
+ * vertically and / or horizontally, and the mask is read through the same
+ * flips, so the result is the flipped result of the paste. `src` must not
+ * be NULL.
+ */
+void copypaste_image_flipped(const struct copypaste *c, uint8_t *img, size_t stride, const uint8_t *src,
+			     size_t src_stride, bool flipud, bool fliplr);
 
 #endif

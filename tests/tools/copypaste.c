@@ -7,6 +7,8 @@
  *   copypaste W H NPTS N K MODE
  *     in:  MODE flip:  uint8 image [H][W][3]
  *          MODE mixup: uint8 image [H][W][3], the other image [H][W][3]
+ *          (mixup-ud, mixup-lr, mixup-udlr: both images given flipped that
+ *          way, copypaste_image_flipped; the output is then flipped too)
  *          MODE mask:  nothing
  *          then float32 polygons [N][NPTS][2] (pixels), uint32 chosen [K]
  *     out: the image after the paste [H][W][3]; MODE mask: the mask
@@ -15,6 +17,7 @@
  * The image is pasted a row at a time (copypaste_row) for flip, whole
  * (copypaste_image) for mixup and mask: both paths are tested.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +41,7 @@ int main(int argc, char **argv)
 	uint32_t w, h, npts, n, k;
 	size_t px;
 	uint8_t *img = NULL, *other = NULL;
+	bool ud = false, lr = false;
 	float *seg;
 	uint32_t *chosen;
 	int r;
@@ -58,10 +62,13 @@ int main(int argc, char **argv)
 		memset(other, 1, px * 3);
 	} else {
 		img = take(px * 3);
-		if (!strcmp(argv[6], "mixup"))
+		if (!strncmp(argv[6], "mixup", 5)) {
 			other = take(px * 3);
-		else if (strcmp(argv[6], "flip"))
+			ud = strstr(argv[6], "ud") != NULL;
+			lr = strstr(argv[6], "lr") != NULL;
+		} else if (strcmp(argv[6], "flip")) {
 			return 2;
+		}
 	}
 	seg = take((size_t)n * npts * 8);
 	chosen = take((size_t)k * 4);
@@ -70,7 +77,9 @@ int main(int argc, char **argv)
 			return 2;
 	r = copypaste_mask(c, w, h, seg, npts, chosen, k);
 	if (r == 0) {
-		if (other)
+		if (other && (ud || lr))
+			copypaste_image_flipped(c, img, (size_t)w * 3, other, (size_t)w * 3, ud, lr);
+		else if (other)
 			copypaste_image(c, img, (size_t)w * 3, other, (size_t)w * 3);
 		else
 			for (uint32_t y = 0; y < h; y++)

@@ -47,7 +47,7 @@ def paste(mode, img, other, segs, chosen):
     data = b""
     if mode != "mask":
         data += np.ascontiguousarray(img).tobytes()
-    if mode == "mixup":
+    if mode.startswith("mixup"):
         data += np.ascontiguousarray(other).tobytes()
     data += segs.tobytes() + chosen.tobytes()
     args = [str(TOOL)] + [str(v) for v in (w, h, npts, n, len(chosen), mode)]
@@ -198,6 +198,34 @@ def test_mixup_on_photos(pair, p):
     assert np.array_equal(got, want)
     if p == 1.0:
         assert len(params["selected"]) > 0
+
+
+@pytest.mark.parametrize("flips", ["ud", "lr", "udlr"])
+def test_mixup_on_flipped_images(flips):
+    """detect.c makes its images flipped (RandomFlip folded into the warp):
+    the paste on the flipped images, the mask read through the same flips,
+    is Ultralytics' paste, flipped."""
+    rng = np.random.default_rng(len(flips))
+    a = cv2.imread(str(PHOTOS / "chelsea.png"), cv2.IMREAD_COLOR)
+    b = cv2.imread(str(PHOTOS / "astronaut.png"), cv2.IMREAD_COLOR)
+    size = (min(a.shape[1], b.shape[1]) - 7, min(a.shape[0], b.shape[0]) - 3)
+    img, cls, boxes, segs = photo_labels("chelsea.png", size)
+    img2, cls2, boxes2, segs2 = photo_labels("astronaut.png", size)
+    extra = np.stack([random_polygon(rng, 1000, 60, 60, 0.0) + rng.uniform(0, 1, 2) * size for _ in range(8)])
+    segs2 = np.concatenate([segs2, np.clip(extra, 0, size).astype(np.float32)])
+    boxes2 = xywh2xyxy(segments2boxes(segs2)).astype(np.float32)
+    cls2 = np.arange(len(segs2), dtype=np.float32).reshape(-1, 1)
+    cp = CopyPaste(_OneImage(labels_of(img2, cls2, boxes2, segs2)), p=1.0, mode="mixup")
+    lab = labels_of(img, cls, boxes, segs)
+    params = cp.get_params(lab)
+    want = cp.apply_image(lab, params)["img"]
+    assert len(params["selected"]) > 2
+
+    def flip(x):
+        return x[::-1 if "ud" in flips else 1, ::-1 if "lr" in flips else 1]
+
+    got = paste("mixup-" + flips, flip(img), flip(img2), params["instances2"].segments, params["selected"])
+    assert np.array_equal(got, flip(want))
 
 
 def test_mixup_on_random_polygons():
