@@ -872,7 +872,7 @@ static const struct opt_key opt_keys[] = {
 	DKEY(mosaic, OPT_FLOAT, "number"),
 	DKEY(mixup, OPT_FLOAT, "number"),
 	DKEY(cutmix, OPT_FLOAT, "number"),
-	DKEY(copy_paste, OPT_FLOAT, "number"),
+	DKEY(copy_paste, OPT_DOUBLE, "number"),
 	DKEY(copy_paste_mode, OPT_CHOICE, "flip|mixup"),
 	DKEY(close_mosaic, OPT_U32, "u32"),
 	DKEY(max_boxes, OPT_U32, "u32"),

@@ -122,6 +122,11 @@ static void detect_options(const Stoker__DetectOptions *o, struct detect_params 
 	detect_params_default(p);
 	if (!o)
 		return;
+	if (o->has_copy_paste_mode)
+		p->copy_paste_mode =
+			o->copy_paste_mode == STOKER__COPY_PASTE_MODE__COPY_PASTE_FLIP    ? DETECT_COPY_PASTE_FLIP
+			: o->copy_paste_mode == STOKER__COPY_PASTE_MODE__COPY_PASTE_MIXUP ? DETECT_COPY_PASTE_MIXUP
+											  : -1;
 #define TAKE(name)         \
 	if (o->has_##name) \
 		p->name = o->name;
@@ -130,10 +135,6 @@ static void detect_options(const Stoker__DetectOptions *o, struct detect_params 
 	TAKE(flipud) TAKE(fliplr) TAKE(mosaic) TAKE(mixup) TAKE(cutmix) TAKE(copy_paste)
 	/* clang-format on */
 #undef TAKE
-			if (o->has_copy_paste_mode) p->copy_paste_mode =
-		o->copy_paste_mode == STOKER__COPY_PASTE_MODE__COPY_PASTE_MIXUP  ? DETECT_COPY_PASTE_MIXUP
-		: o->copy_paste_mode == STOKER__COPY_PASTE_MODE__COPY_PASTE_FLIP ? DETECT_COPY_PASTE_FLIP
-										 : -1;
 }
 
 /* The task, its transform and the options only it takes. */
@@ -259,10 +260,11 @@ static int validate_task(const Stoker__Attach *a, char *errbuf, size_t errlen)
 								      : "segment");
 		return -EINVAL;
 	}
-	if (o && o->copy_paste > 0 && a->transform == STOKER__TRANSFORM__MOSAIC &&
+	if (o && o->copy_paste > 0 && o->copy_paste_mode == STOKER__COPY_PASTE_MODE__COPY_PASTE_MIXUP &&
+	    a->transform == STOKER__TRANSFORM__MOSAIC &&
 	    (o->yolo_task == STOKER__YOLO_TASK__YOLO_SEGMENT || o->yolo_task == STOKER__YOLO_TASK__YOLO_OBB)) {
-		/* its pixels are pixels/copypaste.h's; the training path does not take it yet */
-		set_err(errbuf, errlen, "copy_paste is not built for yolo_task %s training yet",
+		/* its pixels (pixels/copypaste.h) and choice (instgeom) are built; detect.c does not make its partner yet */
+		set_err(errbuf, errlen, "copy_paste_mode mixup is not built for yolo_task %s training yet (flip is)",
 			o->yolo_task == STOKER__YOLO_TASK__YOLO_OBB ? "obb" : "segment");
 		return -EINVAL;
 	}

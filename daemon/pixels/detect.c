@@ -33,6 +33,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "copypaste.h"
 #include "detect.h"
 #include "grow.h"
 #include "instgeom.h"
@@ -117,6 +118,12 @@ struct detect {
 	/* detect_output.inst: the mosaic's tiles, image 1's and the mixup's
 	 * instances, the sample's (out), and instgeom's scratch */
 	struct inst_buf tile[4], inst[2], out;
+	/* CopyPaste: its pixels (made at first use), the instances with the
+	 * pasted ones appended, its choice and instgeom's scratch for it */
+	struct copypaste *cp;
+	struct inst_buf cpbuf;
+	uint32_t *cpsel;
+	size_t cpsel_cap;
 	float *iscratch;
 	size_t iscratch_cap;
 	float *fmt; /* Format's boxes of the written rows */
@@ -219,7 +226,6 @@ int detect_params_check(const struct detect_params *p, char *why, size_t whylen)
 		{"mosaic", p->mosaic, 0, 1, false},
 		{"mixup", p->mixup, 0, 1, false},
 		{"cutmix", p->cutmix, 0, 1, false},
-		{"copy_paste", p->copy_paste, 0, 1, false},
 	};
 
 	for (size_t i = 0; i < sizeof(k) / sizeof(k[0]); i++) {
@@ -231,6 +237,11 @@ int detect_params_check(const struct detect_params *p, char *why, size_t whylen)
 					 (double)k[i].hi, k[i].hi_open ? ")" : "]", (double)k[i].v);
 			return -EINVAL;
 		}
+	}
+	if (!(p->copy_paste >= 0 && p->copy_paste <= 1)) {
+		if (why && whylen)
+			snprintf(why, whylen, "copy_paste must be in [0, 1], not %g", p->copy_paste);
+		return -EINVAL;
 	}
 	if (p->copy_paste_mode != DETECT_COPY_PASTE_FLIP && p->copy_paste_mode != DETECT_COPY_PASTE_MIXUP) {
 		if (why && whylen)
@@ -370,6 +381,9 @@ void detect_free(struct detect *d)
 		free(d->tile[i].mem);
 	free(d->inst[0].mem);
 	free(d->inst[1].mem);
+	copypaste_free(d->cp);
+	free(d->cpbuf.mem);
+	free(d->cpsel);
 	free(d->out.mem);
 	free(d->iscratch);
 	free(d->fmt);
@@ -1816,6 +1830,70 @@ const struct instgeom_set *detect_instances_result(const struct detect *d)
 	return d ? &d->out.s : NULL;
 }
 
+/* ---- CopyPaste (Ultralytics' CopyPaste with segments: flip mode before the affine) ---- */
+
+/* Whether image `which`'s CopyPaste is flip mode's, on the image before the affine. */
+static bool copy_paste_flip_on(const struct job *j)
+{
+	return j->inst && j->inst->seg_points && j->p->copy_paste > 0 &&
+	       j->p->copy_paste_mode == DETECT_COPY_PASTE_FLIP;
+}
+
+/*
+ * CopyPaste(mode="flip") on image `which`'s instances (xyxy pixels of a w x
+ * h image, segments): the chosen mirrors appended (instgeom), their mask
+ * made (d->cp) for copypaste_row; *count of them (0: nothing to paste).
+ */
+static int copy_paste_flip(struct detect *d, int which, uint32_t w, uint32_t h, double fraction, uint32_t *count)
+{
+	struct instgeom_set *s = &d->inst[which].s, *o;
+	uint32_t n = s->n, k;
+	struct inst_buf tmp;
+	void *p = d->cpsel;
+	int r;
+
+	*count = 0;
+	if (!d->cp && (r = copypaste_new(&d->cp)) < 0)
+		return r;
+	r = grow(&p, &d->cpsel_cap, (size_t)n + 1, sizeof(uint32_t));
+	d->cpsel = p;
+	if (r == 0)
+		r = inst_scratch(d, s->npts,
+				 s->nkpt); /* n floats: below instgeom_scratch_floats(npts) only if n > npts */
+	if (r == 0 && n > s->npts) {
+		p = d->iscratch;
+		r = grow(&p, &d->iscratch_cap, (size_t)n + 1, sizeof(float));
+		d->iscratch = p;
+	}
+	if (r < 0)
+		return r;
+	k = instgeom_copy_paste_select(s, (int)w, fraction, d->cpsel, d->iscratch);
+	if (k == 0)
+		return 0;
+	r = inst_reserve(&d->cpbuf, n + k, s->npts, s->nkpt);
+	if (r < 0)
+		return r;
+	o = &d->cpbuf.s;
+	memcpy(o->cls, s->cls, (size_t)n * sizeof(float));
+	memcpy(o->box, s->box, (size_t)n * 4 * sizeof(float));
+	memcpy(o->seg, s->seg, (size_t)n * s->npts * 2 * sizeof(float));
+	if (s->nkpt)
+		memcpy(o->kpt, s->kpt, (size_t)n * s->nkpt * 3 * sizeof(float));
+	o->n = n;
+	instgeom_copy_paste_append(o, (int)w, d->cpsel, k);
+	tmp = d->inst[which];
+	d->inst[which] = d->cpbuf;
+	d->cpbuf = tmp;
+	/* the mask of the appended mirrors, instances n .. n + k - 1 */
+	for (uint32_t i = 0; i < k; i++)
+		d->cpsel[i] = n + i;
+	r = copypaste_mask(d->cp, w, h, d->inst[which].s.seg, d->inst[which].s.npts, d->cpsel, k);
+	if (r < 0)
+		return r;
+	*count = k;
+	return 0;
+}
+
 /* Fill [a, b) of a canvas row with PAD except [c0, c1), the patch's part. */
 static void fill_except(uint8_t *row, int64_t a, int64_t b, int64_t c0, int64_t c1)
 {
@@ -2076,6 +2154,8 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 	bool perspective = j->p->perspective != 0;
 	double M[9], inv[9];
 	float M32[9]; /* with instances: Ultralytics' float32 matrix, for the warp and the instances */
+	const bool cp_flip = copy_paste_flip_on(j);
+	uint32_t pasted = 0;
 	size_t n = 0;
 	uint64_t t;
 	int r;
@@ -2105,15 +2185,23 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 		}
 		invert_map(M, perspective, inv);
 		read_rect(inv, perspective, size, s2, rect);
+		if (cp_flip) { /* CopyPaste reads each row's mirror: whole rows, made before the warp */
+			rect[0] = 0;
+			rect[2] = s2;
+		}
 		/* the separable warp (warp()'s choice) can make the canvas rows it reads one at a time */
 		r = mosaic4(j, im, index, primary, which, rect,
-			    !perspective && inv[1] == 0 && inv[3] == 0 &&
+			    !cp_flip && !perspective && inv[1] == 0 && inv[3] == 0 &&
 					    fix_map(&src, inv, size, size, WX_BITS, WY_BITS, m)
 				    ? &lazy
 				    : NULL,
 			    &n);
+		if (r == 0 && cp_flip)
+			r = copy_paste_flip(d, which, (uint32_t)s2, (uint32_t)s2, j->p->copy_paste, &pasted);
 		if (r < 0)
 			goto out;
+		for (int64_t y = rect[1]; pasted && y < rect[3]; y++)
+			copypaste_row(d->cp, (uint32_t)y, d->canvas + (size_t)y * src.stride, NULL);
 		src.pix = d->canvas;
 		src.lazy = lazy.rows ? &lazy : NULL;
 		t = prof_now(d);
@@ -2144,6 +2232,23 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 			if (r < 0)
 				goto out;
 			instgeom_place(&d->inst[which].s, (int)s.width, (int)s.height, 0, 0);
+			if (cp_flip) {
+				r = copy_paste_flip(d, which, s.width, s.height, j->p->copy_paste, &pasted);
+				if (r < 0)
+					goto out;
+			}
+			if (pasted) { /* load_image's pixels are the loader's: pasted on a copy */
+				void *p = d->canvas;
+				const size_t bytes = (size_t)s.width * s.height * 3;
+
+				r = grow(&p, &d->canvas_cap, bytes, 1);
+				d->canvas = p;
+				if (r < 0)
+					goto out;
+				memcpy(d->canvas, s.pixels, bytes);
+				copypaste_image(d->cp, d->canvas, (size_t)s.width * 3, NULL, 0);
+				s.pixels = d->canvas;
+			}
 		}
 		r = boxes_reserve(d, which, 0, s.box_count);
 		if (r < 0)
@@ -2437,6 +2542,8 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 			return -EINVAL;
 		if (p->cutmix > 0)
 			return -EOPNOTSUPP; /* CutMix's instances are not built */
+		if (p->copy_paste > 0 && p->copy_paste_mode == DETECT_COPY_PASTE_MIXUP && o->inst->seg_points)
+			return -EOPNOTSUPP; /* CopyPaste's mixup mode: its partner is not made yet */
 		j.inst = o->inst;
 	}
 	image = o->image;

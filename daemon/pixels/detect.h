@@ -59,8 +59,8 @@ struct detect_params {
 	float flipud, fliplr;                                /* 0 0.5 */
 	float mosaic, mixup;                                 /* 1 0; probabilities */
 	float cutmix;                                        /* 0; probability */
-	float copy_paste;                                    /* 0; fraction of the eligible objects */
-	int copy_paste_mode;                                 /* DETECT_COPY_PASTE_FLIP or _MIXUP */
+	double copy_paste;   /* 0; fraction of the eligible objects (double: round(p * n) as Python's) */
+	int copy_paste_mode; /* DETECT_COPY_PASTE_FLIP or _MIXUP */
 };
 
 /* detect_params.copy_paste_mode: Ultralytics' copy_paste_mode. */

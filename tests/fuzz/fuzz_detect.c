@@ -165,6 +165,8 @@ static void run_detect(struct input *in)
 						 .nkpt = task == 2 || task == 3 ? 3 : 0,
 						 .flip_idx = task == 2 ? flip_idx : NULL,
 						 .obb = task == 4};
+	if (task) /* CopyPaste (flip mode) on the segments */
+		p.copy_paste = take_unit(in);
 	struct detect_output o = {image, out_w, out_h, boxes, max_boxes, &nboxes, &dropped,
 				  &meta, NULL,  NULL,  NULL,  NULL,      NULL,    NULL};
 	if (task) {

@@ -8,7 +8,7 @@
  *   stdin:  SIZE OUT_W OUT_H SEED INDEX COUNT SEG_POINTS NKPT OBB MAX_BOXES
  *           (OUT_W x OUT_H: SIZE x SIZE, or a rect batch's shape)
  *           hsv_h hsv_s hsv_v degrees translate scale shear perspective
- *           flipud fliplr mosaic mixup
+ *           flipud fliplr mosaic mixup copy_paste (flip mode)
  *           NFLIP, then NFLIP flip_idx entries (0: none)
  *           COUNT samples: W H N, then N objects "cls cx cy w h NP x y ..."
  *           (NP points, normalised) followed by NKPT x, y, visibility
@@ -87,10 +87,11 @@ int main(void)
 	    out_h > 4096 || nkpt > 1024 || index >= count)
 		return 1;
 	detect_params_default(&p);
-	if (scanf("%f %f %f %f %f %f %f %f %f %f %f %f", &p.hsv_h, &p.hsv_s, &p.hsv_v, &p.degrees, &p.translate,
-		  &p.scale, &p.shear, &p.perspective, &p.flipud, &p.fliplr, &p.mosaic, &p.mixup) != 12)
+	if (scanf("%f %f %f %f %f %f %f %f %f %f %f %f %lf", &p.hsv_h, &p.hsv_s, &p.hsv_v, &p.degrees, &p.translate,
+		  &p.scale, &p.shear, &p.perspective, &p.flipud, &p.fliplr, &p.mosaic, &p.mixup, &p.copy_paste) != 13)
 		return 1;
 	p.cutmix = 0;
+	p.copy_paste_mode = DETECT_COPY_PASTE_FLIP;
 	if (scanf("%u", &nflip) != 1 || nflip > 1024)
 		return 1;
 	for (unsigned i = 0; i < nflip; i++)

@@ -13,7 +13,9 @@ apply_image) and cv2, with the same choice of instances injected into both
   as YOLODataset does) and on random polygons over a mosaic-sized canvas:
   every byte of the image equal;
 - mode "mixup": the other photo's instances pasted from the other image,
-  every byte equal.
+  every byte equal, also on images made flipped;
+- in the daemon (yolo_task segment training, mode flip): the images are
+  the copy_paste=0 images with mirrored objects pasted, rows appended.
 
 Ultralytics' own choice (params["selected"]) is what both are given: its
 order among equal overlaps is numpy's argsort, which differs by CPU
@@ -29,6 +31,7 @@ from ultralytics.data.augment import CopyPaste
 from ultralytics.utils.instance import Instances
 from ultralytics.utils.ops import resample_segments, segments2boxes, xywh2xyxy
 
+import stoker
 from stoker_testutil import BUILD
 
 TOOL = BUILD / "tests" / "copypaste"
@@ -253,3 +256,82 @@ def test_mixup_on_random_polygons():
         assert np.array_equal(got, want), trial
         pasted += len(params["selected"])
     assert pasted > 10
+
+
+# ---- in the daemon (detect.c's training path, yolo_task segment) ----
+
+
+def _train_images(d, yaml, **kw):
+    """Each training image of two epochs and its rows, by (epoch, sample);
+    affine and colour off (the image is the mosaic canvas' centre, moved by
+    whole pixels), flips on."""
+    ld = stoker.Loader(str(yaml), socket=d.socket, task="detect", transform="mosaic", yolo_task="segment",
+                       image_size=160, batch_size=2, seed=3, epochs=2, close_mosaic=0, shuffle=False, mosaic=1.0,
+                       degrees=0.0,
+                       translate=0.0, scale=0.0, shear=0.0, perspective=0.0, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0,
+                       mixup=0.0, fliplr=0.5, flipud=0.5, **kw)
+    out = {}
+    try:
+        for ep in range(2):
+            ld.set_epoch(ep)
+            for b in ld:
+                for i, idx in enumerate(b.indices.tolist()):
+                    rows = b.boxes[b.boxes[:, 0] == i][:, 1:]
+                    out[(ep, idx)] = (np.array(b.images[i], copy=True), np.array(rows, copy=True))
+    finally:
+        ld.close()
+    return out
+
+
+def test_daemon_pastes_mirrored_objects(daemon, tmp_path):
+    """copy_paste=1 (mode flip) in the daemon, against the same samples with
+    copy_paste=0 (flip mode draws nothing: the same mosaics): every pixel is
+    the plain image's own or its mirror's (the canvas' centre is symmetric
+    about its middle column), some are pasted, the image's own rows come
+    among the rows unchanged, and each added row is the mirror of one of
+    them."""
+    from test_instances import make_instances_set
+
+    yaml = make_instances_set(tmp_path, "segment")
+    d = daemon(workers=2)
+    plain = _train_images(d, yaml)
+    pasted = _train_images(d, yaml, copy_paste=1.0, copy_paste_mode="flip")
+    assert plain.keys() == pasted.keys()
+    changed = added = 0
+    for key, (a, ra) in plain.items():
+        b, rb = pasted[key]
+        # the rows come in the overlap mask's area order (Format sorts them): a mirror beside its original
+        rest = [tuple(r) for r in rb.tolist()]
+        for r in ra.tolist():
+            assert tuple(r) in rest, (key, r, rb.tolist())
+            rest.remove(tuple(r))
+        mirrored = a[:, ::-1]
+        assert ((b == a) | (b == mirrored)).all(), key
+        changed += int((b != a).any(-1).sum())
+        for cls, cx, cy, w, h in rest:
+            near = np.abs(ra - [cls, 1 - cx, cy, w, h]).max(1) if len(ra) else np.array([1.0])
+            assert near.min() < 1e-4, (key, (cls, cx, cy, w, h))
+            added += 1
+    assert changed > 100 and added > 3, (changed, added)
+
+
+def test_trainer_options():
+    """Ultralytics' copy_paste and copy_paste_mode reach the daemon for
+    segment and OBB training (pose: passed, nothing to paste); mode mixup
+    and task detect are refused with the reason."""
+    from ultralytics.cfg import get_cfg
+
+    from stoker.ultralytics import loader_options
+
+    def args(**kw):
+        return get_cfg(overrides=dict(data="x.yaml", imgsz=160, workers=0, **kw))
+
+    for task in ("segment", "obb", "pose"):
+        opts = loader_options(args(task=task, copy_paste=0.3), "train")
+        assert opts["copy_paste"] == 0.3 and opts["copy_paste_mode"] == "flip", opts
+        assert "copy_paste" not in loader_options(args(task=task, copy_paste=0.3), "val")
+    assert "copy_paste" not in loader_options(args(task="segment"), "train")
+    with pytest.raises(ValueError, match="copy_paste_mode=mixup with task=segment"):
+        loader_options(args(task="segment", copy_paste=0.3, copy_paste_mode="mixup"), "train")
+    with pytest.raises(ValueError, match="copy_paste=0.3 with task=detect"):
+        loader_options(args(task="detect", copy_paste=0.3), "train")

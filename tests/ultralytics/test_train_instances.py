@@ -69,7 +69,8 @@ def tool_input(task, size, seed, index, samples, hyp, max_boxes, out=None):
     ow, oh = out or (size, size)
     lines = [f"{size} {ow} {oh} {seed} {index} {len(samples)} {segp} {nkpt} {int(task == 'obb')} {max_boxes}",
              " ".join(repr(float(hyp[k])) for k in ("hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale",
-                                                    "shear", "perspective", "flipud", "fliplr", "mosaic", "mixup")),
+                                                    "shear", "perspective", "flipud", "fliplr", "mosaic", "mixup"))
+             + " " + repr(float(hyp.get("copy_paste", 0.0))),
              " ".join(map(str, [len(FLIP_IDX), *FLIP_IDX])) if task == "pose" else "0"]
     for w, h, objs in samples:
         lines.append(f"{w} {h} {len(objs)}")
@@ -105,7 +106,22 @@ class _Dataset:
         self.use_obb = obb
 
 
-def replay(task, size, index, samples, hyp, draws, monkeypatch, out=None):
+def copy_paste_flip(labels, shape, p, monkeypatch, stats):
+    """CopyPaste(mode="flip") where v8_transforms puts it (after Mosaic,
+    before RandomPerspective), with numpy's argsort made stable: its order
+    among equal overlaps differs by CPU (x86-simd-sort), instgeom keeps
+    index order (test_instgeom.py compares the choice itself)."""
+    from ultralytics.data.augment import CopyPaste
+
+    argsort = np.argsort
+    with monkeypatch.context() as m:
+        m.setattr(augment.np, "argsort", lambda a, *args, **kw: argsort(a, kind="stable"))
+        out = CopyPaste(p=p, mode="flip")({**labels, "img": np.zeros((*shape, 3), np.uint8)})
+    stats["pasted"] = stats.get("pasted", 0) + len(out["cls"]) - len(labels["cls"])
+    return {"cls": out["cls"], "instances": out["instances"]}
+
+
+def replay(task, size, index, samples, hyp, draws, monkeypatch, out=None, stats=None):
     """Ultralytics' v8_transforms' instance path on the same draws (`out`:
     a rect batch's (w, h), RandomPerspective's rect_shape)."""
     ow, oh = out or (size, size)
@@ -133,6 +149,8 @@ def replay(task, size, index, samples, hyp, draws, monkeypatch, out=None):
             lab = ultralytics_labels(task, samples[primary])
             labels = {"cls": lab["cls"], "instances": lab["instances"]}
             shape = (samples[primary][1], samples[primary][0])
+        if hyp.get("copy_paste", 0.0):
+            labels = copy_paste_flip(labels, shape, hyp["copy_paste"], monkeypatch, stats)
         values = iter(d[6:14])
         with monkeypatch.context() as m:
             m.setattr(augment.random, "uniform", lambda a, b: next(values))
@@ -172,19 +190,24 @@ def run_tool(text):
     return p.stdout.splitlines()
 
 
+@pytest.mark.parametrize("copy_paste", [0.0, 0.6])
 @pytest.mark.parametrize("rect", [False, True])
 @pytest.mark.parametrize("task", ["segment", "pose", "obb"])
-def test_training_instances_equal_ultralytics(task, rect, monkeypatch):
+def test_training_instances_equal_ultralytics(task, rect, copy_paste, monkeypatch):
     """rect: rect=True training's samples (mosaic and mixup 0, as
-    YOLODataset sets them), warped into a batch shape other than square."""
-    rng = np.random.default_rng({"segment": 51, "pose": 52, "obb": 53}[task] + 10 * rect)
-    seen = {"mosaic": 0, "plain": 0, "mixup": 0, "flipud": 0, "fliplr": 0, "kept": 0, "hidden": 0}
+    YOLODataset sets them), warped into a batch shape other than square.
+    copy_paste: CopyPaste(mode="flip") on the mosaic (or the plain image)
+    before the affine (rect keeps it, as YOLODataset does); pose samples
+    carry no segments, so nothing is pasted there, as in Ultralytics."""
+    rng = np.random.default_rng({"segment": 51, "pose": 52, "obb": 53}[task] + 10 * rect + int(100 * copy_paste))
+    seen = {"mosaic": 0, "plain": 0, "mixup": 0, "flipud": 0, "fliplr": 0, "kept": 0, "hidden": 0, "pasted": 0}
     for trial in range(36):
         size = int(rng.choice([64, 96, 128, 160]))
         count = 6
         hyp = dict(hsv_h=0.015, hsv_s=0.7, hsv_v=0.4, degrees=float(rng.choice([0.0, 10.0])), translate=0.1,
                    scale=0.5, shear=float(rng.choice([0.0, 2.0])), perspective=float(rng.choice([0.0, 0.0005])),
-                   flipud=0.3, fliplr=0.5, mosaic=0.0 if rect else 0.7, mixup=0.0 if rect else 0.3)
+                   flipud=0.3, fliplr=0.5, mosaic=0.0 if rect else 0.7, mixup=0.0 if rect else 0.3,
+                   copy_paste=copy_paste)
         out = (size, int(rng.choice([size // 2, 3 * size // 4]))) if rect else None
         if rect and rng.random() < 0.5:
             out = out[::-1]
@@ -203,7 +226,7 @@ def test_training_instances_equal_ultralytics(task, rect, monkeypatch):
             segs, v = v[: n * npts * 2].reshape(n, npts, 2), v[n * npts * 2:]
         if nkpt:
             kpts, v = v[: n * nkpt * 3].reshape(n, nkpt, 3), v[n * nkpt * 3:]
-        (wcls, wboxes, wsegs, wkpts), fmt = replay(task, size, index, samples, hyp, draws, monkeypatch, out)
+        (wcls, wboxes, wsegs, wkpts), fmt = replay(task, size, index, samples, hyp, draws, monkeypatch, out, seen)
         what = f"{task} trial {trial} draws {draws}"
         same(cls, wcls.reshape(-1), what + " cls")
         same(boxes, wboxes, what + " boxes")
@@ -236,6 +259,7 @@ def test_training_instances_equal_ultralytics(task, rect, monkeypatch):
     assert all(seen[k] > 0 for k in paths), seen
     assert seen["kept"] > 40, seen
     assert task != "pose" or seen["hidden"] > 0, seen
+    assert seen["pasted"] > 5 if copy_paste and task != "pose" else seen["pasted"] == 0, seen
 
 
 def test_max_boxes_drops_the_rest():

@@ -22,7 +22,8 @@ StokerPoseValidator do it for segment (overlap masks, sem_masks) and pose
 Ultralytics' own; StokerSegmentationTrainer, StokerPoseTrainer and
 StokerOBBTrainer train them, the daemon carrying polygons, keypoints and
 oriented boxes through mosaic, affine, mixup and flips as Ultralytics'
-transforms do (cutmix with them is refused: not built yet).
+transforms do, with copy_paste (mode flip; mixup is refused: not built yet)
+for segments and oriented boxes (cutmix with them is refused: not built yet).
 
 The batches are the dict Ultralytics' own loader yields: img (uint8
 [B, 3, H, W], a zero-copy view of the daemon's ring in channels_last
@@ -61,7 +62,7 @@ _SAME_NAME = ("mosaic", "mixup", "cutmix", "degrees", "translate", "scale", "she
               "hsv_h", "hsv_s", "hsv_v")
 # Ultralytics augmentations stoker does not make: refused when switched on,
 # rather than silently training on other data.
-_NOT_BUILT = ("copy_paste",)
+_NOT_BUILT = ()
 # Tasks whose labels and transforms stoker does not make yet (docs/ultralytics.md).
 _TASKS_NOT_BUILT = {}
 # The YOLO tasks stoker's loaders serve (classify has its own, ClassifyLoader).
@@ -169,6 +170,14 @@ def loader_options(args, mode="train", epochs=None):
     if mode == "train" and task != "detect":
         bad += [f"{k}={getattr(args, k)} with task={task} ({why})" for k, why in _INSTANCES_NOT_BUILT.items()
                 if getattr(args, k, 0)]
+    copy_paste = float(getattr(args, "copy_paste", 0.0) or 0.0)
+    cp_mode = getattr(args, "copy_paste_mode", "flip") or "flip"
+    if mode == "train" and copy_paste and task == "detect":
+        bad.append(f"copy_paste={copy_paste} with task=detect (Ultralytics pastes the polygons of segment label "
+                   "files; stoker's detect samples carry their boxes only)")
+    elif mode == "train" and copy_paste and cp_mode == "mixup" and task in ("segment", "obb"):
+        bad.append(f"copy_paste_mode=mixup with task={task} (another sample's objects pasted: not built yet; "
+                   "copy_paste_mode=flip is)")
     if bad:
         raise ValueError(f"stoker does not build {', '.join(bad)}: unset it, or train with Ultralytics' own loader")
     imgsz = args.imgsz
@@ -186,6 +195,8 @@ def loader_options(args, mode="train", epochs=None):
         if args.rect:  # YOLODataset.build_transforms: no mosaic, mixup or cutmix under rect
             opts.update(mosaic=0.0, mixup=0.0, cutmix=0.0)
         opts["bgr"] = float(getattr(args, "bgr", 0.0) or 0.0)  # Ultralytics applies it in training only
+        if copy_paste:  # CopyPaste (daemon/pixels/copypaste.h); pose samples carry no segments: none pasted
+            opts.update(copy_paste=copy_paste, copy_paste_mode=cp_mode)
         albu = albumentations_p(args)
         if albu:
             opts["albumentations"] = albu
@@ -372,17 +383,17 @@ class YOLOLoader:
             self._epoch, self._taken = epoch, False
 
     def close_mosaic(self):
-        """Mosaic, mixup and cutmix off from the current epoch on. The daemon does it
+        """Mosaic, mixup, cutmix and copy_paste off from the current epoch on. The daemon does it
         by itself from epoch `epochs - close_mosaic` on; a trainer that closes
         at another epoch (time= training re-plans its epochs) gets a loader
         attached anew without them."""
         opts = self._opts
         if self._epochs is not None and self._epoch + opts["close_mosaic"] >= self._epochs:
             return
-        if opts["mosaic"] == 0 and opts["mixup"] == 0 and opts.get("cutmix", 0) == 0:
+        if opts["mosaic"] == 0 and opts["mixup"] == 0 and opts.get("cutmix", 0) == 0 and not opts.get("copy_paste"):
             return
-        LOGGER.info("stoker: reattaching without mosaic, mixup and cutmix")
-        self._opts = dict(opts, mosaic=0.0, mixup=0.0, cutmix=0.0, epoch=self._epoch)
+        LOGGER.info("stoker: reattaching without mosaic, mixup, cutmix and copy_paste")
+        self._opts = dict(opts, mosaic=0.0, mixup=0.0, cutmix=0.0, copy_paste=0.0, epoch=self._epoch)
         self._stoker.close()
         self._stoker = stoker.torch.Loader(self._path, **self._opts)
         self._taken = False
