@@ -812,14 +812,6 @@ static void session_create(struct conn *c, struct attach_request *req, struct da
 			goto fail;
 		}
 	}
-	if (s->has_mix) {
-		s->job_mix_state = calloc((size_t)slots * a->batch_size, sizeof(*s->job_mix_state));
-		if (!s->job_mix_state) {
-			conn_send_error(c, STOKER__ERROR_CODE__RESOURCE_EXHAUSTED,
-					"out of memory for the batch op's state");
-			goto fail;
-		}
-	}
 	if (ds->remote) {
 		s->fetches = calloc((size_t)slots * a->batch_size, sizeof(*s->fetches));
 		for (uint32_t i = 0; s->fetches && s->jobs && i < slots; i++)

@@ -151,7 +151,6 @@ void session_free(struct session *s)
 	free(s->jobs);
 	free(s->job_orders);
 	free(s->job_copies);
-	free(s->job_mix_state);
 	free(s->order);
 	free(s->dataset_name);
 	free(s->readable);
@@ -283,7 +282,6 @@ static void job_prepare(struct session *s, uint32_t slot, uint64_t b)
 		job->soft = (float *)(base + s->soft_offset);
 		job->mix_recs = (struct batchmix_rec *)(base + s->mix_offset);
 		job->mix_scratch = base + s->mix_scratch_offset;
-		job->mix_state = s->job_mix_state + (size_t)slot * s->plan.batch_size;
 	}
 	job->copies = NULL;
 	if (s->job_copies) {

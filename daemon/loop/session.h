@@ -80,8 +80,7 @@ struct session {
 	struct batchmix mix;
 	uint32_t mix_classes;
 	size_t soft_offset, mix_offset, mix_scratch_offset;
-	uint32_t *job_copies;        /* [slot_count][batch_size] with aug_repeats, else NULL */
-	atomic_uchar *job_mix_state; /* [slot_count][batch_size] with a batch op, else NULL */
+	uint32_t *job_copies; /* [slot_count][batch_size] with aug_repeats, else NULL */
 	/* Rectangular batches: the data set in aspect-ratio order (the plan's
 	 * fixed order) and each of this rank's batches' height and width. */
 	bool rect;

@@ -827,8 +827,8 @@ static void mix_image(const struct batchmix_rec *rec, uint8_t *dst, const uint8_
 		}
 }
 
-void batchmix_soft_targets(const struct batchmix *m, const struct batchmix_rec *recs, uint32_t count,
-			   const int64_t *labels, uint32_t classes, float *soft)
+static void soft_targets(const struct batchmix *m, const struct batchmix_rec *recs, uint32_t count,
+			 const int64_t *labels, uint32_t classes, float *soft)
 {
 	double smooth = m->family == BATCHMIX_TIMM ? m->label_smoothing : 0;
 	/* timm's one_hot(on_value, off_value) in float32 */
@@ -864,7 +864,7 @@ void batchmix_apply(const struct batchmix *m, const struct batchmix_rec *recs, u
 
 	if (count == 0)
 		return;
-	batchmix_soft_targets(m, recs, count, labels, classes, soft);
+	soft_targets(m, recs, count, labels, classes, soft);
 	if (m->family == BATCHMIX_TORCHVISION) {
 		/* partner i - 1: from the last down, image count-1's original kept */
 		memcpy(scratch, img + (size_t)(count - 1) * bytes, bytes);
@@ -887,126 +887,4 @@ void batchmix_apply(const struct batchmix *m, const struct batchmix_rec *recs, u
 		memcpy(scratch, img + (size_t)i * bytes, bytes);
 		mix_image(&recs[i], img + (size_t)i * bytes, scratch, dtype, w, h);
 	}
-}
-
-/* ---- incremental mixing ---- */
-
-void batchmix_start(struct batchmix_progress *p, const struct batchmix *m, const struct batchmix_rec *recs,
-		    uint32_t count, void *images, enum sample_dtype dtype, uint32_t width, uint32_t height,
-		    void *scratch, atomic_uchar *state)
-{
-	p->m = m;
-	p->recs = recs;
-	p->images = images;
-	p->scratch = scratch;
-	p->state = state;
-	p->dtype = dtype;
-	p->count = count;
-	p->w = width;
-	p->h = height;
-	for (uint32_t i = 0; i < count; i++)
-		atomic_init(&state[i], 0);
-	atomic_init(&p->busy, false);
-	atomic_init(&p->next, count ? count - 1 : 0);
-	atomic_init(&p->left, m->family == BATCHMIX_TORCHVISION ? count : (count + 1) / 2);
-}
-
-uint32_t batchmix_order(const struct batchmix *m, uint32_t count, uint32_t n)
-{
-	if (m->family == BATCHMIX_TORCHVISION)
-		return count - 1 - n;
-	/* 0, count - 1, 1, count - 2, ...: each pair's images one after the other */
-	return n % 2 ? count - 1 - n / 2 : n / 2;
-}
-
-static bool written(const struct batchmix_progress *p, uint32_t k)
-{
-	return atomic_load(&p->state[k]) != 0;
-}
-
-/* torchvision: the chain's next step can run. */
-static bool chain_ready(const struct batchmix_progress *p)
-{
-	uint32_t j = atomic_load(&p->next);
-
-	return j < p->count && atomic_load(&p->left) > 0 && written(p, j) && (j == 0 || written(p, j - 1));
-}
-
-/* timm: the pair (or middle image) of i can run. */
-static bool pair_ready(const struct batchmix_progress *p, uint32_t i)
-{
-	return atomic_load(&p->state[i]) == 1 && written(p, p->count - 1 - i);
-}
-
-static bool any_ready(const struct batchmix_progress *p)
-{
-	if (p->m->family == BATCHMIX_TORCHVISION)
-		return chain_ready(p);
-	for (uint32_t i = 0; i < (p->count + 1) / 2; i++)
-		if (pair_ready(p, i))
-			return true;
-	return false;
-}
-
-/* The steps ready now, by the worker holding busy; true when the batch's
- * last was among them. The same mixes as batchmix_apply, in its order for
- * each image (torchvision: image j before j - 1, count - 1's original kept
- * for 0; timm: each pair from its originals). */
-static bool advance(struct batchmix_progress *p, bool pixels)
-{
-	size_t bytes = (size_t)p->w * p->h * 3 * sample_dtype_bytes(p->dtype);
-	bool last = false;
-
-	if (p->m->family == BATCHMIX_TORCHVISION) {
-		while (chain_ready(p)) {
-			uint32_t j = atomic_load(&p->next);
-			uint8_t *img = p->images + (size_t)j * bytes;
-
-			if (pixels) {
-				if (j == p->count - 1)
-					memcpy(p->scratch, img, bytes);
-				mix_image(&p->recs[j], img, j ? img - bytes : p->scratch, p->dtype, p->w, p->h);
-			}
-			atomic_store(&p->state[j], 2);
-			atomic_store(&p->next, j ? j - 1 : p->count);
-			last = atomic_fetch_sub(&p->left, 1) == 1;
-		}
-		return last;
-	}
-	for (uint32_t i = 0; i < (p->count + 1) / 2; i++) {
-		uint32_t j = p->count - 1 - i;
-		uint8_t *a = p->images + (size_t)i * bytes, *b = p->images + (size_t)j * bytes;
-
-		if (!pair_ready(p, i))
-			continue;
-		if (pixels) {
-			memcpy(p->scratch, a, bytes);
-			if (i != j)
-				mix_image(&p->recs[i], a, b, p->dtype, p->w, p->h);
-			mix_image(&p->recs[j], b, p->scratch, p->dtype, p->w, p->h);
-		}
-		atomic_store(&p->state[i], 2);
-		atomic_store(&p->state[j], 2);
-		if (atomic_fetch_sub(&p->left, 1) == 1)
-			last = true;
-	}
-	return last;
-}
-
-bool batchmix_written(struct batchmix_progress *p, uint32_t k, bool pixels)
-{
-	bool last = false;
-
-	/* Sequentially consistent throughout: a worker that finds another one
-	 * mixing leaves after its store; the one mixing looks again after it
-	 * lets go, so what the store made ready is never left behind. */
-	atomic_store(&p->state[k], 1);
-	do {
-		if (atomic_exchange(&p->busy, true))
-			return last;
-		if (advance(p, pixels))
-			last = true;
-		atomic_store(&p->busy, false);
-	} while (any_ready(p));
-	return last;
 }

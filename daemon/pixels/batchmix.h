@@ -24,7 +24,6 @@
 #ifndef STOKER_BATCHMIX_H
 #define STOKER_BATCHMIX_H
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -121,58 +120,5 @@ double batchmix_beta(struct rng *rng, double a, double b);
 void batchmix_apply(const struct batchmix *m, const struct batchmix_rec *recs, uint32_t count, void *images,
 		    enum sample_dtype dtype, uint32_t width, uint32_t height, const int64_t *labels, uint32_t classes,
 		    float *soft, void *scratch);
-
-/* The soft targets alone (batchmix_apply's last part). */
-void batchmix_soft_targets(const struct batchmix *m, const struct batchmix_rec *recs, uint32_t count,
-			   const int64_t *labels, uint32_t classes, float *soft);
-
-/*
- * Incremental mixing: a batch's images mixed as the workers finish them, each
- * while it and its partner are still in the caches of the workers that wrote
- * them, with the output of batchmix_apply bit for bit.
- *
- * torchvision's partner of i is i - 1 and the mix is in place, so image i
- * must be mixed before image i - 1 is (which overwrites i's partner): the
- * images are mixed in a chain from count - 1 down to 0, image count - 1's
- * original kept in `scratch` for image 0. Step j runs once images j and
- * j - 1 are written (batchmix_order: the workers are handed the batch from
- * its last image down, so they finish it in about that order). timm's pairs
- * (i, count - 1 - i) are mixed once both are written, in any order (handed
- * out pair by pair), the odd middle image alone.
- *
- * Thread safety: each worker calls batchmix_written for the images it
- * wrote; one of them at a time mixes (the others return at once: the one
- * mixing takes up what they made ready), and exactly one call returns true,
- * after the batch's last step. `state` holds count bytes, owned by the
- * batch until then.
- */
-struct batchmix_progress {
-	const struct batchmix *m;
-	const struct batchmix_rec *recs;
-	uint8_t *images;
-	void *scratch;
-	atomic_uchar *state; /* [count] 0 pending, 1 written, 2 mixed */
-	enum sample_dtype dtype;
-	uint32_t count, w, h;
-	atomic_bool busy; /* a worker is mixing */
-	atomic_uint next; /* torchvision: the chain's next step, count when done */
-	atomic_uint left; /* steps not yet done */
-};
-
-/* Ready `p` for a batch drawn into recs[count] (batchmix_draw). */
-void batchmix_start(struct batchmix_progress *p, const struct batchmix *m, const struct batchmix_rec *recs,
-		    uint32_t count, void *images, enum sample_dtype dtype, uint32_t width, uint32_t height,
-		    void *scratch, atomic_uchar *state);
-
-/* The position of the n-th image to hand out (n = 0..count-1): the order in
- * which finishing them lets the mixing keep up. */
-uint32_t batchmix_order(const struct batchmix *m, uint32_t count, uint32_t n);
-
-/*
- * Image k is in place: mix whatever that makes ready (the pixels left alone
- * when `pixels` is false: a cancelled batch). True for the one call that
- * did the batch's last step; the images are then all mixed.
- */
-bool batchmix_written(struct batchmix_progress *p, uint32_t k, bool pixels);
 
 #endif

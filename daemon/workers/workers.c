@@ -822,11 +822,16 @@ static void pack_boxes(struct batch_job *job)
 	job->box_count = (uint32_t)at;
 }
 
-/* Classification's batch op, mixed as the samples come (not for a copy:
- * its source was mixed). */
-static bool mixing(const struct batch_job *job)
+/* Classification's batch op, once every sample is in place (not for a
+ * copy: its source was mixed). */
+static void mix_batch(struct batch_job *job)
 {
-	return job->mix && !job->copy_from;
+	struct rng rng;
+
+	rng_init(&rng, job->seed, job->epoch, job->mix_key, RNG_BATCHMIX);
+	batchmix_draw(job->mix, &rng, job->count, job->mix_w, job->mix_h, job->mix_recs);
+	batchmix_apply(job->mix, job->mix_recs, job->count, job->images, job->spec.dtype, job->mix_w, job->mix_h,
+		       job->labels, job->mix_classes, job->soft, job->mix_scratch);
 }
 
 /* This thread's CPU time (the batch op's share: on a shared machine the
@@ -871,8 +876,6 @@ static void *worker_main(void *arg)
 	for (;;) {
 		struct pool_task t;
 		uint64_t start;
-		uint32_t done;
-		bool cancelled;
 
 		while (sem_wait(&p->ready) < 0)
 			;
@@ -882,30 +885,18 @@ static void *worker_main(void *arg)
 			break;
 		}
 		start = monotonic_ns();
-		cancelled = atomic_load_explicit(&t.job->cancelled, memory_order_relaxed);
-		if (!cancelled)
+		if (!atomic_load_explicit(&t.job->cancelled, memory_order_relaxed))
 			produce_sample(w, t.job, t.pos);
-		/* the batch's last mixing step counts as one more for remaining */
-		done = 1;
-		if (mixing(t.job)) {
-			uint64_t mix_start = thread_cpu_ns();
-
-			if (batchmix_written(&t.job->mixing, t.pos, !cancelled))
-				done = 2;
-			atomic_fetch_add_explicit(&w->counters[COUNTER_BATCH_OP_NS], thread_cpu_ns() - mix_start,
-						  memory_order_relaxed);
-		}
 		atomic_fetch_add_explicit(&w->counters[COUNTER_BUSY_NS], monotonic_ns() - start, memory_order_relaxed);
 		atomic_fetch_add_explicit(&p->tasks_done, 1, memory_order_release);
-		if (atomic_fetch_sub_explicit(&t.job->remaining, done, memory_order_acq_rel) == done) {
-			cancelled = atomic_load_explicit(&t.job->cancelled, memory_order_relaxed);
-			if (t.job->detect && !cancelled)
+		if (atomic_fetch_sub_explicit(&t.job->remaining, 1, memory_order_acq_rel) == 1) {
+			if (t.job->detect && !atomic_load_explicit(&t.job->cancelled, memory_order_relaxed))
 				pack_boxes(t.job);
-			if (mixing(t.job) && !cancelled) {
+			if (t.job->mix && !t.job->copy_from &&
+			    !atomic_load_explicit(&t.job->cancelled, memory_order_relaxed)) {
 				uint64_t mix_start = thread_cpu_ns();
 
-				batchmix_soft_targets(t.job->mix, t.job->mix_recs, t.job->count, t.job->labels,
-						      t.job->mix_classes, t.job->soft);
+				mix_batch(t.job);
 				atomic_fetch_add_explicit(&w->counters[COUNTER_BATCH_OP_NS],
 							  thread_cpu_ns() - mix_start, memory_order_relaxed);
 			}
@@ -1110,19 +1101,9 @@ int pool_submit(struct pool *p, struct batch_job *job)
 		return -EINVAL;
 	if (in_queue + job->count > p->settings.queue_capacity)
 		return -EAGAIN;
-	if (mixing(job)) {
-		struct rng rng;
-
-		rng_init(&rng, job->seed, job->epoch, job->mix_key, RNG_BATCHMIX);
-		batchmix_draw(job->mix, &rng, job->count, job->mix_w, job->mix_h, job->mix_recs);
-		batchmix_start(&job->mixing, job->mix, job->mix_recs, job->count, job->images, job->spec.dtype,
-			       job->mix_w, job->mix_h, job->mix_scratch, job->mix_state);
-	}
-	/* + 1: the batch op's last step (worker_main) */
-	atomic_store_explicit(&job->remaining, job->count + mixing(job), memory_order_relaxed);
+	atomic_store_explicit(&job->remaining, job->count, memory_order_relaxed);
 	for (uint32_t i = 0; i < job->count; i++)
-		queue_push(p, (struct pool_task){.job = job,
-						 .pos = mixing(job) ? batchmix_order(job->mix, job->count, i) : i});
+		queue_push(p, (struct pool_task){.job = job, .pos = i});
 	p->tasks_submitted += job->count;
 	return 0;
 }

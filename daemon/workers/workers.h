@@ -120,21 +120,17 @@ struct batch_job {
 	uint32_t kpt_points;
 	float *obb;               /* obb: float [count][max_boxes][5], each row's xywhr; NULL: none */
 	const uint32_t *flip_idx; /* pose, training: the keypoints' order after a flip ([kpt_points]); NULL: kept */
-	/* Classification's batch op (batchmix.h), or NULL: pool_submit draws
-	 * mix_recs[count] from the stream (seed, epoch, mix_key, RNG_BATCHMIX)
-	 * and hands the samples out in batchmix_order; each worker mixes in
-	 * place (mix_w x mix_h, spec.dtype) what its sample made ready
-	 * (batchmix_written, while the images are in its cache), and the worker
-	 * that finishes the job writes soft[count][mix_classes]. A copy job
-	 * copies them. mix_scratch holds one image, mix_state count bytes. */
+	/* Classification's batch op (batchmix.h), or NULL: the worker that
+	 * finishes the job draws from the stream (seed, epoch, mix_key,
+	 * RNG_BATCHMIX), mixes the images in place (mix_w x mix_h, spec.dtype)
+	 * and writes mix_recs[count] and soft[count][mix_classes]; a copy job
+	 * copies them. mix_scratch holds one image. */
 	const struct batchmix *mix;
 	uint64_t mix_key;
 	uint32_t mix_w, mix_h, mix_classes;
 	struct batchmix_rec *mix_recs;
 	float *soft;
 	void *mix_scratch;
-	atomic_uchar *mix_state;
-	struct batchmix_progress mixing;
 	/* Repeated augmentation: [count] each sample's copy number (its
 	 * per-sample stream is keyed by index + copy * N), or NULL: all 0. */
 	const uint32_t *copies;

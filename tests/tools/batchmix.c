@@ -11,19 +11,14 @@
  *   batchmix -b A,B [-s SEED] -n N
  *       N Beta(A, B) draws as float64 to stdout.
  *   batchmix -T DTYPE [-c COUNT] [-g WxH] -n N TEXT
- *       time N batches' draw + mix of a COUNT-image batch of DTYPE (uint8,
- *       float32, float16) in memory, and print two CPU ns per image (the
- *       process's CPU time: on a loaded machine the wall time counts the
- *       waits for a core): batchmix_apply on the whole batch once it is
- *       written, and the daemon's way, each image mixed as it is written
- *       (batchmix_written after the image's bytes are copied in, in
- *       batchmix_order: the copy stands for the pipeline writing it, and
- *       the copies alone, timed in alternate rounds, are subtracted)
+ *       time N batches' draw + batchmix_apply on a COUNT-image batch of
+ *       DTYPE (uint8, float32, float16) in memory; print the CPU ns per
+ *       image (the process's CPU time: on a loaded machine the wall time
+ *       counts the waits for a core)
  *       (bench/batchops.py).
  *
  * Exit status 2 when TEXT is refused, its message on stderr.
  */
-#include <math.h>
 #include <stdio.h>
 #include <time.h>
 #include <stdlib.h>
@@ -31,11 +26,6 @@
 #include <unistd.h>
 
 #include "batchmix.h"
-
-static double elapsed(struct timespec t0, struct timespec t1)
-{
-	return (double)(t1.tv_sec - t0.tv_sec) * 1e9 + (double)(t1.tv_nsec - t0.tv_nsec);
-}
 
 int main(int argc, char **argv)
 {
@@ -120,59 +110,17 @@ int main(int argc, char **argv)
 			}
 #endif
 		}
-		{
-			uint8_t *src = malloc((size_t)count * bytes);
-			atomic_uchar *state = malloc(count);
-			double apply_ns = 1e300, copy_ns = 1e300, inc_ns = 1e300;
+		clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+		for (unsigned long long i = 0; i < n; i++) {
+			struct rng r;
 
-			if (!src || !state)
-				return 1;
-			memcpy(src, images, (size_t)count * bytes);
-			/* the best of 5 rounds of each (the machine may be shared) */
-			for (int round = 0; round < 5; round++) {
-				clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
-				for (unsigned long long i = 0; i < n; i++) {
-					struct rng r;
-
-					rng_init(&r, seed, 0, i, RNG_BATCHMIX);
-					batchmix_draw(&m, &r, count, w, h, recs);
-					batchmix_apply(&m, recs, count, images, (enum sample_dtype)timing, w, h, labels,
-						       1000, soft, scratch);
-				}
-				clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
-				apply_ns = fmin(apply_ns, elapsed(t0, t1));
-				for (int mixing = 0; mixing < 2; mixing++) {
-					clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
-					for (unsigned long long i = 0; i < n; i++) {
-						struct batchmix_progress p;
-						struct rng r;
-
-						rng_init(&r, seed, 0, i, RNG_BATCHMIX);
-						batchmix_draw(&m, &r, count, w, h, recs);
-						batchmix_start(&p, &m, recs, count, images, (enum sample_dtype)timing,
-							       w, h, scratch, state);
-						for (unsigned k = 0; k < count; k++) {
-							size_t at = (size_t)batchmix_order(&m, count, k) * bytes;
-
-							memcpy(images + at, src + at, bytes);
-							if (mixing)
-								batchmix_written(&p, (uint32_t)(at / bytes), true);
-						}
-						if (mixing)
-							batchmix_soft_targets(&m, recs, count, labels, 1000, soft);
-					}
-					clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
-					if (mixing)
-						inc_ns = fmin(inc_ns, elapsed(t0, t1));
-					else
-						copy_ns = fmin(copy_ns, elapsed(t0, t1));
-				}
-			}
-			printf("%.0f %.0f\n", apply_ns / ((double)n * count),
-			       fmax(inc_ns - copy_ns, 0) / ((double)n * count));
-			free(src);
-			free(state);
+			rng_init(&r, seed, 0, i, RNG_BATCHMIX);
+			batchmix_draw(&m, &r, count, w, h, recs);
+			batchmix_apply(&m, recs, count, images, (enum sample_dtype)timing, w, h, labels, 1000, soft,
+				       scratch);
 		}
+		clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+		printf("%.0f\n", ((t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec)) / ((double)n * count));
 		return 0;
 	}
 	for (unsigned long long i = 0; i < n; i++) {
