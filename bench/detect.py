@@ -156,11 +156,14 @@ class PeakMemory:
     processes share (forked workers' copy-on-write pages, the ring mapped by
     daemon and client) between them, so its sum counts each page once; RSS
     counts a shared page in every process that maps it. The loader's own
-    share: the peak PSS less the consumer's before the loader was built."""
+    share: the peak PSS less the consumer's before the loader was built.
+    Also the CPU time (user + system) all of them spent meanwhile: per image
+    a figure other work on the machine does not distort as it does images/s."""
 
     def __init__(self, extra=(), every=0.2):
         import threading
         self.extra, self.every, self.peak_pss, self.peak_rss, self.samples = list(extra), every, 0, 0, 0
+        self.cpu, self.cpu0 = {}, {}  # pid -> CPU seconds (user + system) last seen, and at the start
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -177,8 +180,21 @@ class PeakMemory:
         except (OSError, ValueError, IndexError):
             return 0, 0
 
+    @staticmethod
+    def cpu_seconds(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+        except (OSError, ValueError, IndexError):
+            return None
+
     def sample(self):
         pids = [os.getpid()] + descendants(os.getpid()) + self.extra
+        for p in pids:
+            c = self.cpu_seconds(p)
+            if c is not None:
+                self.cpu[p] = c
         rss, pss_ = (sum(x) for x in zip(*(self.rollup(p) for p in pids)))
         self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss_)
         self.samples += 1
@@ -190,6 +206,8 @@ class PeakMemory:
     def __enter__(self):
         # the consumer alone (interpreter, torch, Ultralytics imported), before any loader exists
         self.baseline_pss = self.rollup(os.getpid())[1]
+        for p in [os.getpid()] + self.extra:
+            self.cpu0[p] = self.cpu_seconds(p) or 0.0
         self._thread.start()
         return self
 
@@ -200,7 +218,8 @@ class PeakMemory:
 
     def fields(self):
         return {"peak_pss_bytes": self.peak_pss, "peak_rss_bytes": self.peak_rss, "memory_samples": self.samples,
-                "baseline_pss_bytes": self.baseline_pss, "loader_pss_bytes": self.peak_pss - self.baseline_pss}
+                "baseline_pss_bytes": self.baseline_pss, "loader_pss_bytes": self.peak_pss - self.baseline_pss,
+                "cpu_seconds": sum(c - self.cpu0.get(p, 0.0) for p, c in self.cpu.items())}
 
 
 class InstanceConsumer(Consumer):
@@ -284,7 +303,8 @@ def peer_ultralytics_instances(a):
         take = InstanceConsumer(len(data["names"]), a.task)
         r = measure(lambda epoch: take.epoch(dl, len(ds), epoch), a.epochs, a.seconds, log)
         workers = [w.pid for w in getattr(dl.iterator, "_workers", [])]
-    r.update(**take.fields(), **mem.fields(), batch_size=a.batch_size, workers_requested=a.cores,
+    r.update(**take.fields(), **mem.fields(), cpu_ms_per_image=1000 * mem.fields()["cpu_seconds"] / take.images,
+             batch_size=a.batch_size, workers_requested=a.cores,
              num_workers=dl.num_workers, worker_processes=len(workers), cache=ds.cache,
              buffer_images_per_worker=getattr(ds, "max_buffer_length", None),
              versions={"ultralytics": ultralytics.__version__, "torch": torch.__version__})
@@ -318,7 +338,8 @@ def peer_stoker_instances(a):
             return take.epoch(dl, len(dl.sampler), epoch)
 
         r = measure(run_epoch, a.epochs, a.seconds, log)
-    r.update(**take.fields(), **mem.fields(), batch_size=a.batch_size)
+    r.update(**take.fields(), **mem.fields(), cpu_ms_per_image=1000 * mem.fields()["cpu_seconds"] / take.images,
+             batch_size=a.batch_size)
     dl.close()
     result(**r)
 
@@ -651,6 +672,15 @@ def table(res):
                              f"{row['peak_pss_bytes'] / 2**20:5.0f} MiB, RSS {row['peak_rss_bytes'] / 2**20:5.0f} MiB; "
                              f"PSS above the consumer alone {row['loader_pss_bytes'] / 2**20:5.0f} MiB"
                              + (f" ({row.get('worker_processes')} workers)" if row.get("worker_processes") else ""))
+        for key, row in ((f"stoker_{task}", st), (f"ultralytics_{task}", ul)):
+            if row.get("cpu_ms_per_image"):
+                lines.append(f"{key:22} CPU per image, all its processes (user + system): "
+                             f"{row['cpu_ms_per_image']:.1f} ms")
+        if st.get("cpu_ms_per_image") and ul.get("cpu_ms_per_image"):
+            c = ul["cpu_ms_per_image"] / st["cpu_ms_per_image"]
+            lines.append(f"{task}: Ultralytics / stoker CPU per image {c:.2f}x (images per CPU-second, "
+                         "what the images/s ratio is on cores nothing else uses)")
+            summary[f"stoker_{task}"]["cpu_per_image_ratio"] = c
         if st.get("peak_pss_bytes") and ul.get("peak_pss_bytes"):
             m = st["peak_pss_bytes"] / ul["peak_pss_bytes"]
             ml = st["loader_pss_bytes"] / max(1, ul["loader_pss_bytes"])
