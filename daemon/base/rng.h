@@ -20,6 +20,7 @@ enum rng_purpose {
 	RNG_BGR = 5,         /* detection's bgr: the sample left in BGR order */
 	RNG_ALBU = 6,        /* detection's Albumentations (pixels/albu.h) */
 	RNG_CUTMIX = 7,      /* detection's CutMix (a fork of the sample's RNG_AUGMENT stream) */
+	RNG_COPYPASTE = 8,   /* detection's CopyPaste, mode mixup (a fork, as RNG_CUTMIX) */
 };
 
 struct rng {

@@ -260,12 +260,11 @@ static int validate_task(const Stoker__Attach *a, char *errbuf, size_t errlen)
 								      : "segment");
 		return -EINVAL;
 	}
-	if (o && o->copy_paste > 0 && o->copy_paste_mode == STOKER__COPY_PASTE_MODE__COPY_PASTE_MIXUP &&
+	if (o && o->copy_paste > 0 && o->copy_paste_mode == STOKER__COPY_PASTE_MODE__COPY_PASTE_MIXUP && o->rect &&
 	    a->transform == STOKER__TRANSFORM__MOSAIC &&
 	    (o->yolo_task == STOKER__YOLO_TASK__YOLO_SEGMENT || o->yolo_task == STOKER__YOLO_TASK__YOLO_OBB)) {
-		/* its pixels (pixels/copypaste.h) and choice (instgeom) are built; detect.c does not make its partner yet */
-		set_err(errbuf, errlen, "copy_paste_mode mixup is not built for yolo_task %s training yet (flip is)",
-			o->yolo_task == STOKER__YOLO_TASK__YOLO_OBB ? "obb" : "segment");
+		/* its partner would be made in another batch's shape */
+		set_err(errbuf, errlen, "copy_paste_mode mixup is not built for rect training (flip is)");
 		return -EINVAL;
 	}
 	if (o && o->yolo_task == STOKER__YOLO_TASK__YOLO_POSE &&

@@ -21,6 +21,9 @@
  * CutMix draws from a stream of its own (rng_fork of the sample's, so that
  * cutmix changes no other draw): cutmix u; partner index; the partner's 14
  * image draws; 3 areas' Beta(1, 1) (a uniform), cx, cy; the area choice.
+ * CopyPaste's mode mixup too (RNG_COPYPASTE): for image 1, then the mixup's,
+ * its u, partner index and the partner's 14 image draws. Its flip mode
+ * draws nothing.
  *
  * All draws are made before any pixel is touched. Vertical and horizontal
  * flips are folded into the producers (warp, letterbox copy): MixUp and HSV
@@ -117,7 +120,7 @@ struct detect {
 	uint64_t *prof; /* detect_profile()'s counters, or NULL */
 	/* detect_output.inst: the mosaic's tiles, image 1's and the mixup's
 	 * instances, the sample's (out), and instgeom's scratch */
-	struct inst_buf tile[4], inst[2], out;
+	struct inst_buf tile[4], inst[3], out; /* inst[2]: CopyPaste's (mode mixup) partner */
 	/* CopyPaste: its pixels (made at first use), the instances with the
 	 * pasted ones appended, its choice and instgeom's scratch for it */
 	struct copypaste *cp;
@@ -156,6 +159,14 @@ struct cutmix_draw {
 	double lam[CUTMIX_AREAS];
 	int64_t cx[CUTMIX_AREAS], cy[CUTMIX_AREAS];
 	double choice; /* which of the areas that cover no box: np.random.choice */
+};
+
+/* CopyPaste(mode="mixup")'s choices for image 1 and the MixUp partner: its
+ * BaseMixTransform u, its partner, made as image 1 is (mosaic + affine). */
+struct cp_draw {
+	bool apply;
+	uint64_t index;
+	struct image_draw img;
 };
 
 /*
@@ -379,8 +390,8 @@ void detect_free(struct detect *d)
 		free(d->boxes[i]);
 	for (int i = 0; i < 4; i++)
 		free(d->tile[i].mem);
-	free(d->inst[0].mem);
-	free(d->inst[1].mem);
+	for (int i = 0; i < 3; i++)
+		free(d->inst[i].mem);
 	copypaste_free(d->cp);
 	free(d->cpbuf.mem);
 	free(d->cpsel);
@@ -518,6 +529,61 @@ int detect_plan_draws(const struct detect_params *p, uint32_t size, uint64_t cou
 	out[29] = (double)pl.mix_index;
 	out[30] = pl.flipud;
 	out[31] = pl.fliplr;
+	return 0;
+}
+
+/* CopyPaste mode mixup's draws, from a stream of their own: u, partner, its 14 image draws; image 1's, then the MixUp
+ * partner's (always drawn). */
+static void draw_copy_paste(struct cp_draw cpd[2], const struct detect_params *p, uint32_t size, uint64_t count,
+			    const struct rng *sample)
+{
+	struct rng rng;
+
+	rng_fork(sample, RNG_COPYPASTE, &rng);
+	for (int k = 0; k < 2; k++) {
+		/* BaseMixTransform applies unless uniform(0, 1) > p, as mixup */
+		cpd[k].apply = rng_uniform(&rng) < p->copy_paste;
+		cpd[k].index = rng_below(&rng, count);
+		draw_image(&cpd[k].img, p, size, count, &rng);
+	}
+}
+
+/*
+ * For tests/tools/detectinst: CopyPaste mode mixup's draws of a sample
+ * whose stream is `rng`, 16 doubles an image (1, then the MixUp partner):
+ * apply, partner, then its 14 image draws as detect_plan_draws gives them.
+ */
+int detect_copy_paste_draws(const struct detect_params *p, uint32_t size, uint64_t count, const struct rng *rng,
+			    double out[32]);
+int detect_copy_paste_draws(const struct detect_params *p, uint32_t size, uint64_t count, const struct rng *rng,
+			    double out[32])
+{
+	struct cp_draw cpd[2];
+
+	if (!p || !rng || size == 0 || count == 0)
+		return -EINVAL;
+	draw_copy_paste(cpd, p, size, count, rng);
+	for (int k = 0; k < 2; k++) {
+		const struct image_draw *im = &cpd[k].img;
+		const double v[16] = {cpd[k].apply,
+				      (double)cpd[k].index,
+				      im->mosaic,
+				      (double)im->partner[0],
+				      (double)im->partner[1],
+				      (double)im->partner[2],
+				      (double)im->yc,
+				      (double)im->xc,
+				      im->persp_x,
+				      im->persp_y,
+				      im->angle,
+				      im->scale,
+				      im->shear_x,
+				      im->shear_y,
+				      im->trans_x,
+				      im->trans_y};
+
+		memcpy(out + 16 * k, v, sizeof(v));
+	}
 	return 0;
 }
 
@@ -1668,6 +1734,7 @@ struct job {
 	bool flipud, fliplr;
 	struct detect_meta *meta;            /* the primary sample's, published on success */
 	const struct detect_instances *inst; /* NULL: boxes only */
+	const struct cp_draw *cpd;           /* CopyPaste mode mixup's draws, or NULL */
 };
 
 /* ---- instances (detect_output.inst) ---- */
@@ -2146,6 +2213,79 @@ static void read_rect(const double inv[9], bool perspective, uint32_t size, int6
  * array `which`.
  */
 static int make_image(const struct job *j, const struct image_draw *im, uint64_t index, bool primary, int which,
+		      uint8_t *out, size_t *nboxes);
+
+/*
+ * CopyPaste(mode="mixup") on image `which` (its pixels `out`, made flipped
+ * as the job says; its instances after RandomPerspective): its partner made
+ * as image 1 is (mosaic + affine, instances in d->inst[2], pixels in
+ * d->cut), the partner's instances instgeom chooses appended (their classes
+ * theirs) and their pixels pasted through the same flips.
+ */
+static int copy_paste_mixup(const struct job *j, int which, uint8_t *out)
+{
+	struct detect *d = j->d;
+	const uint32_t size = j->size;
+	struct instgeom_set *theirs = &d->inst[2].s, *g;
+	struct inst_buf parts[2], tmp;
+	uint32_t k;
+	size_t nb;
+	void *p = d->cut;
+	int r;
+
+	r = grow(&p, &d->cut_cap, (size_t)size * size * 3, 1);
+	d->cut = p;
+	if (r == 0 && !d->cp)
+		r = copypaste_new(&d->cp);
+	if (r == 0)
+		r = make_image(j, &j->cpd[which].img, j->cpd[which].index, false, 2, d->cut, &nb);
+	if (r < 0)
+		return r;
+	p = d->cpsel;
+	r = grow(&p, &d->cpsel_cap, (size_t)theirs->n + 1, sizeof(uint32_t));
+	d->cpsel = p;
+	if (r == 0) {
+		p = d->iscratch;
+		r = grow(&p, &d->iscratch_cap, (size_t)theirs->n + 1, sizeof(float));
+		d->iscratch = p;
+	}
+	if (r < 0)
+		return r;
+	k = instgeom_copy_paste_select_from(&d->inst[which].s, theirs, j->p->copy_paste, d->cpsel, d->iscratch);
+	if (k == 0)
+		return 0;
+	r = copypaste_mask(d->cp, size, size, theirs->seg, theirs->npts, d->cpsel, k);
+	if (r < 0)
+		return r;
+	copypaste_image_flipped(d->cp, out, (size_t)size * 3, d->cut, (size_t)size * 3, j->flipud, j->fliplr);
+	/* Instances.concatenate([instances, instances2[selected]]) */
+	r = inst_reserve(&d->cpbuf, k, theirs->npts, theirs->nkpt);
+	if (r < 0)
+		return r;
+	g = &d->cpbuf.s;
+	for (uint32_t i = 0; i < k; i++) {
+		const uint32_t s = d->cpsel[i];
+
+		g->cls[i] = theirs->cls[s];
+		memcpy(g->box + (size_t)i * 4, theirs->box + (size_t)s * 4, 4 * sizeof(float));
+		memcpy(g->seg + (size_t)i * theirs->npts * 2, theirs->seg + (size_t)s * theirs->npts * 2,
+		       (size_t)theirs->npts * 2 * sizeof(float));
+		if (theirs->nkpt)
+			memcpy(g->kpt + (size_t)i * theirs->nkpt * 3, theirs->kpt + (size_t)s * theirs->nkpt * 3,
+			       (size_t)theirs->nkpt * 3 * sizeof(float));
+	}
+	parts[0] = d->inst[which];
+	parts[1] = d->cpbuf;
+	r = inst_cat(d, parts, 2, &d->out); /* d->out is free until inst_finish */
+	if (r < 0)
+		return r;
+	tmp = d->inst[which];
+	d->inst[which] = d->out;
+	d->out = tmp;
+	return 0;
+}
+
+static int make_image(const struct job *j, const struct image_draw *im, uint64_t index, bool primary, int which,
 		      uint8_t *out, size_t *nboxes)
 {
 	struct detect *d = j->d;
@@ -2160,7 +2300,7 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 	uint64_t t;
 	int r;
 
-	if (j->inst && which > 1)
+	if (j->inst && which > 2)
 		return -EOPNOTSUPP;
 	if (im->mosaic) {
 		const int64_t s2 = 2 * (int64_t)size;
@@ -2281,7 +2421,8 @@ static int make_image(const struct job *j, const struct image_draw *im, uint64_t
 		instgeom_perspective(&d->inst[which].s, M32, (float)im->scale, (int)ow, (int)oh, perspective,
 				     j->inst->obb, d->iscratch, NULL);
 	prof_lap(d, DETECT_STAGE_BOXES, &t);
-	r = 0;
+	/* CopyPaste mode mixup, after RandomPerspective (image 1 and the MixUp partner; its own partner: none) */
+	r = which < 2 && j->cpd && j->cpd[which].apply && d->inst[which].s.n ? copy_paste_mixup(j, which, out) : 0;
 out:
 	return r;
 }
@@ -2516,13 +2657,14 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 {
 	/* The metadata is staged here: *o->meta is written only on success. */
 	struct detect_meta meta = {{0}, {0}};
-	struct job j = {d, p, size, o->out_w, o->out_h, count, load, ctx, false, false, &meta, NULL};
+	struct job j = {d, p, size, o->out_w, o->out_h, count, load, ctx, false, false, &meta, NULL, NULL};
 	size_t n[3] = {0, 0, 0};
 	uint64_t dropped = 0;
 	uint32_t written = 0, max_boxes;
 	uint8_t *image;
 	float *boxes;
 	struct cutmix_draw cm;
+	struct cp_draw cpd[2];
 	struct plan pl;
 	uint64_t tm;
 	int r;
@@ -2542,8 +2684,9 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 			return -EINVAL;
 		if (p->cutmix > 0)
 			return -EOPNOTSUPP; /* CutMix's instances are not built */
-		if (p->copy_paste > 0 && p->copy_paste_mode == DETECT_COPY_PASTE_MIXUP && o->inst->seg_points)
-			return -EOPNOTSUPP; /* CopyPaste's mixup mode: its partner is not made yet */
+		if (p->copy_paste > 0 && p->copy_paste_mode == DETECT_COPY_PASTE_MIXUP && o->inst->seg_points &&
+		    (o->out_w != size || o->out_h != size))
+			return -EOPNOTSUPP; /* CopyPaste's mixup mode in rect batches: not built */
 		j.inst = o->inst;
 	}
 	image = o->image;
@@ -2598,6 +2741,10 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 
 	draw_plan(&pl, p, size, count, rng);
 	draw_cutmix(&cm, p, size, count, rng);
+	if (j.inst && j.inst->seg_points && p->copy_paste > 0 && p->copy_paste_mode == DETECT_COPY_PASTE_MIXUP) {
+		draw_copy_paste(cpd, p, size, count, rng);
+		j.cpd = cpd;
+	}
 	j.flipud = pl.flipud;
 	j.fliplr = pl.fliplr;
 	r = make_image(&j, &pl.img[0], index, true, 0, image, &n[0]);

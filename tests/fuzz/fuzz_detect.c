@@ -165,8 +165,10 @@ static void run_detect(struct input *in)
 						 .nkpt = task == 2 || task == 3 ? 3 : 0,
 						 .flip_idx = task == 2 ? flip_idx : NULL,
 						 .obb = task == 4};
-	if (task) /* CopyPaste (flip mode) on the segments */
+	if (task) { /* CopyPaste on the segments, either mode */
 		p.copy_paste = take_unit(in);
+		p.copy_paste_mode = (int)take_u32(in, 2);
+	}
 	struct detect_output o = {image, out_w, out_h, boxes, max_boxes, &nboxes, &dropped,
 				  &meta, NULL,  NULL,  NULL,  NULL,      NULL,    NULL};
 	if (task) {

@@ -315,10 +315,36 @@ def test_daemon_pastes_mirrored_objects(daemon, tmp_path):
     assert changed > 100 and added > 3, (changed, added)
 
 
+def test_daemon_pastes_another_samples_objects(daemon, tmp_path):
+    """copy_paste=1, mode mixup: its draws come from a stream of their own,
+    so each image is the copy_paste=0 image (same mosaic, same affine) with
+    another sample's objects pasted: its rows are all there, rows and
+    pixels are added (their equality with Ultralytics: test_train_instances
+    for the instances, the tests above for the pixels)."""
+    from test_instances import make_instances_set
+
+    yaml = make_instances_set(tmp_path, "segment")
+    d = daemon(workers=2)
+    plain = _train_images(d, yaml)
+    pasted = _train_images(d, yaml, copy_paste=1.0, copy_paste_mode="mixup")
+    assert plain.keys() == pasted.keys()
+    changed = added = 0
+    for key, (a, ra) in plain.items():
+        b, rb = pasted[key]
+        rest = [tuple(r) for r in rb.tolist()]
+        for r in ra.tolist():
+            assert tuple(r) in rest, (key, r, rb.tolist())
+            rest.remove(tuple(r))
+        added += len(rest)
+        changed += int((b != a).any(-1).sum())
+        assert len(rest) or np.array_equal(a, b), key
+    assert changed > 100 and added > 3, (changed, added)
+
+
 def test_trainer_options():
     """Ultralytics' copy_paste and copy_paste_mode reach the daemon for
     segment and OBB training (pose: passed, nothing to paste); mode mixup
-    and task detect are refused with the reason."""
+    with rect=True and task detect are refused with the reason."""
     from ultralytics.cfg import get_cfg
 
     from stoker.ultralytics import loader_options
@@ -331,7 +357,9 @@ def test_trainer_options():
         assert opts["copy_paste"] == 0.3 and opts["copy_paste_mode"] == "flip", opts
         assert "copy_paste" not in loader_options(args(task=task, copy_paste=0.3), "val")
     assert "copy_paste" not in loader_options(args(task="segment"), "train")
-    with pytest.raises(ValueError, match="copy_paste_mode=mixup with task=segment"):
-        loader_options(args(task="segment", copy_paste=0.3, copy_paste_mode="mixup"), "train")
+    opts = loader_options(args(task="obb", copy_paste=0.3, copy_paste_mode="mixup"), "train")
+    assert opts["copy_paste_mode"] == "mixup", opts
+    with pytest.raises(ValueError, match="copy_paste_mode=mixup with rect=True"):
+        loader_options(args(task="segment", copy_paste=0.3, copy_paste_mode="mixup", rect=True), "train")
     with pytest.raises(ValueError, match="copy_paste=0.3 with task=detect"):
         loader_options(args(task="detect", copy_paste=0.3), "train")

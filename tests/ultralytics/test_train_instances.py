@@ -70,7 +70,7 @@ def tool_input(task, size, seed, index, samples, hyp, max_boxes, out=None):
     lines = [f"{size} {ow} {oh} {seed} {index} {len(samples)} {segp} {nkpt} {int(task == 'obb')} {max_boxes}",
              " ".join(repr(float(hyp[k])) for k in ("hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale",
                                                     "shear", "perspective", "flipud", "fliplr", "mosaic", "mixup"))
-             + " " + repr(float(hyp.get("copy_paste", 0.0))),
+             + f" {float(hyp.get('copy_paste', 0.0))!r} {int(hyp.get('copy_paste_mode', 'flip') == 'mixup')}",
              " ".join(map(str, [len(FLIP_IDX), *FLIP_IDX])) if task == "pose" else "0"]
     for w, h, objs in samples:
         lines.append(f"{w} {h} {len(objs)}")
@@ -121,6 +121,36 @@ def copy_paste_flip(labels, shape, p, monkeypatch, stats):
     return {"cls": out["cls"], "instances": out["instances"]}
 
 
+class _OneSample:
+    """CopyPaste(mode="mixup")'s data set: the partner the daemon drew."""
+
+    def __init__(self, labels):
+        self.labels = labels
+
+    def __len__(self):
+        return 1
+
+    def get_image_and_label(self, index):
+        return self.labels
+
+
+def copy_paste_mixup(labels, partner, shape, p, monkeypatch, stats):
+    """CopyPaste(mode="mixup") where v8_transforms puts it (after
+    RandomPerspective) with the daemon's partner (made as the image is) and
+    its draw injected (get_params and apply_instances: BaseMixTransform's
+    u is the daemon's), numpy's argsort made stable as above."""
+    from ultralytics.data.augment import CopyPaste
+
+    argsort = np.argsort
+    cp = CopyPaste(_OneSample({**partner, "img": np.zeros((*shape, 3), np.uint8)}), p=p, mode="mixup")
+    lab = {**labels, "img": np.zeros((*shape, 3), np.uint8)}
+    with monkeypatch.context() as m:
+        m.setattr(augment.np, "argsort", lambda a, *args, **kw: argsort(a, kind="stable"))
+        out = cp.apply_instances(lab, cp.get_params(lab))
+    stats["pasted"] = stats.get("pasted", 0) + len(out["cls"]) - len(labels["cls"])
+    return {"cls": out["cls"], "instances": out["instances"]}
+
+
 def replay(task, size, index, samples, hyp, draws, monkeypatch, out=None, stats=None):
     """Ultralytics' v8_transforms' instance path on the same draws (`out`:
     a rect batch's (w, h), RandomPerspective's rect_shape)."""
@@ -130,8 +160,9 @@ def replay(task, size, index, samples, hyp, draws, monkeypatch, out=None, stats=
                            shear=hyp["shear"], perspective=hyp["perspective"], size=(ow, oh),
                            preserve_obb=task == "obb")
 
-    def image(k, primary):
-        d = draws[14 * k: 14 * k + 14]
+    def image(k, primary, d=None):
+        """Image k's instances (k 2: a CopyPaste partner, its draws `d`)."""
+        d = draws[14 * k: 14 * k + 14] if d is None else d
         if d[0]:
             yc, xc = int(d[4]), int(d[5])
             layout = []
@@ -149,14 +180,20 @@ def replay(task, size, index, samples, hyp, draws, monkeypatch, out=None, stats=
             lab = ultralytics_labels(task, samples[primary])
             labels = {"cls": lab["cls"], "instances": lab["instances"]}
             shape = (samples[primary][1], samples[primary][0])
-        if hyp.get("copy_paste", 0.0):
+        mixup_mode = hyp.get("copy_paste_mode", "flip") == "mixup"
+        if hyp.get("copy_paste", 0.0) and not mixup_mode:
             labels = copy_paste_flip(labels, shape, hyp["copy_paste"], monkeypatch, stats)
         values = iter(d[6:14])
         with monkeypatch.context() as m:
             m.setattr(augment.random, "uniform", lambda a, b: next(values))
             M, s = rp._compute_affine_matrix(np.zeros((*shape, 3), np.uint8), (ow, oh))
         assert s == d[9]
-        return rp.apply_instances(labels, {"M": M, "scale": s, "orig_shape": shape, "size": (ow, oh)})
+        labels = rp.apply_instances(labels, {"M": M, "scale": s, "orig_shape": shape, "size": (ow, oh)})
+        cp = draws[32 + 16 * k: 48 + 16 * k] if k < 2 else None
+        if mixup_mode and hyp.get("copy_paste", 0.0) and cp and cp[0] and len(labels["instances"].segments):
+            partner = image(2, int(cp[1]), cp[2:16])
+            labels = copy_paste_mixup(labels, partner, (oh, ow), hyp["copy_paste"], monkeypatch, stats)
+        return labels
 
     labels = image(0, index)
     if draws[28]:
@@ -190,7 +227,7 @@ def run_tool(text):
     return p.stdout.splitlines()
 
 
-@pytest.mark.parametrize("copy_paste", [0.0, 0.6])
+@pytest.mark.parametrize("copy_paste", [0.0, 0.6, "mixup"])
 @pytest.mark.parametrize("rect", [False, True])
 @pytest.mark.parametrize("task", ["segment", "pose", "obb"])
 def test_training_instances_equal_ultralytics(task, rect, copy_paste, monkeypatch):
@@ -199,6 +236,10 @@ def test_training_instances_equal_ultralytics(task, rect, copy_paste, monkeypatc
     copy_paste: CopyPaste(mode="flip") on the mosaic (or the plain image)
     before the affine (rect keeps it, as YOLODataset does); pose samples
     carry no segments, so nothing is pasted there, as in Ultralytics."""
+    if copy_paste == "mixup" and rect:
+        pytest.skip("copy_paste_mode mixup is refused with rect (its partner in another batch's shape)")
+    cp_mode = "mixup" if copy_paste == "mixup" else "flip"
+    copy_paste = 0.7 if copy_paste == "mixup" else copy_paste
     rng = np.random.default_rng({"segment": 51, "pose": 52, "obb": 53}[task] + 10 * rect + int(100 * copy_paste))
     seen = {"mosaic": 0, "plain": 0, "mixup": 0, "flipud": 0, "fliplr": 0, "kept": 0, "hidden": 0, "pasted": 0}
     for trial in range(36):
@@ -207,7 +248,7 @@ def test_training_instances_equal_ultralytics(task, rect, copy_paste, monkeypatc
         hyp = dict(hsv_h=0.015, hsv_s=0.7, hsv_v=0.4, degrees=float(rng.choice([0.0, 10.0])), translate=0.1,
                    scale=0.5, shear=float(rng.choice([0.0, 2.0])), perspective=float(rng.choice([0.0, 0.0005])),
                    flipud=0.3, fliplr=0.5, mosaic=0.0 if rect else 0.7, mixup=0.0 if rect else 0.3,
-                   copy_paste=copy_paste)
+                   copy_paste=copy_paste, copy_paste_mode=cp_mode)
         out = (size, int(rng.choice([size // 2, 3 * size // 4]))) if rect else None
         if rect and rng.random() < 0.5:
             out = out[::-1]

@@ -22,8 +22,9 @@ StokerPoseValidator do it for segment (overlap masks, sem_masks) and pose
 Ultralytics' own; StokerSegmentationTrainer, StokerPoseTrainer and
 StokerOBBTrainer train them, the daemon carrying polygons, keypoints and
 oriented boxes through mosaic, affine, mixup and flips as Ultralytics'
-transforms do, with copy_paste (mode flip; mixup is refused: not built yet)
-for segments and oriented boxes (cutmix with them is refused: not built yet).
+transforms do, with copy_paste (modes flip and mixup; mixup not with
+rect=True) for segments and oriented boxes (cutmix with them is refused:
+not built yet).
 
 The batches are the dict Ultralytics' own loader yields: img (uint8
 [B, 3, H, W], a zero-copy view of the daemon's ring in channels_last
@@ -175,8 +176,8 @@ def loader_options(args, mode="train", epochs=None):
     if mode == "train" and copy_paste and task == "detect":
         bad.append(f"copy_paste={copy_paste} with task=detect (Ultralytics pastes the polygons of segment label "
                    "files; stoker's detect samples carry their boxes only)")
-    elif mode == "train" and copy_paste and cp_mode == "mixup" and task in ("segment", "obb"):
-        bad.append(f"copy_paste_mode=mixup with task={task} (another sample's objects pasted: not built yet; "
+    elif mode == "train" and copy_paste and cp_mode == "mixup" and task in ("segment", "obb") and args.rect:
+        bad.append("copy_paste_mode=mixup with rect=True (its partner sample in another batch's shape: not built; "
                    "copy_paste_mode=flip is)")
     if bad:
         raise ValueError(f"stoker does not build {', '.join(bad)}: unset it, or train with Ultralytics' own loader")
