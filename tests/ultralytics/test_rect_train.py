@@ -188,6 +188,43 @@ def test_rect_training_samples_with_stokers_draws_equal_ultralytics(daemon, scen
     assert flipped > 20 and rotated > 20
 
 
+def test_square_training_without_mosaic_equals_ultralytics(daemon, scenes):
+    """The same path square (rect=False, mosaic 0: what close_mosaic's last epochs
+    train on): each sample centred in imgsz x imgsz as Ultralytics' RandomPerspective
+    puts load_image's output (no LetterBox before it), boxes equal, pixels equal on
+    whole-pixel shifts and within 1 half a pixel off."""
+    d = daemon(workers=2)
+    imgsz = 160
+    args = get_cfg(overrides=dict(data=str(scenes / "data.yaml"), workers=0, seed=0, imgsz=imgsz, mosaic=0.0,
+                                  mixup=0.0, cutmix=0.0, **FLAT))
+    data = check_det_dataset(args.data)
+    ours = YOLOLoader(data["train"], args, data, batch_size=4, mode="train", rank=-1, epochs=3, stride=STRIDE,
+                      socket=d.socket, resample="cv2")
+    try:
+        got = _pass(ours)
+    finally:
+        ours.close()
+    ds = build_yolo_dataset(args, data["train"], 4, data, mode="train", rect=False, stride=STRIDE)
+    at = {f: k for k, f in enumerate(ds.im_files)}
+    whole = half = 0
+    for b in got:
+        for i, f in enumerate(b["im_file"]):
+            w = ds[at[f]]
+            m = b["batch_idx"] == i
+            assert torch.equal(b["cls"][m], w["cls"]), f
+            assert torch.allclose(b["bboxes"][m], w["bboxes"], atol=1e-5, rtol=0), f
+            (h0, w0), r = w["ori_shape"], imgsz / max(w["ori_shape"])
+            w1, h1 = min(math.ceil(w0 * r), imgsz), min(math.ceil(h0 * r), imgsz)
+            diff = (b["img"][i].int() - w["img"].int()).abs().max().item()
+            if (imgsz - w1) % 2 == 0 and (imgsz - h1) % 2 == 0:
+                assert diff == 0, f
+                whole += 1
+            else:
+                assert diff <= 1, (f, diff)
+                half += 1
+    assert whole > 0 and half > 0
+
+
 def _stats(batches):
     """Per image: its number of boxes, their mean area (normalised) and mean centre x."""
     out = []
