@@ -283,8 +283,13 @@ def test_training_batches_have_ultralytics_keys(daemon, instances_set):
     assert rows > 0
 
 
-@pytest.mark.parametrize("task", ["segment", "pose", "obb"])
-def test_trainers_train_one_epoch(daemon, tmp_path, task, monkeypatch):
+@pytest.mark.parametrize("task, extra", [
+    ("segment", {}), ("pose", {}), ("obb", {}),
+    # CopyPaste on (close_mosaic 0: one epoch is otherwise a closed one, as Ultralytics' trainer has it)
+    ("segment", {"copy_paste": 0.5, "close_mosaic": 0}),
+    ("obb", {"copy_paste": 0.5, "copy_paste_mode": "mixup", "close_mosaic": 0}),
+])
+def test_trainers_train_one_epoch(daemon, tmp_path, task, extra, monkeypatch):
     """One epoch of each task through Ultralytics' own trainer with stoker's
     loaders (CPU, imgsz 128, the model from its yaml): every training batch
     from stokerd, finite losses, the validation's metrics present."""
@@ -309,7 +314,7 @@ def test_trainers_train_one_epoch(daemon, tmp_path, task, monkeypatch):
     model.add_callback("on_train_batch_end", on_batch)
     metrics = model.train(data=str(yaml), trainer=trainer, imgsz=128, epochs=1, batch=2, device="cpu", workers=0,
                           plots=False, amp=False, seed=0, project=str(tmp_path / "runs"), name="run",
-                          exist_ok=True, verbose=False)
+                          exist_ok=True, verbose=False, **extra)
     assert len(seen) == 3  # 5 images (bad.png's label is corrupt), batches of 2
     with open(tmp_path / "runs" / "run" / "results.csv") as f:
         rows = [{k.strip(): v for k, v in r.items()} for r in csv.DictReader(f)]
