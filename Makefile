@@ -618,7 +618,8 @@ bench-detect: all $(B)/bench/jpeg_limit $(B)/bench/profile_detect
 
 # YOLO training through Ultralytics' trainer, its loader against stoker's
 # (losses, mAP, epoch times, two seeds): bench/out/yolo_train/. About 20
-# minutes on 2 cores; options: BENCH_YOLO_ARGS="--help".
+# minutes on 2 cores; options: BENCH_YOLO_ARGS="--help" (--task classify,
+# segment, pose: bench/out/yolo_train_{cls,seg,pose}/).
 .PHONY: bench-yolo-train
 bench-yolo-train: all
 	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) bench/yolo_train.py $(BENCH_YOLO_ARGS)
