@@ -251,20 +251,18 @@ static int validate_task(const Stoker__Attach *a, char *errbuf, size_t errlen)
 		set_err(errbuf, errlen, "unknown yolo_task %d", (int)o->yolo_task);
 		return -EINVAL;
 	}
-	if (o && o->yolo_task != STOKER__YOLO_TASK__YOLO_DETECT && a->transform != STOKER__TRANSFORM__LETTERBOX &&
-	    o->has_cutmix && o->cutmix > 0) {
-		set_err(errbuf, errlen,
-			"yolo_task %s: cutmix does not carry segments, keypoints and oriented boxes yet; cutmix 0",
-			o->yolo_task == STOKER__YOLO_TASK__YOLO_POSE  ? "pose"
-			: o->yolo_task == STOKER__YOLO_TASK__YOLO_OBB ? "obb"
-								      : "segment");
-		return -EINVAL;
-	}
 	if (o && o->copy_paste > 0 && o->copy_paste_mode == STOKER__COPY_PASTE_MODE__COPY_PASTE_MIXUP && o->rect &&
 	    a->transform == STOKER__TRANSFORM__MOSAIC &&
 	    (o->yolo_task == STOKER__YOLO_TASK__YOLO_SEGMENT || o->yolo_task == STOKER__YOLO_TASK__YOLO_OBB)) {
 		/* its partner would be made in another batch's shape */
 		set_err(errbuf, errlen, "copy_paste_mode mixup is not built for rect training (flip is)");
+		return -EINVAL;
+	}
+	if (o && o->copy_paste > 0 && o->copy_paste_mode == STOKER__COPY_PASTE_MODE__COPY_PASTE_MIXUP &&
+	    o->cutmix > 0 && a->transform == STOKER__TRANSFORM__MOSAIC &&
+	    (o->yolo_task == STOKER__YOLO_TASK__YOLO_SEGMENT || o->yolo_task == STOKER__YOLO_TASK__YOLO_OBB)) {
+		/* CutMix's partner would need a CopyPaste partner of its own */
+		set_err(errbuf, errlen, "copy_paste_mode mixup with cutmix is not built (either alone is)");
 		return -EINVAL;
 	}
 	if (o && o->yolo_task == STOKER__YOLO_TASK__YOLO_POSE &&

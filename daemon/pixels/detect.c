@@ -118,9 +118,11 @@ struct detect {
 	bool avx2;      /* the AVX2 kernels */
 	bool avx512;    /* the AVX-512 warp kernel (avx2 set too: HSV runs on AVX2) */
 	uint64_t *prof; /* detect_profile()'s counters, or NULL */
-	/* detect_output.inst: the mosaic's tiles, image 1's and the mixup's
-	 * instances, the sample's (out), and instgeom's scratch */
-	struct inst_buf tile[4], inst[3], out; /* inst[2]: CopyPaste's (mode mixup) partner */
+	/* detect_output.inst: the mosaic's tiles, image 1's, the mixup's and
+	 * the third image's instances (inst[2]: CopyPaste's mode mixup partner,
+	 * then CutMix's), the sample's (out; mixed: CutMix's second buffer), and
+	 * instgeom's scratch */
+	struct inst_buf tile[4], inst[3], out, mixed;
 	/* CopyPaste: its pixels (made at first use), the instances with the
 	 * pasted ones appended, its choice and instgeom's scratch for it */
 	struct copypaste *cp;
@@ -275,7 +277,7 @@ long detect_check_arith(void);
 int detect_cutmix_geometry(uint32_t size, const double lam[3], const int64_t cx[3], const int64_t cy[3], double choice,
 			   const float *boxes, size_t n, float *partner, size_t *n_partner, float area[4]);
 
-int detect_plan_draws(const struct detect_params *p, uint32_t size, uint64_t count, struct rng *rng, double out[32]);
+int detect_plan_draws(const struct detect_params *p, uint32_t size, uint64_t count, struct rng *rng, double out[58]);
 
 static int forced_isa = ISA_AUTO;
 
@@ -396,6 +398,7 @@ void detect_free(struct detect *d)
 	free(d->cpbuf.mem);
 	free(d->cpsel);
 	free(d->out.mem);
+	free(d->mixed.mem);
 	free(d->iscratch);
 	free(d->fmt);
 	free(d);
@@ -494,44 +497,6 @@ static void draw_plan(struct plan *pl, const struct detect_params *p, uint32_t s
 	pl->beta = pl->mixup ? rng_beta(rng, 32.0, 32.0) : 1.0;
 }
 
-/*
- * For tests/tools/detectinst: the plan DETECT_TRAIN draws from `rng`, as 32
- * doubles: per image (1, then the mixup's) mosaic, its 3 partners, yc, xc
- * and the 8 affine draws; then mixup, its partner, flipud, fliplr.
- */
-int detect_plan_draws(const struct detect_params *p, uint32_t size, uint64_t count, struct rng *rng, double out[32])
-{
-	struct plan pl;
-
-	if (!p || !rng || size == 0 || count == 0)
-		return -EINVAL;
-	draw_plan(&pl, p, size, count, rng);
-	for (int i = 0; i < 2; i++) {
-		const struct image_draw *im = &pl.img[i];
-		const double v[14] = {im->mosaic,
-				      (double)im->partner[0],
-				      (double)im->partner[1],
-				      (double)im->partner[2],
-				      (double)im->yc,
-				      (double)im->xc,
-				      im->persp_x,
-				      im->persp_y,
-				      im->angle,
-				      im->scale,
-				      im->shear_x,
-				      im->shear_y,
-				      im->trans_x,
-				      im->trans_y};
-
-		memcpy(out + 14 * i, v, sizeof(v));
-	}
-	out[28] = pl.mixup;
-	out[29] = (double)pl.mix_index;
-	out[30] = pl.flipud;
-	out[31] = pl.fliplr;
-	return 0;
-}
-
 /* CopyPaste mode mixup's draws, from a stream of their own: u, partner, its 14 image draws; image 1's, then the MixUp
  * partner's (always drawn). */
 static void draw_copy_paste(struct cp_draw cpd[2], const struct detect_params *p, uint32_t size, uint64_t count,
@@ -604,6 +569,55 @@ static void draw_cutmix(struct cutmix_draw *cm, const struct detect_params *p, u
 		cm->cy[k] = (int64_t)rng_below(&rng, size);
 	}
 	cm->choice = rng_uniform(&rng);
+}
+
+/*
+ * For tests/tools/detectinst: the plan DETECT_TRAIN draws from `rng`, as 58
+ * doubles: per image (1, then the mixup's) mosaic, its 3 partners, yc, xc
+ * and the 8 affine draws; then mixup, its partner, flipud, fliplr; then
+ * CutMix's: apply, partner, its image's 14, lam[3], cx[3], cy[3], choice.
+ */
+int detect_plan_draws(const struct detect_params *p, uint32_t size, uint64_t count, struct rng *rng, double out[58])
+{
+	struct plan pl;
+	struct cutmix_draw cm;
+
+	if (!p || !rng || size == 0 || count == 0)
+		return -EINVAL;
+	draw_plan(&pl, p, size, count, rng);
+	draw_cutmix(&cm, p, size, count, rng);
+	for (int i = 0; i < 3; i++) {
+		const struct image_draw *im = i < 2 ? &pl.img[i] : &cm.img;
+		const double v[14] = {im->mosaic,
+				      (double)im->partner[0],
+				      (double)im->partner[1],
+				      (double)im->partner[2],
+				      (double)im->yc,
+				      (double)im->xc,
+				      im->persp_x,
+				      im->persp_y,
+				      im->angle,
+				      im->scale,
+				      im->shear_x,
+				      im->shear_y,
+				      im->trans_x,
+				      im->trans_y};
+
+		memcpy(out + (i < 2 ? 14 * i : 34), v, sizeof(v));
+	}
+	out[28] = pl.mixup;
+	out[29] = (double)pl.mix_index;
+	out[30] = pl.flipud;
+	out[31] = pl.fliplr;
+	out[32] = cm.apply;
+	out[33] = (double)cm.index;
+	for (int k = 0; k < CUTMIX_AREAS; k++) {
+		out[48 + k] = cm.lam[k];
+		out[51 + k] = (double)cm.cx[k];
+		out[54 + k] = (double)cm.cy[k];
+	}
+	out[57] = cm.choice;
+	return 0;
 }
 
 /* ---- matrices ---- */
@@ -1848,7 +1862,7 @@ static void inst_affine(const struct image_draw *im, int in_w, int in_h, uint32_
 }
 
 /*
- * The sample's instances: image 1's (and the mixup's) concatenated, then
+ * The sample's instances (d->out: image 1's, the mixup's and CutMix's),
  * RandomFlip's (boxes to xywh, the flips with flip_idx), then Format's rows,
  * keypoints and xywhr for the first max_boxes of them.
  */
@@ -1859,10 +1873,8 @@ static int inst_finish(struct detect *d, const struct detect_instances *in, cons
 	struct instgeom_set v;
 	uint32_t k;
 	void *p = d->fmt;
-	int r = inst_cat(d, d->inst, pl->mixup ? 2 : 1, &d->out);
+	int r;
 
-	if (r < 0)
-		return r;
 	instgeom_xywh(&d->out.s);
 	if (pl->flipud)
 		instgeom_flip(&d->out.s, true, (float)h, in->flip_idx, d->iscratch);
@@ -2556,6 +2568,8 @@ static size_t cutmix_boxes(struct dbox *b, struct instgeom_set *theirs, const fl
  * in the area (flipped as the image is: the warp folded the flips in) and
  * its kept boxes in box set 2 (their number in *kept, 0 when skipped).
  */
+static void cutmix_paste(const struct job *j, const float area[4], uint8_t *image);
+
 static int cutmix(const struct job *j, const struct cutmix_draw *cm, uint8_t *image, const size_t n[2], bool mixup,
 		  size_t *kept)
 {
@@ -2564,7 +2578,6 @@ static int cutmix(const struct job *j, const struct cutmix_draw *cm, uint8_t *im
 	size_t counts[3] = {n[0], mixup ? n[1] : 0, 0};
 	const struct dbox *sets[3] = {d->boxes[0], d->boxes[1], d->boxes[2]};
 	void *m = d->cut;
-	int64_t x1, y1, x2, y2;
 	float area[4];
 	int r;
 
@@ -2588,6 +2601,18 @@ static int cutmix(const struct job *j, const struct cutmix_draw *cm, uint8_t *im
 	counts[2] = cutmix_boxes(d->boxes[2], &d->cutmix.theirs, area, d->cutmix.idx);
 	if (counts[2] == 0)
 		return 0; /* no partner box in the area: CutMix skips */
+	cutmix_paste(j, area, image);
+	*kept = counts[2];
+	return 0;
+}
+
+/* CutMix's apply_image: the partner's pixels (d->cut) in the area, flipped as the image is. */
+static void cutmix_paste(const struct job *j, const float area[4], uint8_t *image)
+{
+	const struct detect *d = j->d;
+	const uint32_t size = j->size;
+	int64_t x1, y1, x2, y2;
+
 	x1 = (int64_t)area[0], y1 = (int64_t)area[1], x2 = (int64_t)area[2], y2 = (int64_t)area[3];
 	if (j->fliplr) {
 		int64_t t = x1;
@@ -2604,7 +2629,67 @@ static int cutmix(const struct job *j, const struct cutmix_draw *cm, uint8_t *im
 	for (int64_t y = y1; y < y2; y++)
 		memcpy(image + ((size_t)y * size + (size_t)x1) * 3, d->cut + ((size_t)y * size + (size_t)x1) * 3,
 		       (size_t)(x2 - x1) * 3);
-	*kept = counts[2];
+}
+
+/*
+ * CutMix with instances: the area chosen among those free of the image's
+ * instances (d->out, after MixUp), the partner made as image 1 is, its
+ * instances whose bbox_ioa with the area reaches 0.01 (the image has
+ * segments) or 0.1, cut to the area (instgeom_cutmix_piece) and appended.
+ */
+static int cutmix_inst(const struct job *j, const struct cutmix_draw *cm, uint8_t *image)
+{
+	struct detect *d = j->d;
+	const uint32_t size = j->size;
+	struct inst_buf *theirs = &d->inst[2], *piece = &d->tile[0], tmp;
+	size_t nboxes = 0;
+	void *m = d->cut, *q = d->cutmix.idx;
+	float area[4], thr;
+	uint32_t k;
+	int r;
+
+	if (!cutmix_area(cm, size, &d->out.s, area))
+		return 0;
+	r = grow(&m, &d->cut_cap, (size_t)size * size * 3, 1);
+	d->cut = m;
+	if (r < 0)
+		return r;
+	r = make_image(j, &cm->img, cm->index, false, 2, d->cut, &nboxes);
+	if (r < 0)
+		return r;
+	r = grow(&q, &d->cutmix.idx_cap, (size_t)theirs->s.n + 1, sizeof(uint32_t));
+	d->cutmix.idx = q;
+	if (r < 0)
+		return r;
+	/* 0.01 if len(labels["instances"].segments) else 0.1 */
+	thr = d->out.s.npts && d->out.s.n ? 0.01f : 0.1f;
+	k = instgeom_cutmix_select(area, &theirs->s, thr, d->cutmix.idx);
+	if (k == 0)
+		return 0; /* no partner instance in the area: CutMix skips */
+	r = inst_reserve(piece, k, theirs->s.npts, theirs->s.nkpt);
+	if (r < 0)
+		return r;
+	for (uint32_t i = 0; i < k; i++) {
+		const uint32_t x = d->cutmix.idx[i];
+		const size_t np = (size_t)theirs->s.npts * 2, nk = (size_t)theirs->s.nkpt * 3;
+
+		piece->s.cls[i] = theirs->s.cls[x];
+		memcpy(piece->s.box + (size_t)i * 4, theirs->s.box + (size_t)x * 4, 4 * sizeof(float));
+		if (np)
+			memcpy(piece->s.seg + i * np, theirs->s.seg + x * np, np * sizeof(float));
+		if (nk)
+			memcpy(piece->s.kpt + i * nk, theirs->s.kpt + x * nk, nk * sizeof(float));
+	}
+	instgeom_cutmix_piece(&piece->s, area, j->inst->obb, d->iscratch);
+	{
+		const struct inst_buf parts[2] = {d->out, *piece};
+
+		r = inst_cat(d, parts, 2, &d->mixed);
+	}
+	if (r < 0)
+		return r;
+	tmp = d->out, d->out = d->mixed, d->mixed = tmp;
+	cutmix_paste(j, area, image);
 	return 0;
 }
 
@@ -2682,11 +2767,12 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 		if ((o->inst->nkpt && !o->kpt) || (o->inst->obb && (!o->xywhr || !o->inst->seg_points)) ||
 		    (o->max_boxes && !o->boxes))
 			return -EINVAL;
-		if (p->cutmix > 0)
-			return -EOPNOTSUPP; /* CutMix's instances are not built */
 		if (p->copy_paste > 0 && p->copy_paste_mode == DETECT_COPY_PASTE_MIXUP && o->inst->seg_points &&
 		    (o->out_w != size || o->out_h != size))
 			return -EOPNOTSUPP; /* CopyPaste's mixup mode in rect batches: not built */
+		if (p->copy_paste > 0 && p->copy_paste_mode == DETECT_COPY_PASTE_MIXUP && o->inst->seg_points &&
+		    p->cutmix > 0)
+			return -EOPNOTSUPP; /* CutMix's partner would need its own CopyPaste partner: not built */
 		j.inst = o->inst;
 	}
 	image = o->image;
@@ -2765,8 +2851,14 @@ int detect_make(struct detect *d, enum detect_transform t, const struct detect_p
 		blend(image, d->mix, bytes, pl.beta);
 		prof_lap(d, DETECT_STAGE_MIXUP, &tm);
 	}
+	if (j.inst) {
+		/* MixUp's Instances.concatenate (image 1's alone without it) */
+		r = inst_cat(d, d->inst, pl.mixup ? 2 : 1, &d->out);
+		if (r < 0)
+			goto out;
+	}
 	if (cm.apply) {
-		r = cutmix(&j, &cm, image, n, pl.mixup, &n[2]);
+		r = j.inst ? cutmix_inst(&j, &cm, image) : cutmix(&j, &cm, image, n, pl.mixup, &n[2]);
 		if (r < 0)
 			goto out;
 	}

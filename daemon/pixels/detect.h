@@ -119,9 +119,10 @@ struct detect_sample {
  *
  * The random affine's pixel warp then uses Ultralytics' float32 matrix
  * (instgeom_affine_matrix), the same one the instances go through; an
- * image that is not a mosaic is warped from its own centre, unpadded (the
- * detect path's warp is untouched). CutMix with instances is not built
- * (-EOPNOTSUPP for cutmix > 0).
+ * image that is not a mosaic is warped from its own centre (as the detect
+ * path's). CutMix: an area free of the image's instances, the partner's
+ * instances that reach bbox_ioa 0.01 (the image has segments) or 0.1 with
+ * it, cut to it (preserve_obb for OBB) and appended.
  */
 struct detect_instances {
 	uint32_t seg_points;      /* 0: no segments */

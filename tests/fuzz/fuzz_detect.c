@@ -158,6 +158,7 @@ static void run_detect(struct input *in)
 		abort();
 	/* training's instances: none, segment, pose (flip_idx or none), obb */
 	task = t == DETECT_TRAIN ? take_u32(in, 5) : 0;
+	p.cutmix = task ? take_unit(in) : 0; /* CutMix with instances */
 	if (task)
 		inst = (struct detect_instances){.seg_points = task == 1   ? 1000
 							       : task == 4 ? 100

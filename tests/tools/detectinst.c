@@ -9,10 +9,11 @@
  *           (OUT_W x OUT_H: SIZE x SIZE, or a rect batch's shape)
  *           hsv_h hsv_s hsv_v degrees translate scale shear perspective
  *           flipud fliplr mosaic mixup copy_paste copy_paste_mode (0 flip, 1 mixup)
+ *           cutmix
  *           NFLIP, then NFLIP flip_idx entries (0: none)
  *           COUNT samples: W H N, then N objects "cls cx cy w h NP x y ..."
  *           (NP points, normalised) followed by NKPT x, y, visibility
- *   stdout: line 1: the 32 draws (detect_plan_draws), then CopyPaste mode
+ *   stdout: line 1: the 58 draws (detect_plan_draws), then CopyPaste mode
  *                   mixup's 32 (detect_copy_paste_draws), %.17g
  *           line 2: n npts nkpt, then the sample's instances (pixels, xywh):
  *                   cls[n] box[n][4] seg[n][npts][2] kpt[n][nkpt][3], %.9g
@@ -29,7 +30,7 @@
 #include "instgeom.h"
 #include "rng.h"
 
-int detect_plan_draws(const struct detect_params *p, uint32_t size, uint64_t count, struct rng *rng, double out[32]);
+int detect_plan_draws(const struct detect_params *p, uint32_t size, uint64_t count, struct rng *rng, double out[58]);
 int detect_copy_paste_draws(const struct detect_params *p, uint32_t size, uint64_t count, const struct rng *rng,
 			    double out[32]);
 
@@ -80,7 +81,7 @@ int main(void)
 	struct set st = {0};
 	size_t seg_cap = 0, seg_n = 0;
 	struct detect *d = NULL;
-	double draws[32], cp_draws[32];
+	double draws[58], cp_draws[32];
 	struct rng rng;
 	int r;
 
@@ -90,11 +91,10 @@ int main(void)
 	    out_h > 4096 || nkpt > 1024 || index >= count)
 		return 1;
 	detect_params_default(&p);
-	if (scanf("%f %f %f %f %f %f %f %f %f %f %f %f %lf %d", &p.hsv_h, &p.hsv_s, &p.hsv_v, &p.degrees, &p.translate,
-		  &p.scale, &p.shear, &p.perspective, &p.flipud, &p.fliplr, &p.mosaic, &p.mixup, &p.copy_paste,
-		  &p.copy_paste_mode) != 14)
+	if (scanf("%f %f %f %f %f %f %f %f %f %f %f %f %lf %d %f", &p.hsv_h, &p.hsv_s, &p.hsv_v, &p.degrees,
+		  &p.translate, &p.scale, &p.shear, &p.perspective, &p.flipud, &p.fliplr, &p.mosaic, &p.mixup,
+		  &p.copy_paste, &p.copy_paste_mode, &p.cutmix) != 15)
 		return 1;
-	p.cutmix = 0;
 	if (scanf("%u", &nflip) != 1 || nflip > 1024)
 		return 1;
 	for (unsigned i = 0; i < nflip; i++)
@@ -150,7 +150,7 @@ int main(void)
 	if (detect_copy_paste_draws(&p, size, count, &rng, cp_draws) < 0 ||
 	    detect_plan_draws(&p, size, count, &rng, draws) < 0)
 		return 1;
-	for (int i = 0; i < 32; i++)
+	for (int i = 0; i < 58; i++)
 		printf("%s%.17g", i ? " " : "", draws[i]);
 	for (int i = 0; i < 32; i++)
 		printf(" %.17g", cp_draws[i]);

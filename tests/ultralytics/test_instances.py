@@ -135,7 +135,6 @@ def test_corrupt_label_files_are_counted(daemon, instances_set):
     ({"yolo_task": "pose", "kpt_shape": "4,3", "flip_idx": "1,0,3"}, "flip_idx has 3 entries"),
     ({"yolo_task": "pose", "kpt_shape": "4,3", "flip_idx": "1,0,3,4"}, "flip_idx.* is not a keypoint"),
     ({"yolo_task": "segment", "kpt_shape": "4,3"}, "options of yolo_task pose"),
-    ({"yolo_task": "segment", "transform": "mosaic", "cutmix": 0.5}, "cutmix does not carry"),
     ({"yolo_task": "segment", "transform": "mosaic", "copy_paste": 0.5, "copy_paste_mode": "mixup", "rect": True,
       "mosaic": 0.0, "mixup": 0.0}, "copy_paste_mode mixup is not built for rect"),
     ({"yolo_task": "segment", "transform": "mosaic", "copy_paste": 1.5}, "copy_paste must be in"),
@@ -242,7 +241,7 @@ def test_validator_on_its_own_equals_ultralytics(daemon, instances_set, monkeypa
 
 
 def test_training_batches_have_ultralytics_keys(daemon, instances_set):
-    """The training loader's batches (mosaic, affine, flips; mixup on): the
+    """The training loader's batches (mosaic, affine, flips; mixup and cutmix on): the
     keys and dtypes of Ultralytics' own training batches for the task, rows
     that lie in the image, one overlap mask per image whose objects each
     hold cells (segment), keypoints per row (pose), xywhr per row (obb)."""
@@ -250,7 +249,7 @@ def test_training_batches_have_ultralytics_keys(daemon, instances_set):
 
     task, yaml = instances_set
     d = daemon(workers=2)
-    args = _args(yaml, task, mixup=0.5, fliplr=0.5, flipud=0.2)
+    args = _args(yaml, task, mixup=0.5, cutmix=0.5, fliplr=0.5, flipud=0.2)
     data = check_det_dataset(args.data)
     ds = build_yolo_dataset(args, data["train"], 2, data, mode="train", stride=STRIDE)
     want = next(iter(build_dataloader(ds, 2, 0, shuffle=False, rank=-1)))

@@ -1,7 +1,7 @@
 """Ultralytics' switches and tasks in stoker.ultralytics (make
 check-ultralytics): `fraction` takes the images Ultralytics' own
 YOLODataset takes (which images, in which order), and what stoker does not
-build yet (copy_paste, rect training, cutmix with instances)
+build yet (copy_paste)
 is refused with the reason, never trained without."""
 
 import numpy as np
@@ -108,18 +108,6 @@ def test_fraction_in_the_daemon(daemon, yolo):
         with pytest.raises(stoker.StokerError, match="fraction"):
             stoker.Loader(str(path / "images" / "train"), socket=d.socket, task="detect", image_size=IMGSZ,
                           batch_size=4, fraction=bad)
-
-
-@pytest.mark.parametrize("task", ["segment", "pose", "obb"])
-def test_cutmix_with_instances_is_refused(yolo, task):
-    """CutMix does not carry segments, keypoints and oriented boxes yet: a
-    training with it is refused with the reason (their training otherwise
-    is built: tests/ultralytics/test_instances.py)."""
-    path, _ = yolo
-    args = _args(path, task=task, cutmix=0.5)
-    data = check_det_dataset(args.data)
-    with pytest.raises(ValueError, match=f"cutmix=0.5 with task={task}"):
-        YOLOLoader(data["train"], args, data, mode="train")
 
 
 @pytest.mark.parametrize("kw,what", [({"copy_paste": 0.5}, "copy_paste")])

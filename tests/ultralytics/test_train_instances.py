@@ -5,7 +5,8 @@ samples' labels as YOLODataset.update_labels_info leaves them (segments
 resampled to 1000 points or one more than the longest, OBB corners to 100),
 Mosaic.apply_instances with the drawn centre and partners, RandomPerspective
 with _compute_affine_matrix fed the drawn values (random.uniform replaced),
-MixUp's Instances.concatenate, RandomFlip vertical then horizontal with the
+MixUp's Instances.concatenate, CutMix (its Beta, randint and area choice
+given the drawn values), RandomFlip vertical then horizontal with the
 data.yaml's flip_idx, and Format's boxes, keypoints and xywhr. Equality is
 bit for bit (float32). make check-ultralytics."""
 
@@ -17,7 +18,7 @@ import cv2
 import numpy as np
 import pytest
 import ultralytics.data.augment as augment
-from ultralytics.data.augment import Format, Mosaic, RandomFlip, RandomPerspective
+from ultralytics.data.augment import BaseMixTransform, CutMix, Format, Mosaic, RandomFlip, RandomPerspective
 from ultralytics.data.dataset import YOLODataset
 from ultralytics.utils.instance import Instances
 from ultralytics.utils.ops import segments2boxes
@@ -54,7 +55,7 @@ def make_samples(rng, task, size, count):
             if poly is not None:
                 xywh = segments2boxes([poly])[0].astype(np.float32)
             else:
-                xywh = np.concatenate([rng.uniform(0.1, 0.9, 2), rng.uniform(0.05, 0.5, 2)]).astype(np.float32)
+                xywh = np.concatenate([rng.uniform(0.1, 0.9, 2), rng.uniform(0.03, 0.2, 2)]).astype(np.float32)
             if task == "pose":
                 kpt = np.concatenate([rng.uniform(0, 1, (NKPT, 2)), rng.choice([0.0, 1.0, 2.0], (NKPT, 1))],
                                      1).astype(np.float32)
@@ -70,7 +71,8 @@ def tool_input(task, size, seed, index, samples, hyp, max_boxes, out=None):
     lines = [f"{size} {ow} {oh} {seed} {index} {len(samples)} {segp} {nkpt} {int(task == 'obb')} {max_boxes}",
              " ".join(repr(float(hyp[k])) for k in ("hsv_h", "hsv_s", "hsv_v", "degrees", "translate", "scale",
                                                     "shear", "perspective", "flipud", "fliplr", "mosaic", "mixup"))
-             + f" {float(hyp.get('copy_paste', 0.0))!r} {int(hyp.get('copy_paste_mode', 'flip') == 'mixup')}",
+             + f" {float(hyp.get('copy_paste', 0.0))!r} {int(hyp.get('copy_paste_mode', 'flip') == 'mixup')}"
+             + f" {float(hyp.get('cutmix', 0.0))!r}",
              " ".join(map(str, [len(FLIP_IDX), *FLIP_IDX])) if task == "pose" else "0"]
     for w, h, objs in samples:
         lines.append(f"{w} {h} {len(objs)}")
@@ -151,10 +153,30 @@ def copy_paste_mixup(labels, partner, shape, p, monkeypatch, stats):
     return {"cls": out["cls"], "instances": out["instances"]}
 
 
+def cutmix(task, size, labels, labels2, draws, monkeypatch):
+    """Ultralytics' CutMix.get_params and apply_instances with the second
+    image given and its draws (Beta, randint, the area's choice) replaced
+    by ours."""
+    cm = CutMix(_Dataset(task == "obb"), p=1.0)
+    lam, cxy = iter(draws[48:51]), iter(v for k in range(3) for v in (draws[51 + k], draws[54 + k]))
+    labels = dict(labels, img=np.zeros((size, size, 3), np.uint8), mix_labels=[labels2])
+    with monkeypatch.context() as m:
+        m.setattr(BaseMixTransform, "get_params", lambda self, lb: {"mix_labels": [labels2]})
+        m.setattr(augment.np.random, "beta", lambda a, b: next(lam))
+        m.setattr(augment.np.random, "randint", lambda n: int(next(cxy)))
+        m.setattr(augment.np.random, "choice", lambda idx: idx[int(draws[57] * len(idx))])
+        params = cm.get_params(labels)
+    if params.get("skip"):
+        return labels
+    out = cm.apply_instances(labels, params)
+    return {"cls": out["cls"], "instances": out["instances"]}
+
+
 def replay(task, size, index, samples, hyp, draws, monkeypatch, out=None, stats=None):
     """Ultralytics' v8_transforms' instance path on the same draws (`out`:
     a rect batch's (w, h), RandomPerspective's rect_shape)."""
     ow, oh = out or (size, size)
+    stats = {} if stats is None else stats
     mosaic = Mosaic(_Dataset(task == "obb"), imgsz=size, p=1.0, n=4)
     rp = RandomPerspective(degrees=hyp["degrees"], translate=hyp["translate"], scale=hyp["scale"],
                            shear=hyp["shear"], perspective=hyp["perspective"], size=(ow, oh),
@@ -189,7 +211,7 @@ def replay(task, size, index, samples, hyp, draws, monkeypatch, out=None, stats=
             M, s = rp._compute_affine_matrix(np.zeros((*shape, 3), np.uint8), (ow, oh))
         assert s == d[9]
         labels = rp.apply_instances(labels, {"M": M, "scale": s, "orig_shape": shape, "size": (ow, oh)})
-        cp = draws[32 + 16 * k: 48 + 16 * k] if k < 2 else None
+        cp = draws[58 + 16 * k: 74 + 16 * k] if k < 2 else None
         if mixup_mode and hyp.get("copy_paste", 0.0) and cp and cp[0] and len(labels["instances"].segments):
             partner = image(2, int(cp[1]), cp[2:16])
             labels = copy_paste_mixup(labels, partner, (oh, ow), hyp["copy_paste"], monkeypatch, stats)
@@ -200,6 +222,10 @@ def replay(task, size, index, samples, hyp, draws, monkeypatch, out=None, stats=
         other = image(1, int(draws[29]))
         labels = {"cls": np.concatenate([labels["cls"], other["cls"]], 0),
                   "instances": Instances.concatenate([labels["instances"], other["instances"]], axis=0)}
+    if draws[32]:
+        before = len(labels["cls"])
+        labels = cutmix(task, size, labels, image(2, int(draws[33]), draws[34:48]), draws, monkeypatch)
+        stats["cutmix"] = stats.get("cutmix", 0) + int(len(labels["cls"]) > before)
     flip_idx = FLIP_IDX if task == "pose" else []
     for direction, flag in (("vertical", draws[30]), ("horizontal", draws[31])):
         rf = RandomFlip(p=1.0, direction=direction, flip_idx=flip_idx)
@@ -233,7 +259,8 @@ def run_tool(text):
 def test_training_instances_equal_ultralytics(task, rect, copy_paste, monkeypatch):
     """rect: rect=True training's samples (mosaic and mixup 0, as
     YOLODataset sets them), warped into a batch shape other than square.
-    copy_paste: CopyPaste(mode="flip") on the mosaic (or the plain image)
+    cutmix: CutMix after MixUp, its partner made as image 1 is (CopyPaste
+    included). copy_paste: CopyPaste(mode="flip") on the mosaic (or the plain image)
     before the affine (rect keeps it, as YOLODataset does); pose samples
     carry no segments, so nothing is pasted there, as in Ultralytics."""
     if copy_paste == "mixup" and rect:
@@ -241,14 +268,16 @@ def test_training_instances_equal_ultralytics(task, rect, copy_paste, monkeypatc
     cp_mode = "mixup" if copy_paste == "mixup" else "flip"
     copy_paste = 0.7 if copy_paste == "mixup" else copy_paste
     rng = np.random.default_rng({"segment": 51, "pose": 52, "obb": 53}[task] + 10 * rect + int(100 * copy_paste))
-    seen = {"mosaic": 0, "plain": 0, "mixup": 0, "flipud": 0, "fliplr": 0, "kept": 0, "hidden": 0, "pasted": 0}
+    seen = {"mosaic": 0, "plain": 0, "mixup": 0, "cutmix": 0, "flipud": 0, "fliplr": 0, "kept": 0, "hidden": 0,
+            "pasted": 0}
     for trial in range(36):
         size = int(rng.choice([64, 96, 128, 160]))
         count = 6
         hyp = dict(hsv_h=0.015, hsv_s=0.7, hsv_v=0.4, degrees=float(rng.choice([0.0, 10.0])), translate=0.1,
                    scale=0.5, shear=float(rng.choice([0.0, 2.0])), perspective=float(rng.choice([0.0, 0.0005])),
                    flipud=0.3, fliplr=0.5, mosaic=0.0 if rect else 0.7, mixup=0.0 if rect else 0.3,
-                   copy_paste=copy_paste, copy_paste_mode=cp_mode)
+                   copy_paste=copy_paste, copy_paste_mode=cp_mode,
+                   cutmix=0.0 if rect or cp_mode == "mixup" else 0.5)
         out = (size, int(rng.choice([size // 2, 3 * size // 4]))) if rect else None
         if rect and rng.random() < 0.5:
             out = out[::-1]
@@ -296,7 +325,8 @@ def test_training_instances_equal_ultralytics(task, rect, copy_paste, monkeypatc
         seen["fliplr"] += int(draws[31])
         seen["kept"] += n
     # every path of the chain was taken, with instances left to compare
-    paths = ("plain", "flipud", "fliplr") if rect else ("mosaic", "plain", "mixup", "flipud", "fliplr")
+    paths = ("plain", "flipud", "fliplr") if rect else ("mosaic", "plain", "mixup", "flipud", "fliplr") + (
+        ("cutmix",) if cp_mode == "flip" else ())
     assert all(seen[k] > 0 for k in paths), seen
     assert seen["kept"] > 40, seen
     assert task != "pose" or seen["hidden"] > 0, seen
@@ -309,7 +339,7 @@ def test_max_boxes_drops_the_rest():
     rng = np.random.default_rng(7)
     samples = make_samples(rng, "segment", 96, 6)
     hyp = dict(hsv_h=0, hsv_s=0, hsv_v=0, degrees=0.0, translate=0.0, scale=0.0, shear=0.0, perspective=0.0,
-               flipud=0.0, fliplr=0.0, mosaic=1.0, mixup=0.0)
+               flipud=0.0, fliplr=0.0, mosaic=1.0, mixup=0.0, cutmix=0.0)
     lines = run_tool(tool_input("segment", 96, 1, 0, samples, hyp, 1))
     n = int(lines[1].split()[0])
     assert n > 1

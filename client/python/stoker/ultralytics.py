@@ -21,10 +21,9 @@ StokerPoseValidator do it for segment (overlap masks, sem_masks) and pose
 (keypoints), StokerOBBValidator for OBB (xywhr), with batches equal to
 Ultralytics' own; StokerSegmentationTrainer, StokerPoseTrainer and
 StokerOBBTrainer train them, the daemon carrying polygons, keypoints and
-oriented boxes through mosaic, affine, mixup and flips as Ultralytics'
-transforms do, with copy_paste (modes flip and mixup; mixup not with
-rect=True) for segments and oriented boxes (cutmix with them is refused:
-not built yet).
+oriented boxes through mosaic, affine, mixup, cutmix and flips as
+Ultralytics' transforms do, with copy_paste (modes flip and mixup;
+mixup not with rect=True) for segments and oriented boxes.
 
 The batches are the dict Ultralytics' own loader yields: img (uint8
 [B, 3, H, W], a zero-copy view of the daemon's ring in channels_last
@@ -72,7 +71,7 @@ _TASKS = ("detect", "segment", "pose", "obb")
 # (none: segment, pose and OBB train since issue 21).
 _TRAINING_NOT_BUILT = {}
 # Training switches a task's instances do not go through yet (docs/ultralytics.md).
-_INSTANCES_NOT_BUILT = {"cutmix": "CutMix does not carry segments, keypoints and oriented boxes yet"}
+_INSTANCES_NOT_BUILT = {}
 
 
 # Ultralytics' default Albumentations ops that stokerd makes (pixels/albu.h,
@@ -179,6 +178,10 @@ def loader_options(args, mode="train", epochs=None):
     elif mode == "train" and copy_paste and cp_mode == "mixup" and task in ("segment", "obb") and args.rect:
         bad.append("copy_paste_mode=mixup with rect=True (its partner sample in another batch's shape: not built; "
                    "copy_paste_mode=flip is)")
+    elif mode == "train" and copy_paste and cp_mode == "mixup" and task in ("segment", "obb") and \
+            float(getattr(args, "cutmix", 0.0) or 0.0) and not args.rect:
+        bad.append("copy_paste_mode=mixup with cutmix (CutMix's partner would need a CopyPaste partner of its own: "
+                   "not built; either alone is)")
     if bad:
         raise ValueError(f"stoker does not build {', '.join(bad)}: unset it, or train with Ultralytics' own loader")
     imgsz = args.imgsz
