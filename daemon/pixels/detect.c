@@ -513,15 +513,29 @@ static void draw_copy_paste(struct cp_draw cpd[2], const struct detect_params *p
 	}
 }
 
-/*
- * For tests/tools/detectinst: CopyPaste mode mixup's draws of a sample
- * whose stream is `rng`, 16 doubles an image (1, then the MixUp partner):
- * apply, partner, then its 14 image draws as detect_plan_draws gives them.
- */
+/* An image's 14 draws as the test tools read them: mosaic, its 3 partners, yc, xc, the 8 affine draws. */
+static void image_draw_values(const struct image_draw *im, double v[14])
+{
+	const double d[14] = {im->mosaic,
+			      (double)im->partner[0],
+			      (double)im->partner[1],
+			      (double)im->partner[2],
+			      (double)im->yc,
+			      (double)im->xc,
+			      im->persp_x,
+			      im->persp_y,
+			      im->angle,
+			      im->scale,
+			      im->shear_x,
+			      im->shear_y,
+			      im->trans_x,
+			      im->trans_y};
+
+	memcpy(v, d, sizeof(d));
+}
+
 int detect_copy_paste_draws(const struct detect_params *p, uint32_t size, uint64_t count, const struct rng *rng,
-			    double out[32]);
-int detect_copy_paste_draws(const struct detect_params *p, uint32_t size, uint64_t count, const struct rng *rng,
-			    double out[32])
+			    double out[DETECT_COPY_PASTE_DRAWS])
 {
 	struct cp_draw cpd[2];
 
@@ -529,25 +543,9 @@ int detect_copy_paste_draws(const struct detect_params *p, uint32_t size, uint64
 		return -EINVAL;
 	draw_copy_paste(cpd, p, size, count, rng);
 	for (int k = 0; k < 2; k++) {
-		const struct image_draw *im = &cpd[k].img;
-		const double v[16] = {cpd[k].apply,
-				      (double)cpd[k].index,
-				      im->mosaic,
-				      (double)im->partner[0],
-				      (double)im->partner[1],
-				      (double)im->partner[2],
-				      (double)im->yc,
-				      (double)im->xc,
-				      im->persp_x,
-				      im->persp_y,
-				      im->angle,
-				      im->scale,
-				      im->shear_x,
-				      im->shear_y,
-				      im->trans_x,
-				      im->trans_y};
-
-		memcpy(out + 16 * k, v, sizeof(v));
+		out[16 * k] = cpd[k].apply;
+		out[16 * k + 1] = (double)cpd[k].index;
+		image_draw_values(&cpd[k].img, out + 16 * k + 2);
 	}
 	return 0;
 }
@@ -571,13 +569,8 @@ static void draw_cutmix(struct cutmix_draw *cm, const struct detect_params *p, u
 	cm->choice = rng_uniform(&rng);
 }
 
-/*
- * For tests/tools/detectinst: the plan DETECT_TRAIN draws from `rng`, as 58
- * doubles: per image (1, then the mixup's) mosaic, its 3 partners, yc, xc
- * and the 8 affine draws; then mixup, its partner, flipud, fliplr; then
- * CutMix's: apply, partner, its image's 14, lam[3], cx[3], cy[3], choice.
- */
-int detect_plan_draws(const struct detect_params *p, uint32_t size, uint64_t count, struct rng *rng, double out[58])
+int detect_plan_draws(const struct detect_params *p, uint32_t size, uint64_t count, struct rng *rng,
+		      double out[DETECT_PLAN_DRAWS])
 {
 	struct plan pl;
 	struct cutmix_draw cm;
@@ -586,25 +579,9 @@ int detect_plan_draws(const struct detect_params *p, uint32_t size, uint64_t cou
 		return -EINVAL;
 	draw_plan(&pl, p, size, count, rng);
 	draw_cutmix(&cm, p, size, count, rng);
-	for (int i = 0; i < 3; i++) {
-		const struct image_draw *im = i < 2 ? &pl.img[i] : &cm.img;
-		const double v[14] = {im->mosaic,
-				      (double)im->partner[0],
-				      (double)im->partner[1],
-				      (double)im->partner[2],
-				      (double)im->yc,
-				      (double)im->xc,
-				      im->persp_x,
-				      im->persp_y,
-				      im->angle,
-				      im->scale,
-				      im->shear_x,
-				      im->shear_y,
-				      im->trans_x,
-				      im->trans_y};
-
-		memcpy(out + (i < 2 ? 14 * i : 34), v, sizeof(v));
-	}
+	image_draw_values(&pl.img[0], out);
+	image_draw_values(&pl.img[1], out + 14);
+	image_draw_values(&cm.img, out + 34);
 	out[28] = pl.mixup;
 	out[29] = (double)pl.mix_index;
 	out[30] = pl.flipud;

@@ -257,6 +257,24 @@ enum detect_stage {
 };
 void detect_profile(struct detect *d, uint64_t *ns);
 
+/*
+ * For the test tools (tests/tools/detectdraws, detectinst), which replay a
+ * sample's draws in Ultralytics' own transforms. detect_plan_draws: the
+ * plan DETECT_TRAIN draws from `rng`, as DETECT_PLAN_DRAWS doubles: per
+ * image (1, then the mixup's) mosaic, its 3 partners, yc, xc and the 8
+ * affine draws; then mixup, its partner, flipud, fliplr; then CutMix's:
+ * apply, partner, its image's 14, lam[3], cx[3], cy[3], choice.
+ * detect_copy_paste_draws: CopyPaste mode mixup's draws of a sample whose
+ * stream is `rng`, 16 doubles an image (1, then the MixUp partner): apply,
+ * partner, then its 14 image draws as above. 0, or -EINVAL.
+ */
+#define DETECT_PLAN_DRAWS 58
+#define DETECT_COPY_PASTE_DRAWS 32
+int detect_plan_draws(const struct detect_params *p, uint32_t size, uint64_t count, struct rng *rng,
+		      double out[DETECT_PLAN_DRAWS]);
+int detect_copy_paste_draws(const struct detect_params *p, uint32_t size, uint64_t count, const struct rng *rng,
+			    double out[DETECT_COPY_PASTE_DRAWS]);
+
 /* Scratch bytes a `struct detect` holds for `size` (for memory accounting). */
 size_t detect_scratch_bytes(uint32_t size);
 

@@ -170,3 +170,17 @@ def exif_tagged(im, o, fmt="JPEG"):
     kw = dict(quality=95) if fmt == "JPEG" else dict(lossless=True) if fmt == "WEBP" else {}
     im.save(b, fmt, exif=ex, **kw)
     return b.getvalue()
+
+
+class OneSampleDataset:
+    """A data set of one sample (its labels dict), for the transforms that draw a partner from
+    their data set, such as Ultralytics' CopyPaste(mode="mixup"): the partner is that sample."""
+
+    def __init__(self, labels):
+        self.labels = labels
+
+    def __len__(self):
+        return 1
+
+    def get_image_and_label(self, index):
+        return self.labels

@@ -19,7 +19,6 @@
 #include "detect.h"
 #include "rng.h"
 
-int detect_plan_draws(const struct detect_params *p, uint32_t size, uint64_t count, struct rng *rng, double out[32]);
 
 int main(int argc, char **argv)
 {
@@ -41,7 +40,7 @@ int main(int argc, char **argv)
 	p.fliplr = strtof(argv[8], NULL);
 	while (scanf("%" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64, &seed, &epoch, &index, &count) == 4) {
 		struct rng r;
-		double v[32];
+		double v[DETECT_PLAN_DRAWS];
 
 		rng_init(&r, seed, epoch, index, RNG_AUGMENT);
 		if (detect_plan_draws(&p, size, count, &r, v) < 0)

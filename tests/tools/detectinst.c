@@ -30,9 +30,6 @@
 #include "instgeom.h"
 #include "rng.h"
 
-int detect_plan_draws(const struct detect_params *p, uint32_t size, uint64_t count, struct rng *rng, double out[58]);
-int detect_copy_paste_draws(const struct detect_params *p, uint32_t size, uint64_t count, const struct rng *rng,
-			    double out[32]);
 
 struct sample {
 	uint32_t w, h, n;
@@ -81,7 +78,7 @@ int main(void)
 	struct set st = {0};
 	size_t seg_cap = 0, seg_n = 0;
 	struct detect *d = NULL;
-	double draws[58], cp_draws[32];
+	double draws[DETECT_PLAN_DRAWS], cp_draws[DETECT_COPY_PASTE_DRAWS];
 	struct rng rng;
 	int r;
 
@@ -150,9 +147,9 @@ int main(void)
 	if (detect_copy_paste_draws(&p, size, count, &rng, cp_draws) < 0 ||
 	    detect_plan_draws(&p, size, count, &rng, draws) < 0)
 		return 1;
-	for (int i = 0; i < 58; i++)
+	for (int i = 0; i < DETECT_PLAN_DRAWS; i++)
 		printf("%s%.17g", i ? " " : "", draws[i]);
-	for (int i = 0; i < 32; i++)
+	for (int i = 0; i < DETECT_COPY_PASTE_DRAWS; i++)
 		printf(" %.17g", cp_draws[i]);
 	printf("\n");
 

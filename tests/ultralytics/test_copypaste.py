@@ -32,7 +32,7 @@ from ultralytics.utils.instance import Instances
 from ultralytics.utils.ops import resample_segments, segments2boxes, xywh2xyxy
 
 import stoker
-from stoker_testutil import BUILD
+from stoker_testutil import BUILD, OneSampleDataset
 
 TOOL = BUILD / "tests" / "copypaste"
 HERE = pathlib.Path(__file__).resolve().parent
@@ -169,19 +169,6 @@ def test_flip_on_random_polygons():
     assert pasted > 10
 
 
-class _OneImage:
-    """A data set of one sample: what CopyPaste(mode="mixup") draws."""
-
-    def __init__(self, labels):
-        self.labels = labels
-
-    def __len__(self):
-        return 1
-
-    def get_image_and_label(self, index):
-        return self.labels
-
-
 @pytest.mark.parametrize("pair", [("astronaut.png", "chelsea.png"), ("coffee.png", "rocket.jpg"),
                                   ("chelsea.png", "hubble_deep_field.jpg")])
 @pytest.mark.parametrize("p", [0.5, 1.0])
@@ -193,7 +180,7 @@ def test_mixup_on_photos(pair, p):
     size = (min(a.shape[1], b.shape[1]), min(a.shape[0], b.shape[0]))
     img, cls, boxes, segs = photo_labels(pair[0], size)
     img2, cls2, boxes2, segs2 = photo_labels(pair[1], size)
-    cp = CopyPaste(_OneImage(labels_of(img2, cls2 + 5, boxes2, segs2)), p=p, mode="mixup")
+    cp = CopyPaste(OneSampleDataset(labels_of(img2, cls2 + 5, boxes2, segs2)), p=p, mode="mixup")
     lab = labels_of(img, cls, boxes, segs)
     params = cp.get_params(lab)
     want = cp.apply_image(lab, params)["img"]
@@ -218,7 +205,7 @@ def test_mixup_on_flipped_images(flips):
     segs2 = np.concatenate([segs2, np.clip(extra, 0, size).astype(np.float32)])
     boxes2 = xywh2xyxy(segments2boxes(segs2)).astype(np.float32)
     cls2 = np.arange(len(segs2), dtype=np.float32).reshape(-1, 1)
-    cp = CopyPaste(_OneImage(labels_of(img2, cls2, boxes2, segs2)), p=1.0, mode="mixup")
+    cp = CopyPaste(OneSampleDataset(labels_of(img2, cls2, boxes2, segs2)), p=1.0, mode="mixup")
     lab = labels_of(img, cls, boxes, segs)
     params = cp.get_params(lab)
     want = cp.apply_image(lab, params)["img"]
@@ -248,7 +235,7 @@ def test_mixup_on_random_polygons():
             boxes = xywh2xyxy(segments2boxes(segs)).astype(np.float32) if n else np.zeros((0, 4), np.float32)
             sets.append((np.arange(n, dtype=np.float32).reshape(-1, 1), boxes, segs))
         p = float(rng.choice([0.25, 0.5, 1.0]))
-        cp = CopyPaste(_OneImage(labels_of(img2, *sets[1])), p=p, mode="mixup")
+        cp = CopyPaste(OneSampleDataset(labels_of(img2, *sets[1])), p=p, mode="mixup")
         lab = labels_of(img, *sets[0])
         params = cp.get_params(lab)
         want = cp.apply_image(lab, params)["img"]

@@ -37,7 +37,7 @@ from ultralytics.utils.ops import (
     xyxyxyxy2xywhr,
 )
 
-from stoker_testutil import BUILD
+from stoker_testutil import BUILD, OneSampleDataset
 
 INSTGEOM = BUILD / "tests" / "instgeom"
 
@@ -506,19 +506,6 @@ def test_copy_paste_flip(geom):
     assert pasted > 50 and same_choice > 50, (pasted, same_choice)
 
 
-class _OneSample:
-    """A data set of one sample, for CopyPaste(mode="mixup")'s draw."""
-
-    def __init__(self, labels):
-        self.labels = labels
-
-    def __len__(self):
-        return 1
-
-    def get_image_and_label(self, index):
-        return self.labels
-
-
 def test_copy_paste_mixup(geom):
     """CopyPaste(mode="mixup"): the other image's instances whose bbox_ioa
     with every one of the image's is below 0.30, by their largest overlap,
@@ -550,7 +537,7 @@ def test_copy_paste_mixup(geom):
             inst = Instances(boxes.copy(), segs.copy(), None, bbox_format="xyxy", normalized=False)
             return {"img": np.zeros((S, S, 3), np.uint8), "cls": cls.copy(), "instances": inst}
 
-        cp = CopyPaste(_OneSample(labels(1)), p=p, mode="mixup")
+        cp = CopyPaste(OneSampleDataset(labels(1)), p=p, mode="mixup")
         lab = labels(0)
         params = cp.get_params(lab)
         (n, npts, boxes, segs, _), (n2, npts2, boxes2, segs2, _) = sets

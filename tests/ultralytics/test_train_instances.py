@@ -23,7 +23,7 @@ from ultralytics.data.dataset import YOLODataset
 from ultralytics.utils.instance import Instances
 from ultralytics.utils.ops import segments2boxes
 
-from stoker_testutil import BUILD
+from stoker_testutil import BUILD, OneSampleDataset
 
 TOOL = BUILD / "tests" / "detectinst"
 NKPT = 4
@@ -123,19 +123,6 @@ def copy_paste_flip(labels, shape, p, monkeypatch, stats):
     return {"cls": out["cls"], "instances": out["instances"]}
 
 
-class _OneSample:
-    """CopyPaste(mode="mixup")'s data set: the partner the daemon drew."""
-
-    def __init__(self, labels):
-        self.labels = labels
-
-    def __len__(self):
-        return 1
-
-    def get_image_and_label(self, index):
-        return self.labels
-
-
 def copy_paste_mixup(labels, partner, shape, p, monkeypatch, stats):
     """CopyPaste(mode="mixup") where v8_transforms puts it (after
     RandomPerspective) with the daemon's partner (made as the image is) and
@@ -144,7 +131,7 @@ def copy_paste_mixup(labels, partner, shape, p, monkeypatch, stats):
     from ultralytics.data.augment import CopyPaste
 
     argsort = np.argsort
-    cp = CopyPaste(_OneSample({**partner, "img": np.zeros((*shape, 3), np.uint8)}), p=p, mode="mixup")
+    cp = CopyPaste(OneSampleDataset({**partner, "img": np.zeros((*shape, 3), np.uint8)}), p=p, mode="mixup")
     lab = {**labels, "img": np.zeros((*shape, 3), np.uint8)}
     with monkeypatch.context() as m:
         m.setattr(augment.np, "argsort", lambda a, *args, **kw: argsort(a, kind="stable"))
