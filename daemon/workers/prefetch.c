@@ -172,28 +172,44 @@ void prefetch_release(struct batch_job *job)
 	}
 }
 
-/* Join a fetch of the same object already in flight: true if sf now
- * follows it. Otherwise sf is entered as the object's leader. */
-static bool join_inflight(struct prefetch *p, struct sample_fetch *sf)
+enum inflight_role {
+	INFLIGHT_LEADER,   /* sf was entered: fetch it */
+	INFLIGHT_FOLLOWER, /* sf follows the fetch of the same object in flight */
+	INFLIGHT_CACHED,   /* the object arrived since prefetch_start looked: nothing to fetch */
+};
+
+/*
+ * Join a fetch of the same object already in flight, or enter sf as the
+ * object's leader. sample_fetched caches an object before it takes it out
+ * of the table under the lock, so a look at the cache here, under the lock,
+ * after the table has no such object, sees every object that left it: the
+ * look prefetch_start made before taking the lock can miss one that
+ * arrived in between, which would then be fetched twice.
+ */
+static enum inflight_role join_inflight(struct prefetch *p, struct sample_fetch *sf)
 {
 	struct sample_fetch **head = &p->inflight[sf->key.path_hash % PREFETCH_BUCKETS];
-	bool joined = false;
+	enum inflight_role role = INFLIGHT_LEADER;
 
 	pthread_mutex_lock(&p->lock);
 	for (struct sample_fetch *l = *head; l; l = l->hash_next) {
 		if (same_key(&l->key, &sf->key)) {
 			sf->follower_next = l->followers;
 			l->followers = sf;
-			joined = true;
+			role = INFLIGHT_FOLLOWER;
 			break;
 		}
 	}
-	if (!joined) {
+	/* lock order (docs/threads.md): prefetch->lock, then a cache shard */
+	if (role == INFLIGHT_LEADER && p->cache && p->tier == CACHE_ENCODED &&
+	    cache_contains(p->cache, CACHE_ENCODED, &sf->key))
+		role = INFLIGHT_CACHED;
+	if (role == INFLIGHT_LEADER) {
 		sf->hash_next = *head;
 		*head = sf;
 	}
 	pthread_mutex_unlock(&p->lock);
-	return joined;
+	return role;
 }
 
 int prefetch_start(struct prefetch *p, struct batch_job *job)
@@ -247,11 +263,23 @@ int prefetch_start(struct prefetch *p, struct batch_job *job)
 
 		if (!sf->wanted)
 			continue;
-		sf->follower = join_inflight(p, sf);
-		if (sf->follower) {
+		switch (join_inflight(p, sf)) {
+		case INFLIGHT_FOLLOWER:
+			sf->follower = true;
 			p->coalesced++;
 			continue;
+		case INFLIGHT_CACHED:
+			/* as the cache hit above: the worker reads it from the cache */
+			sf->follower = false;
+			sf->wanted = false;
+			free(sf->url);
+			sf->url = NULL;
+			p->cache_hits++;
+			atomic_fetch_sub_explicit(&job->fetch_pending, 1, memory_order_relaxed);
+			continue;
+		case INFLIGHT_LEADER: break;
 		}
+		sf->follower = false;
 		p->fetched++;
 		fetch_submit(p->fetch, &sf->req);
 	}
