@@ -27,7 +27,8 @@ struct instmask {
 	size_t ipts_cap;
 	uint8_t *full; /* w x h */
 	size_t full_cap;
-	uint8_t *small; /* (w / ratio) x (h / ratio) */
+	size_t full_zero; /* full's first full_zero bytes are zero (raster leaves them so) */
+	uint8_t *small;   /* (w / ratio) x (h / ratio), one polygon's, or each polygon's in turn */
 	size_t small_cap;
 	uint64_t *area;
 	size_t area_cap;
@@ -439,13 +440,14 @@ int instmask_fill_f32(struct instmask *m, uint8_t *mask, uint32_t w, uint32_t h,
 /* cv2.resize(mask, (w / k, h / k)) INTER_LINEAR of a 0/1 mask, k a power of
  * two dividing both: the pixel k/2 - 1/2 into each block (odd k: 1, its
  * own pixel), else the 2 x 2 pixels around it weighed a half each, rounded
- * as cv2's fixed point does ((sum + 2) >> 2; k 2 is INTER_AREA's same sum). */
-static uint64_t downsample(const uint8_t *full, uint32_t w, uint32_t h, uint32_t k, uint8_t *out)
+ * as cv2's fixed point does ((sum + 2) >> 2; k 2 is INTER_AREA's same sum).
+ * Only output rows y0 .. y1 (the rest of `out` is left alone). */
+static uint64_t downsample(const uint8_t *full, uint32_t w, uint32_t k, uint32_t y0, uint32_t y1, uint8_t *out)
 {
-	uint32_t sw = w / k, sh = h / k;
+	uint32_t sw = w / k;
 	uint64_t area = 0;
 
-	for (uint32_t y = 0; y < sh; y++)
+	for (uint32_t y = y0; y <= y1; y++)
 		for (uint32_t x = 0; x < sw; x++) {
 			uint8_t v;
 
@@ -463,20 +465,49 @@ static uint64_t downsample(const uint8_t *full, uint32_t w, uint32_t h, uint32_t
 	return area;
 }
 
-/* Polygon i filled (full size) and downsampled into m->small: its area. */
+/*
+ * Polygon i filled (full size) and downsampled into `small`: its area.
+ * cv2.fillPoly writes only rows between its int32 points' lowest and
+ * highest, so only the mask rows that read those are made (the others are
+ * zero) and only those rows of m->full are cleared after: a polygon costs
+ * its height, not the image's.
+ */
 static int raster(struct instmask *m, const float *xy, const uint32_t *off, uint32_t i, uint32_t w, uint32_t h,
-		  uint32_t ratio, uint64_t *area)
+		  uint32_t ratio, uint8_t *small, uint64_t *area)
 {
-	uint32_t n = off[i + 1] - off[i];
+	const uint32_t n = off[i + 1] - off[i], sw = w / ratio, sh = h / ratio;
+	int64_t lo = INT64_MAX, hi = INT64_MIN;
+	uint32_t y0, y1, s0, s1;
 	int r;
 
-	memset(m->full, 0, (size_t)w * h);
-	if (n) {
-		r = instmask_fill_f32(m, m->full, w, h, xy + (size_t)off[i] * 2, n);
-		if (r < 0)
-			return r;
+	memset(small, 0, (size_t)sw * sh);
+	*area = 0;
+	if (n == 0)
+		return 0;
+	if (m->full_zero < (size_t)w * h) {
+		memset(m->full, 0, (size_t)w * h);
+		m->full_zero = (size_t)w * h;
 	}
-	*area = downsample(m->full, w, h, ratio, m->small);
+	r = instmask_fill_f32(m, m->full, w, h, xy + (size_t)off[i] * 2, n);
+	if (r < 0) {
+		m->full_zero = 0; /* not known what it wrote */
+		return r;
+	}
+	for (uint32_t k = 0; k < n; k++) {
+		lo = m->ipts[2 * k + 1] < lo ? m->ipts[2 * k + 1] : lo;
+		hi = m->ipts[2 * k + 1] > hi ? m->ipts[2 * k + 1] : hi;
+	}
+	if (hi < 0 || lo >= (int64_t)h)
+		return 0;
+	y0 = lo < 0 ? 0 : (uint32_t)lo;
+	y1 = hi >= (int64_t)h ? h - 1 : (uint32_t)hi;
+	/* mask row s reads full rows k*s + k/2 - 1 and k*s + k/2 (k 1: row s): the rows that read a filled row lie
+	 * in y0 / k .. y1 / k */
+	s0 = y0 / ratio;
+	s1 = y1 / ratio < sh ? y1 / ratio : sh - 1;
+	if (s0 <= s1)
+		*area = downsample(m->full, w, ratio, s0, s1, small);
+	memset(m->full + (size_t)y0 * w, 0, (size_t)(y1 - y0 + 1) * w);
 	return 0;
 }
 
@@ -511,7 +542,7 @@ int instmask_overlap(struct instmask *m, const float *xy, const uint32_t *off, u
 	for (uint32_t i = 0; i < count; i++) {
 		uint64_t area;
 
-		r = raster(m, xy, off, i, w, h, ratio, &area);
+		r = raster(m, xy, off, i, w, h, ratio, m->small, &area);
 		if (r < 0)
 			return r;
 		m->area[i] = 0 - area; /* np.argsort(-areas) of uint64 areas */
@@ -524,7 +555,7 @@ int instmask_overlap(struct instmask *m, const float *xy, const uint32_t *off, u
 	for (uint32_t rank = 0; rank < count; rank++) {
 		uint64_t area;
 
-		r = raster(m, xy, off, order[rank], w, h, ratio, &area);
+		r = raster(m, xy, off, order[rank], w, h, ratio, m->small, &area);
 		if (r < 0)
 			return r;
 		for (size_t p = 0; p < small; p++)

@@ -71,3 +71,37 @@ def test_overlap_masks_are_ultralytics(ratio):
         assert np.array_equal(got, want)
         checked += 1
     assert checked > 30
+
+
+def test_overlap_masks_of_small_polygons_in_turn():
+    """Polygons that cover a few rows anywhere (the raster makes only their rows), images of
+    growing and shrinking sizes one after another through one struct instmask, as a worker's."""
+    rng = np.random.default_rng(7)
+    args, data, wants = [], b"", []
+    while len(wants) < 40:
+        ratio = int(rng.choice([1, 2, 4, 8]))
+        w, h = ratio * int(rng.integers(2, 60)), ratio * int(rng.integers(2, 60))
+        count = int(rng.integers(1, 8))
+        segs = []
+        for _ in range(count):
+            cx, cy = rng.random() * w * 1.2 - w * 0.1, rng.random() * h * 1.2 - h * 0.1
+            r = 0.5 + rng.random() * min(w, h) / 4
+            ang = np.sort(rng.random(12) * 2 * np.pi)
+            segs.append(np.stack([cx + r * np.cos(ang), cy + r * np.sin(ang)], 1))
+        segs = np.stack(segs).astype(np.float32)
+        areas = [polygon2mask((h, w), [s.reshape(-1)], downsample_ratio=ratio).sum() for s in segs]
+        if len(set(areas)) < len(areas):
+            continue
+        want, order = polygons2masks_overlap((h, w), segs, downsample_ratio=ratio)
+        wants.append((w // ratio, h // ratio, want, order))
+        args += [w, h, ratio]
+        data += np.uint32(count).tobytes() + b"".join(np.uint32(len(s)).tobytes() + s.tobytes() for s in segs)
+    out, at, nonzero = _run(["overlap", *args], data), 0, 0
+    for sw, sh, want, order in wants:
+        got = np.frombuffer(out[at:at + sw * sh * 2], np.uint16).reshape(sh, sw)
+        at += sw * sh * 2
+        assert np.array_equal(np.frombuffer(out[at:at + 4 * len(order)], np.uint32), order)
+        at += 4 * len(order)
+        assert np.array_equal(got, want)
+        nonzero += int(want.any())
+    assert at == len(out) and nonzero > 30
