@@ -384,8 +384,11 @@ check-sanitize:
 # rings and coordinated copies with real clients and kills, and the CUDA
 # thread starting, refusing and stopping (test_gpu, without a GPU).
 TSAN_TESTS := tests/integration/test_sharing.py tests/integration/test_faults.py tests/integration/test_gpu.py
+# Only what runs under TSan is built there: stokerd and the unit tests (the
+# clients, tools and shims of these tests come from the plain build).
+TSAN_BINS := build-tsan/stokerd $(UNIT_SRCS:tests/unit/%.c=build-tsan/tests/%)
 check-tsan:
-	$(MAKE) --no-print-directory B=build-tsan SANITIZE=thread all
+	$(MAKE) --no-print-directory B=build-tsan SANITIZE=thread $(TSAN_BINS)
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
 	    $(MAKE) --no-print-directory B=build-tsan SANITIZE=thread check-unit
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" STOKER_STOKERD=$(abspath build-tsan/stokerd) \
