@@ -2547,6 +2547,19 @@ static size_t cutmix_boxes(struct dbox *b, struct instgeom_set *theirs, const fl
  */
 static void cutmix_paste(const struct job *j, const float area[4], uint8_t *image);
 
+/* CutMix's partner, made as image 1 is, into d->cut (its boxes in box set 2, their number in *count). */
+static int cutmix_partner(const struct job *j, const struct cutmix_draw *cm, size_t *count)
+{
+	struct detect *d = j->d;
+	void *m = d->cut;
+	int r = grow(&m, &d->cut_cap, (size_t)j->size * j->size * 3, 1);
+
+	d->cut = m;
+	if (r < 0)
+		return r;
+	return make_image(j, &cm->img, cm->index, false, 2, d->cut, count);
+}
+
 static int cutmix(const struct job *j, const struct cutmix_draw *cm, uint8_t *image, const size_t n[2], bool mixup,
 		  size_t *kept)
 {
@@ -2554,7 +2567,6 @@ static int cutmix(const struct job *j, const struct cutmix_draw *cm, uint8_t *im
 	const uint32_t size = j->size;
 	size_t counts[3] = {n[0], mixup ? n[1] : 0, 0};
 	const struct dbox *sets[3] = {d->boxes[0], d->boxes[1], d->boxes[2]};
-	void *m = d->cut;
 	float area[4];
 	int r;
 
@@ -2564,11 +2576,7 @@ static int cutmix(const struct job *j, const struct cutmix_draw *cm, uint8_t *im
 		return r;
 	if (!cutmix_area(cm, size, &d->cutmix.mine, area))
 		return 0;
-	r = grow(&m, &d->cut_cap, (size_t)size * size * 3, 1);
-	d->cut = m;
-	if (r < 0)
-		return r;
-	r = make_image(j, &cm->img, cm->index, false, 2, d->cut, &counts[2]);
+	r = cutmix_partner(j, cm, &counts[2]);
 	if (r < 0)
 		return r;
 	sets[2] = d->boxes[2];
@@ -2620,18 +2628,14 @@ static int cutmix_inst(const struct job *j, const struct cutmix_draw *cm, uint8_
 	const uint32_t size = j->size;
 	struct inst_buf *theirs = &d->inst[2], *piece = &d->tile[0], tmp;
 	size_t nboxes = 0;
-	void *m = d->cut, *q = d->cutmix.idx;
+	void *q = d->cutmix.idx;
 	float area[4], thr;
 	uint32_t k;
 	int r;
 
 	if (!cutmix_area(cm, size, &d->out.s, area))
 		return 0;
-	r = grow(&m, &d->cut_cap, (size_t)size * size * 3, 1);
-	d->cut = m;
-	if (r < 0)
-		return r;
-	r = make_image(j, &cm->img, cm->index, false, 2, d->cut, &nboxes);
+	r = cutmix_partner(j, cm, &nboxes);
 	if (r < 0)
 		return r;
 	r = grow(&q, &d->cutmix.idx_cap, (size_t)theirs->s.n + 1, sizeof(uint32_t));
