@@ -270,6 +270,15 @@ def _train_images(d, yaml, **kw):
     return out
 
 
+def _rows_added(ra, rb, key):
+    """The rows of rb that are not ra's, after asserting every row of ra is among rb's."""
+    rest = [tuple(r) for r in rb.tolist()]
+    for r in ra.tolist():
+        assert tuple(r) in rest, (key, r, rb.tolist())
+        rest.remove(tuple(r))
+    return rest
+
+
 def test_daemon_pastes_mirrored_objects(daemon, tmp_path):
     """copy_paste=1 (mode flip) in the daemon, against the same samples with
     copy_paste=0 (flip mode draws nothing: the same mosaics): every pixel is
@@ -288,10 +297,7 @@ def test_daemon_pastes_mirrored_objects(daemon, tmp_path):
     for key, (a, ra) in plain.items():
         b, rb = pasted[key]
         # the rows come in the overlap mask's area order (Format sorts them): a mirror beside its original
-        rest = [tuple(r) for r in rb.tolist()]
-        for r in ra.tolist():
-            assert tuple(r) in rest, (key, r, rb.tolist())
-            rest.remove(tuple(r))
+        rest = _rows_added(ra, rb, key)
         mirrored = a[:, ::-1]
         assert ((b == a) | (b == mirrored)).all(), key
         changed += int((b != a).any(-1).sum())
@@ -318,10 +324,7 @@ def test_daemon_pastes_another_samples_objects(daemon, tmp_path):
     changed = added = 0
     for key, (a, ra) in plain.items():
         b, rb = pasted[key]
-        rest = [tuple(r) for r in rb.tolist()]
-        for r in ra.tolist():
-            assert tuple(r) in rest, (key, r, rb.tolist())
-            rest.remove(tuple(r))
+        rest = _rows_added(ra, rb, key)
         added += len(rest)
         changed += int((b != a).any(-1).sum())
         assert len(rest) or np.array_equal(a, b), key

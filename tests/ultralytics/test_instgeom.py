@@ -439,6 +439,24 @@ def test_corners(geom):
 # ---- CopyPaste, flip mode ----
 
 
+def check_copy_paste_choice(ioa, ours, theirs, trial):
+    """CopyPaste's choice: ours (stoker's indices) must be the candidates (ioa below 0.30 with
+    every original) in the stable order of their largest overlap, the first len(ours) of them.
+    Ultralytics' own (theirs) must be the same set, unless the cut falls between equal
+    overlaps (numpy's argsort orders those its own way), then the same overlaps. True when
+    the sets are compared (not a tie)."""
+    k = len(ours)
+    idx = np.nonzero((ioa < 0.30).all(1))[0]
+    idx = idx[np.argsort(ioa.max(1)[idx], kind="stable")]
+    assert ours == idx[:k].tolist(), (trial, ours, idx[:k])
+    worst = ioa.max(1)
+    if k < len(idx) and k > 0 and worst[idx[k - 1]] == worst[idx[k]]:
+        assert sorted(worst[ours].tolist()) == sorted(worst[theirs].tolist())
+        return False
+    assert sorted(ours) == sorted(theirs.tolist()), (trial, ours, theirs)
+    return True
+
+
 def test_copy_paste_flip(geom):
     """CopyPaste(mode="flip"): the same eligible mirrors (bbox_ioa below 0.30
     with every original), sorted by their largest overlap; Ultralytics'
@@ -485,16 +503,7 @@ def test_copy_paste_flip(geom):
         # the stable order of Ultralytics' own overlaps
         mirrored = boxes.copy()
         mirrored[:, [0, 2]] = np.float32(W) - boxes[:, [2, 0]]
-        ioa = bbox_ioa(mirrored, boxes)
-        idx = np.nonzero((ioa < 0.30).all(1))[0]
-        idx = idx[np.argsort(ioa.max(1)[idx], kind="stable")]
-        assert ours_sel == idx[:k].tolist(), (trial, ours_sel, idx[:k])
-        worst = ioa.max(1)
-        if k < len(idx) and k > 0 and worst[idx[k - 1]] == worst[idx[k]]:
-            assert sorted(worst[ours_sel].tolist()) == sorted(worst[params["selected"]].tolist())
-        else:
-            assert sorted(ours_sel) == sorted(params["selected"].tolist()), (trial, ours_sel, params["selected"])
-            same_choice += 1
+        same_choice += check_copy_paste_choice(bbox_ioa(mirrored, boxes), ours_sel, params["selected"], trial)
         params["selected"] = np.asarray(ours_sel, dtype=np.int64)
         out = cp.apply_instances(lab, params)
         ob, osg, okp = parse_set(words[semi + 1 :])
@@ -547,16 +556,7 @@ def test_copy_paste_mixup(geom):
         ours_sel = [int(w) for w in words[1:]]
         assert len(ours_sel) == k == len(params["selected"]), (trial, ours_sel, params["selected"])
         if n2:
-            ioa = bbox_ioa(boxes2, boxes)
-            idx = np.nonzero((ioa < 0.30).all(1))[0]
-            idx = idx[np.argsort(ioa.max(1)[idx], kind="stable")]
-            assert ours_sel == idx[:k].tolist(), (trial, ours_sel, idx[:k])
-            worst = ioa.max(1)
-            if k < len(idx) and k > 0 and worst[idx[k - 1]] == worst[idx[k]]:
-                assert sorted(worst[ours_sel].tolist()) == sorted(worst[params["selected"]].tolist())
-            else:
-                assert sorted(ours_sel) == sorted(params["selected"].tolist()), (trial, ours_sel, params["selected"])
-                same_choice += 1
+            same_choice += check_copy_paste_choice(bbox_ioa(boxes2, boxes), ours_sel, params["selected"], trial)
         params["selected"] = np.asarray(ours_sel, dtype=np.int64)
         out = cp.apply_instances(lab, params)
         if k:
