@@ -114,7 +114,8 @@ void copypaste_row(const struct copypaste *c, uint32_t y, uint8_t *row, const ui
 		return;
 	}
 	/* cv2.flip(im, 1) read before any write: each mirrored pair at once */
-	for (uint32_t x = 0, x2 = w - 1; x <= x2; x++, x2--) {
+	for (uint32_t x = 0; x <= (w - 1) / 2; x++) {
+		const uint32_t x2 = w - 1 - x;
 		uint8_t a[3], b[3];
 
 		if (!m[x] && !m[x2])
@@ -125,8 +126,6 @@ void copypaste_row(const struct copypaste *c, uint32_t y, uint8_t *row, const ui
 			px(row + (size_t)x * 3, b);
 		if (m[x2])
 			px(row + (size_t)x2 * 3, a);
-		if (x2 == 0)
-			break;
 	}
 }
 

@@ -353,3 +353,19 @@ def test_trainer_options():
         loader_options(args(task="segment", copy_paste=0.3, copy_paste_mode="mixup", rect=True), "train")
     with pytest.raises(ValueError, match="copy_paste=0.3 with task=detect"):
         loader_options(args(task="detect", copy_paste=0.3), "train")
+
+
+@pytest.mark.parametrize("w", [1, 2, 3, 4])
+def test_flip_on_narrow_images(w):
+    """Images 1 to 4 pixels wide (a mirror with a middle column or none), with polygons
+    whose masks leave some columns unset: equal to cv2.flip under the mask. A 1-pixel-wide
+    row whose only pixel is not masked once ran the mirror loop past the row."""
+    rng = np.random.default_rng(w)
+    h = 12
+    img = rng.integers(0, 256, (h, w, 3), np.uint8)
+    segs = np.array([[[0, 1], [0, 4], [w - 1, 4]], [[0, 7], [w - 1, 7], [w - 1, 9]]], np.float32)
+    mask = paste("mask", None, (h, w), segs, [0, 1])
+    assert 0 < mask.sum() < h * w
+    want = img.copy()
+    want[mask.astype(bool)] = cv2.flip(img, 1)[mask.astype(bool)]
+    assert np.array_equal(paste("flip", img, None, segs, [0, 1]), want)
