@@ -602,7 +602,7 @@ fuzz-smoke: fuzz-build
 
 # Benchmark (bench/README.md): stoker vs. the decode limit and the peers,
 # one table, also in bench/out/results.json. Options: BENCH_ARGS="--help".
-BENCH_BINS   := $(B)/bench/jpeg_limit $(B)/bench/stoker_rtt $(B)/bench/profile_pipeline $(B)/bench/profile_detect
+BENCH_BINS   := $(B)/bench/jpeg_limit $(B)/bench/stoker_rtt $(B)/bench/profile_pipeline $(B)/bench/profile_detect $(B)/bench/hsv_kernels
 
 bench: all $(BENCH_BINS)
 	STOKER_BUILD=$(abspath $(B)) PYTHONPATH=$(abspath client/python) $(PYTHON) bench/run.py $(BENCH_ARGS)
@@ -644,7 +644,7 @@ $(B)/bench/stoker_rtt: bench/stoker_rtt.c client/include/stoker.h $(LIB_SO)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Iclient/include -o $@ $< -L$(B) -l:libstoker.so.$(SOVERSION) -Wl,-rpath,'$$ORIGIN/..' $(LDFLAGS_ALL)
 
-$(B)/bench/profile_pipeline $(B)/bench/profile_detect: $(B)/bench/%: bench/%.c bench/bench_files.h $(B)/libstokerd.a
+$(B)/bench/profile_pipeline $(B)/bench/profile_detect $(B)/bench/hsv_kernels: $(B)/bench/%: bench/%.c bench/bench_files.h $(B)/libstokerd.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 

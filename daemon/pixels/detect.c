@@ -270,10 +270,14 @@ int detect_params_check(const struct detect_params *p, char *why, size_t whylen)
  * now on use the portable code (ISA_SCALAR), the AVX2 kernels (ISA_AVX2) or
  * the AVX-512 ones (ISA_AVX512); ISA_AUTO restores the default. -ENOTSUP where the CPU cannot run them; not
  * thread safe against a concurrent detect_new(). detect_check_arith: see
- * its definition.
+ * its definition. detect_hsv_kernel: RandomHSV with these gains on packed
+ * RGB pixels by the portable code (kernel 0), the 32-bit AVX2 kernel (1)
+ * or the 16-bit one (2), the portable code finishing; -ENOTSUP where the
+ * kernel cannot run (no AVX2, or gains hsv_arith cannot express).
  */
 int detect_force_isa(int isa);
 long detect_check_arith(void);
+int detect_hsv_kernel(int kernel, const double gain[3], uint8_t *image, size_t pixels);
 int detect_cutmix_geometry(uint32_t size, const double lam[3], const int64_t cx[3], const int64_t cy[3], double choice,
 			   const float *boxes, size_t n, float *partner, size_t *n_partner, float area[4]);
 
@@ -1540,6 +1544,152 @@ TARGET_AVX2 static size_t hsv_avx2(const struct hsv_tables *t, uint8_t *image, s
 	return i;
 }
 
+/*
+ * ceil(P k / 7650) for 0 <= P <= 255^2 and 0 <= k <= 30, from q = P / 7650
+ * in floats: q k + 7649.5 / 7650 errs by under 3.1e-5 (three roundings),
+ * less than the 0.5 / 7650 that keeps it from an integer; checked for every
+ * (P, k) (detect_check_arith).
+ */
+INLINE_AVX2 __m256i ceil_pk_avx2(__m256 q, __m256i k)
+{
+	return _mm256_cvttps_epi32(
+		_mm256_add_ps(_mm256_mul_ps(q, _mm256_cvtepi32_ps(k)), _mm256_set1_ps(7649.5f / 7650.0f)));
+}
+
+/* V - ceil(P k / 7650) in 16-bit lanes; q holds P / 7650 of the low and the high 4 pixels of each 128-bit lane. */
+INLINE_AVX2 __m256i hsv_channel16_avx2(__m256i vv, __m256 qlo, __m256 qhi, __m256i k)
+{
+	const __m256i zero = _mm256_setzero_si256();
+	__m256i lo = ceil_pk_avx2(qlo, _mm256_unpacklo_epi16(k, zero));
+	__m256i hi = ceil_pk_avx2(qhi, _mm256_unpackhi_epi16(k, zero));
+
+	return _mm256_sub_epi16(vv, _mm256_packus_epi32(lo, hi));
+}
+
+/* min(x M >> 16, 255) for x <= 255, M = mh 2^16 + ml <= 255 2^16, exactly in 16-bit lanes: x mh + (x ml >> 16) */
+INLINE_AVX2 __m256i lut16_avx2(__m256i x, __m256i mh, __m256i ml)
+{
+	return _mm256_min_epu16(_mm256_add_epi16(_mm256_mullo_epi16(x, mh), _mm256_mulhi_epu16(x, ml)),
+				_mm256_set1_epi16(255));
+}
+
+/*
+ * round(num / x) x d >> 12 (d the division table's operand; OpenCV's
+ * s and h) for 16-bit lanes, in 32-bit lanes (the tables' values need 20
+ * bits): the low and high halves of each 128-bit lane, packed back (signed
+ * saturation: the results lie in -30..255). sign: d's sign word per lane.
+ */
+INLINE_AVX2 __m256i div_mul16_avx2(float num, __m256i x, __m256i d, __m256i sign)
+{
+	const __m256i zero = _mm256_setzero_si256(), half = _mm256_set1_epi32(1 << 11);
+	__m256i lo =
+		_mm256_mullo_epi32(_mm256_unpacklo_epi16(d, sign), div_table_avx2(num, _mm256_unpacklo_epi16(x, zero)));
+	__m256i hi =
+		_mm256_mullo_epi32(_mm256_unpackhi_epi16(d, sign), div_table_avx2(num, _mm256_unpackhi_epi16(x, zero)));
+
+	lo = _mm256_srai_epi32(_mm256_add_epi32(lo, half), 12);
+	hi = _mm256_srai_epi32(_mm256_add_epi32(hi, half), 12);
+	return _mm256_packs_epi32(lo, hi);
+}
+
+/*
+ * hsv_avx2's arithmetic, 16 pixels a step in 16-bit lanes (8 per 128-bit
+ * lane): only the two division-table products (20-bit tables) and
+ * HSV2RGB's division by 7650 widen to 32-bit lanes, the rest (RGB2HSV's
+ * max, min and hue numerator, the LUTs, the hue shift, the sector
+ * distances k, S'V') runs on twice the pixels an instruction. Each 128-bit
+ * lane's 8 pixels (24 bytes) come from two overlapping 16-byte loads.
+ * Returns the pixels done; reads and writes nothing past them.
+ */
+TARGET_AVX2 static size_t hsv16_avx2(const struct hsv_tables *t, uint8_t *image, size_t pixels)
+{
+	int8_t m[10][16];
+	__m256i sel[10];
+	const __m256i one = _mm256_set1_epi16(1), zero = _mm256_setzero_si256();
+	const __m256i c179 = _mm256_set1_epi16(179), c180 = _mm256_set1_epi16(180);
+	const __m256i c30 = _mm256_set1_epi16(30), c60 = _mm256_set1_epi16(60), c120 = _mm256_set1_epi16(120);
+	const __m256i sh = _mm256_set1_epi16((short)(t->mul_s >> 16)), sl = _mm256_set1_epi16((short)t->mul_s);
+	const __m256i vh = _mm256_set1_epi16((short)(t->mul_v >> 16)), vl = _mm256_set1_epi16((short)t->mul_v);
+	const __m256i shift = _mm256_set1_epi16((short)t->hue_shift);
+	const __m256 rden = _mm256_set1_ps(1.0f / 7650.0f);
+	size_t i = 0;
+
+	/*
+	 * Byte shuffles, per 128-bit lane of 8 pixels at bytes 0..23: a (bytes
+	 * 0..15) and b (bytes 8..23) to channel c's words (m[c], m[3 + c]);
+	 * words r | g << 8 and b to output bytes 0..15 (m[6], m[7]) and 16..23
+	 * (m[8], m[9]).
+	 */
+	memset(m, -1, sizeof(m));
+	for (int j = 0; j < 8; j++)
+		for (int c = 0; c < 3; c++) {
+			int at = 3 * j + c;
+
+			if (at < 16)
+				m[c][2 * j] = (int8_t)at;
+			else
+				m[3 + c][2 * j] = (int8_t)(at - 8);
+		}
+	for (int o = 0; o < 24; o++) {
+		/* output byte o: pixel o / 3's channel o % 3, byte o % 3 of word o / 3 of rg, or of b */
+		int8_t *to = m[o < 16 ? 6 : 8], *tb = m[o < 16 ? 7 : 9];
+
+		if (o % 3 < 2)
+			to[o % 16] = (int8_t)(2 * (o / 3) + o % 3);
+		else
+			tb[o % 16] = (int8_t)(2 * (o / 3));
+	}
+	for (int k = 0; k < 10; k++)
+		sel[k] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)m[k]));
+
+	for (; pixels - i >= 16; i += 16) {
+		uint8_t *px = image + 3 * i;
+		__m256i a = _mm256_loadu2_m128i((const __m128i *)(px + 24), (const __m128i *)px);
+		__m256i bb = _mm256_loadu2_m128i((const __m128i *)(px + 32), (const __m128i *)(px + 8));
+		__m256i r = _mm256_or_si256(_mm256_shuffle_epi8(a, sel[0]), _mm256_shuffle_epi8(bb, sel[3]));
+		__m256i g = _mm256_or_si256(_mm256_shuffle_epi8(a, sel[1]), _mm256_shuffle_epi8(bb, sel[4]));
+		__m256i b = _mm256_or_si256(_mm256_shuffle_epi8(a, sel[2]), _mm256_shuffle_epi8(bb, sel[5]));
+		__m256i v = _mm256_max_epi16(_mm256_max_epi16(r, g), b);
+		__m256i diff = _mm256_sub_epi16(v, _mm256_min_epi16(_mm256_min_epi16(r, g), b));
+		__m256i vr = _mm256_cmpeq_epi16(v, r), vg = _mm256_cmpeq_epi16(v, g);
+		__m256i s, h, sv, vv, p, kr, kg, kb, rg, x, y;
+		__m256 qlo, qhi;
+
+		/* a grey's diff is 0, whatever the divisor: 1 keeps the division finite */
+		s = div_mul16_avx2(255 << 12, _mm256_max_epi16(v, one), diff, zero);
+		h = _mm256_blendv_epi8(_mm256_sub_epi16(_mm256_add_epi16(r, _mm256_slli_epi16(diff, 2)), g),
+				       _mm256_sub_epi16(_mm256_add_epi16(b, _mm256_add_epi16(diff, diff)), r), vg);
+		h = _mm256_blendv_epi8(h, _mm256_sub_epi16(g, b), vr);
+		h = div_mul16_avx2((180 << 12) / 6, _mm256_max_epi16(diff, one), h, _mm256_srai_epi16(h, 15));
+		h = _mm256_add_epi16(h, _mm256_and_si256(_mm256_cmpgt_epi16(zero, h), c180));
+
+		sv = lut16_avx2(s, sh, sl);
+		vv = lut16_avx2(v, vh, vl);
+		h = _mm256_add_epi16(h, shift);
+		h = _mm256_sub_epi16(h, _mm256_and_si256(_mm256_cmpgt_epi16(h, c179), c180));
+
+		/* red's hue is 0 (and 180), green's 60, blue's 120 */
+		kr = _mm256_sub_epi16(_mm256_min_epi16(h, _mm256_sub_epi16(c180, h)), c30);
+		kg = _mm256_sub_epi16(_mm256_abs_epi16(_mm256_sub_epi16(h, c60)), c30);
+		kb = _mm256_sub_epi16(_mm256_abs_epi16(_mm256_sub_epi16(h, c120)), c30);
+		p = _mm256_mullo_epi16(sv, vv); /* S'V' <= 255^2: the low 16 bits, unsigned */
+		qlo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_unpacklo_epi16(p, zero)), rden);
+		qhi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_unpackhi_epi16(p, zero)), rden);
+		r = hsv_channel16_avx2(vv, qlo, qhi, _mm256_min_epi16(_mm256_max_epi16(kr, zero), c30));
+		g = hsv_channel16_avx2(vv, qlo, qhi, _mm256_min_epi16(_mm256_max_epi16(kg, zero), c30));
+		b = hsv_channel16_avx2(vv, qlo, qhi, _mm256_min_epi16(_mm256_max_epi16(kb, zero), c30));
+
+		rg = _mm256_or_si256(r, _mm256_slli_epi16(g, 8));
+		x = _mm256_or_si256(_mm256_shuffle_epi8(rg, sel[6]), _mm256_shuffle_epi8(b, sel[7]));
+		y = _mm256_or_si256(_mm256_shuffle_epi8(rg, sel[8]), _mm256_shuffle_epi8(b, sel[9]));
+		_mm_storeu_si128((__m128i *)px, _mm256_castsi256_si128(x));
+		_mm_storel_epi64((__m128i *)(px + 16), _mm256_castsi256_si128(y));
+		_mm_storeu_si128((__m128i *)(px + 24), _mm256_extracti128_si256(x, 1));
+		_mm_storel_epi64((__m128i *)(px + 40), _mm256_extracti128_si256(y, 1));
+	}
+	return i;
+}
+
 /* The stand-ins' exact ones, one value a lane; false where any lane differs. */
 TARGET_AVX2 static bool avx2_matches(__m256i got, const int32_t want[8])
 {
@@ -1572,6 +1722,22 @@ TARGET_AVX2 static long check_arith_avx2(void)
 			want[k] = (in[k] + 7649) / 7650;
 		}
 		bad += !avx2_matches(ceil_den_avx2(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)in))), want);
+	}
+	for (int32_t n = 0; n <= 255 * 255; n += 8) {
+		int32_t in[8];
+		__m256 q;
+
+		for (int k = 0; k < 8; k++)
+			in[k] = n + k <= 255 * 255 ? n + k : 255 * 255;
+		q = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)in)),
+				  _mm256_set1_ps(1.0f / 7650.0f));
+		for (int32_t k = 0; k <= 30; k++) {
+			int32_t want[8];
+
+			for (int j = 0; j < 8; j++)
+				want[j] = (in[j] * k + 7649) / 7650;
+			bad += !avx2_matches(ceil_pk_avx2(q, _mm256_set1_epi32(k)), want);
+		}
 	}
 	return bad;
 }
@@ -1610,9 +1776,32 @@ static void hsv_jitter(const struct detect *d, uint8_t *image, size_t pixels, co
 	hsv_tables_fill(&t, gain);
 #if DETECT_X86
 	if (d->avx2 && hsv_arith(&t))
-		done = hsv_avx2(&t, image, pixels);
+		done = hsv16_avx2(&t, image, pixels);
 #endif
 	hsv_pixels(&t, image + 3 * done, pixels - done);
+}
+
+int detect_hsv_kernel(int kernel, const double gain[3], uint8_t *image, size_t pixels)
+{
+	struct hsv_tables t;
+	int sdiv[256], hdiv[256];
+	size_t done = 0;
+
+	div_tables(sdiv, hdiv);
+	t.sdiv = sdiv;
+	t.hdiv = hdiv;
+	hsv_tables_fill(&t, gain);
+	if (kernel != 0) {
+#if DETECT_X86
+		if (!avx2_runs() || !hsv_arith(&t))
+			return -ENOTSUP;
+		done = kernel == 1 ? hsv_avx2(&t, image, pixels) : hsv16_avx2(&t, image, pixels);
+#else
+		return -ENOTSUP;
+#endif
+	}
+	hsv_pixels(&t, image + 3 * done, pixels - done);
+	return 0;
 }
 
 /*
