@@ -20,9 +20,23 @@ struct edge {
 	struct edge *next;
 };
 
+/* The downsampled rows instmask_overlap keeps of its polygons between its
+ * two passes (each polygon's rows s0 .. s1 only); polygons past this bound
+ * are rastered again in the second pass. */
+#define KEEP_BYTES ((size_t)4 << 20)
+
+/* A polygon's mask rows in instmask_overlap: s0 .. s1 (none: s0 > s1), kept at
+ * m->keep + at, or not kept (at == SIZE_MAX). */
+struct rows {
+	uint32_t s0, s1;
+	size_t at;
+};
+
 struct instmask {
-	struct edge *edges;
-	size_t edges_cap;
+	struct edge *edges, *sorted; /* the edges, and room to sort them into (each with room for one more) */
+	size_t edges_cap, sorted_cap;
+	uint32_t *counts; /* the edge sort's counts per first row */
+	size_t counts_cap;
 	int32_t *ipts;
 	size_t ipts_cap;
 	uint8_t *full; /* w x h */
@@ -32,6 +46,10 @@ struct instmask {
 	size_t small_cap;
 	uint64_t *area;
 	size_t area_cap;
+	struct rows *rows;
+	size_t rows_cap;
+	uint8_t *keep; /* the kept rows, up to KEEP_BYTES */
+	size_t keep_cap;
 };
 
 int instmask_new(struct instmask **out)
@@ -45,10 +63,14 @@ void instmask_free(struct instmask *m)
 	if (!m)
 		return;
 	free(m->edges);
+	free(m->sorted);
+	free(m->counts);
 	free(m->ipts);
 	free(m->full);
 	free(m->small);
 	free(m->area);
+	free(m->rows);
+	free(m->keep);
 	free(m);
 }
 
@@ -188,8 +210,18 @@ static bool clip_line(int64_t w, int64_t h, int64_t *x1, int64_t *y1, int64_t *x
 	return (c1 | c2) == 0;
 }
 
-/* cv2's Line(): LineIterator's 8-connected Bresenham, left to right, clipped. */
-static void line8(uint8_t *img, int w, int h, int x1, int y1, int x2, int y2)
+/* Whether row y is one that a downsample by k reads (k*s + k/2 - 1 and k*s +
+ * k/2; k 1 or 2: every row). The fill writes only those: a row's pixels
+ * depend only on the edges (the outline's pixels and each row's spans), not
+ * on the rows written before it. */
+static inline bool row_read(int y, uint32_t k)
+{
+	return k <= 2 || (((uint32_t)y - (k / 2 - 1)) & (k - 1)) < 2;
+}
+
+/* cv2's Line(): LineIterator's 8-connected Bresenham, left to right, clipped;
+ * only the rows row_read(k). */
+static void line8(uint8_t *img, int w, int h, int x1, int y1, int x2, int y2, uint32_t k)
 {
 	int dx, dy, sy, err, count, major_x;
 
@@ -226,7 +258,8 @@ static void line8(uint8_t *img, int w, int h, int x1, int y1, int x2, int y2)
 	for (int i = 0; i < count; i++) {
 		int minor = err < 0;
 
-		img[(size_t)y1 * w + x1] = 1;
+		if (row_read(y1, k))
+			img[(size_t)y1 * w + x1] = 1;
 		err += -(dy + dy) + (minor ? dx + dx : 0);
 		if (major_x) {
 			x1++;
@@ -252,7 +285,8 @@ static int cmp_edges(const void *a, const void *b)
 }
 
 /* CollectPolyEdges (shift 0, LINE_8): the outline drawn, the edges kept. */
-static size_t collect_edges(uint8_t *img, int w, int h, const int32_t *v, uint32_t count, struct edge *edges)
+static size_t collect_edges(uint8_t *img, int w, int h, const int32_t *v, uint32_t count, struct edge *edges,
+			    uint32_t k)
 {
 	int64_t p0x = (int64_t)v[(size_t)(count - 1) * 2] * XY_ONE, p0y = v[(size_t)(count - 1) * 2 + 1];
 	size_t n = 0;
@@ -263,7 +297,7 @@ static size_t collect_edges(uint8_t *img, int w, int h, const int32_t *v, uint32
 		int64_t t0x = (p0x + (XY_ONE >> 1)) >> XY_SHIFT, t1x = (p1x + (XY_ONE >> 1)) >> XY_SHIFT;
 		int64_t t0y = p0y, t1y = p1y;
 
-		line8(img, w, h, (int)t0x, (int)t0y, (int)t1x, (int)t1y);
+		line8(img, w, h, (int)t0x, (int)t0y, (int)t1x, (int)t1y, k);
 		if ((uint64_t)t0x >= (uint64_t)w || (uint64_t)t1x >= (uint64_t)w || (uint64_t)t0y >= (uint64_t)h ||
 		    (uint64_t)t1y >= (uint64_t)h) {
 			clip_line(w, h, &t0x, &t0y, &t1x, &t1y);
@@ -294,22 +328,79 @@ static size_t collect_edges(uint8_t *img, int w, int h, const int32_t *v, uint32
 	return n;
 }
 
-/* FillEdgeCollection, colour 1. `edges` has room for total + 1. */
-static void fill_edges(uint8_t *img, int w, int h, struct edge *edges, size_t total)
+/*
+ * m->edges[0 .. total) in cmp_edges' order, stably (as glibc's qsort, a
+ * merge sort, leaves them; edges equal under cmp_edges fill alike in any
+ * order): counted by first row into m->sorted, which becomes m->edges, then
+ * each row's few edges by insertion. qsort where the rows span far more than
+ * the edges or a row holds many. -ENOMEM.
+ */
+static int sort_edges(struct instmask *m, size_t total, int y0_min, int y0_max)
 {
-	struct edge tmp = {0}, *e;
-	int y, y_max = INT_MIN, y_min = INT_MAX;
+	struct edge *in = m->edges, *out, *t;
+	size_t span = (size_t)((int64_t)y0_max - y0_min) + 1, start = 0, cap;
+
+	if (span > total * 4 + 64) {
+		qsort(in, total, sizeof(*in), cmp_edges);
+		return 0;
+	}
+	if (grow((void **)&m->sorted, &m->sorted_cap, total + 1, sizeof(*m->sorted)) < 0 ||
+	    grow((void **)&m->counts, &m->counts_cap, span + 1, sizeof(*m->counts)) < 0)
+		return -ENOMEM;
+	out = m->sorted;
+	memset(m->counts, 0, (span + 1) * sizeof(*m->counts));
+	for (size_t i = 0; i < total; i++)
+		m->counts[in[i].y0 - y0_min + 1]++;
+	for (size_t b = 1; b <= span; b++)
+		m->counts[b] += m->counts[b - 1];
+	for (size_t i = 0; i < total; i++)
+		out[m->counts[in[i].y0 - y0_min]++] = in[i];
+	/* counts[b] is now the end of row b */
+	for (size_t b = 0; b < span; b++) {
+		size_t end = m->counts[b];
+
+		if (end - start > 32) {
+			qsort(out + start, end - start, sizeof(*out), cmp_edges);
+		} else {
+			for (size_t i = start + 1; i < end; i++) {
+				struct edge e = out[i];
+				size_t j = i;
+
+				for (; j > start && cmp_edges(&out[j - 1], &e) > 0; j--)
+					out[j] = out[j - 1];
+				out[j] = e;
+			}
+		}
+		start = end;
+	}
+	t = m->edges;
+	m->edges = m->sorted;
+	m->sorted = t;
+	cap = m->edges_cap;
+	m->edges_cap = m->sorted_cap;
+	m->sorted_cap = cap;
+	return 0;
+}
+
+/* FillEdgeCollection, colour 1, of m->edges (room for total + 1), only the
+ * rows row_read(k). -ENOMEM. */
+static int fill_edges(struct instmask *m, uint8_t *img, int w, int h, size_t total, uint32_t k)
+{
+	struct edge tmp = {0}, *e, *edges;
+	int y, y_max = INT_MIN, y_min = INT_MAX, y0_max = INT_MIN;
 	int64_t x_max = INT64_MIN, x_min = INT64_MAX;
 	const int64_t delta = XY_ONE - 1;
 	size_t i;
 
 	if (total < 2)
-		return;
+		return 0;
+	edges = m->edges;
 	for (i = 0; i < total; i++) {
 		struct edge *e1 = &edges[i];
 		int64_t x1 = e1->x + (e1->y1 - e1->y0) * e1->dx;
 
 		y_min = e1->y0 < y_min ? e1->y0 : y_min;
+		y0_max = e1->y0 > y0_max ? e1->y0 : y0_max;
 		y_max = e1->y1 > y_max ? e1->y1 : y_max;
 		x_min = e1->x < x_min ? e1->x : x_min;
 		x_max = e1->x > x_max ? e1->x : x_max;
@@ -317,8 +408,10 @@ static void fill_edges(uint8_t *img, int w, int h, struct edge *edges, size_t to
 		x_max = x1 > x_max ? x1 : x_max;
 	}
 	if (y_max < 0 || y_min >= h || x_max < 0 || x_min >= ((int64_t)w << XY_SHIFT))
-		return;
-	qsort(edges, total, sizeof(*edges), cmp_edges); /* std::sort: ties are equal edges */
+		return 0;
+	if (sort_edges(m, total, y_min, y0_max) < 0) /* std::sort: ties are equal edges */
+		return -ENOMEM;
+	edges = m->edges;
 	tmp.y0 = INT_MAX;
 	edges[total] = tmp;
 	i = 0;
@@ -327,7 +420,7 @@ static void fill_edges(uint8_t *img, int w, int h, struct edge *edges, size_t to
 	y_max = y_max < h ? y_max : h;
 	for (y = e->y0; y < y_max; y++) {
 		struct edge *last, *prelast, *keep_prelast;
-		int draw = 0, clipline = y < 0;
+		int draw = 0, clipline = y < 0 || !row_read(y, k);
 
 		prelast = &tmp;
 		last = tmp.next;
@@ -402,9 +495,12 @@ static void fill_edges(uint8_t *img, int w, int h, struct edge *edges, size_t to
 			keep_prelast = last_exchange;
 		} while (keep_prelast != tmp.next && keep_prelast != &tmp);
 	}
+	return 0;
 }
 
-int instmask_fill(struct instmask *m, uint8_t *mask, uint32_t w, uint32_t h, const int32_t *pts, uint32_t n)
+/* cv2.fillPoly of n int32 points, only the rows row_read(k). */
+static int fill_rows(struct instmask *m, uint8_t *mask, uint32_t w, uint32_t h, const int32_t *pts, uint32_t n,
+		     uint32_t k)
 {
 	size_t ne;
 
@@ -412,9 +508,13 @@ int instmask_fill(struct instmask *m, uint8_t *mask, uint32_t w, uint32_t h, con
 		return -EINVAL;
 	if (grow((void **)&m->edges, &m->edges_cap, (size_t)n + 1, sizeof(*m->edges)) < 0)
 		return -ENOMEM;
-	ne = collect_edges(mask, (int)w, (int)h, pts, n, m->edges);
-	fill_edges(mask, (int)w, (int)h, m->edges, ne);
-	return 0;
+	ne = collect_edges(mask, (int)w, (int)h, pts, n, m->edges, k);
+	return fill_edges(m, mask, (int)w, (int)h, ne, k);
+}
+
+int instmask_fill(struct instmask *m, uint8_t *mask, uint32_t w, uint32_t h, const int32_t *pts, uint32_t n)
+{
+	return fill_rows(m, mask, w, h, pts, n, 1);
 }
 
 /* np.asarray(float32, dtype=np.int32): truncation; out of range as x86's
@@ -424,15 +524,24 @@ static int32_t to_int32(float v)
 	return v > -2147483648.0f && v < 2147483648.0f ? (int32_t)v : INT32_MIN;
 }
 
-int instmask_fill_f32(struct instmask *m, uint8_t *mask, uint32_t w, uint32_t h, const float *xy, uint32_t n)
+/* xy[n][2] truncated into m->ipts. -ENOMEM. */
+static int to_ipts(struct instmask *m, const float *xy, uint32_t n)
 {
-	if (n == 0)
-		return -EINVAL;
 	if (grow((void **)&m->ipts, &m->ipts_cap, (size_t)n * 2, sizeof(*m->ipts)) < 0)
 		return -ENOMEM;
 	for (size_t k = 0; k < (size_t)n * 2; k++)
 		m->ipts[k] = to_int32(xy[k]);
-	return instmask_fill(m, mask, w, h, m->ipts, n);
+	return 0;
+}
+
+int instmask_fill_f32(struct instmask *m, uint8_t *mask, uint32_t w, uint32_t h, const float *xy, uint32_t n)
+{
+	int r;
+
+	if (n == 0)
+		return -EINVAL;
+	r = to_ipts(m, xy, n);
+	return r < 0 ? r : instmask_fill(m, mask, w, h, m->ipts, n);
 }
 
 /* ---- polygons2masks_overlap ---- */
@@ -441,73 +550,93 @@ int instmask_fill_f32(struct instmask *m, uint8_t *mask, uint32_t w, uint32_t h,
  * two dividing both: the pixel k/2 - 1/2 into each block (odd k: 1, its
  * own pixel), else the 2 x 2 pixels around it weighed a half each, rounded
  * as cv2's fixed point does ((sum + 2) >> 2; k 2 is INTER_AREA's same sum).
- * Only output rows y0 .. y1 (the rest of `out` is left alone). */
-static uint64_t downsample(const uint8_t *full, uint32_t w, uint32_t k, uint32_t y0, uint32_t y1, uint8_t *out)
+ * Only output rows s0 .. s1, into out[s1 - s0 + 1][w / k]. */
+static uint64_t downsample(const uint8_t *full, uint32_t w, uint32_t k, uint32_t s0, uint32_t s1, uint8_t *out)
 {
 	uint32_t sw = w / k;
 	uint64_t area = 0;
 
-	for (uint32_t y = y0; y <= y1; y++)
-		for (uint32_t x = 0; x < sw; x++) {
-			uint8_t v;
+	for (uint32_t y = s0; y <= s1; y++) {
+		uint8_t *o = out + (size_t)(y - s0) * sw;
+		unsigned row = 0;
 
-			if (k == 1) {
-				v = full[(size_t)y * w + x];
-			} else {
-				size_t a = (size_t)(k * y + k / 2 - 1) * w + (k * x + k / 2 - 1);
-				unsigned s = full[a] + full[a + 1] + full[a + w] + full[a + w + 1];
+		if (k == 1) {
+			const uint8_t *a = full + (size_t)y * w;
 
-				v = (uint8_t)((s + 2) >> 2);
+			for (uint32_t x = 0; x < sw; x++) {
+				o[x] = a[x];
+				row += a[x];
 			}
-			out[(size_t)y * sw + x] = v;
-			area += v;
+		} else {
+			const uint8_t *a = full + (size_t)(k * y + k / 2 - 1) * w + (k / 2 - 1), *b = a + w;
+
+			for (uint32_t x = 0; x < sw; x++) {
+				unsigned sum = a[k * x] + a[k * x + 1] + b[k * x] + b[k * x + 1];
+
+				o[x] = (uint8_t)((sum + 2) >> 2);
+				row += o[x];
+			}
 		}
+		area += row;
+	}
 	return area;
 }
 
 /*
- * Polygon i filled (full size) and downsampled into `small`: its area.
- * cv2.fillPoly writes only rows between its int32 points' lowest and
- * highest, so only the mask rows that read those are made (the others are
- * zero) and only those rows of m->full are cleared after: a polygon costs
- * its height, not the image's.
+ * The mask rows polygon i of n points (in m->ipts, to_ipts) can touch:
+ * cv2.fillPoly writes only rows between its points' lowest and highest, and
+ * mask row s reads full rows k*s + k/2 - 1 and k*s + k/2 (k 1: row s), so
+ * the rows that read a filled row lie in y0 / k .. y1 / k. None: s0 > s1.
  */
-static int raster(struct instmask *m, const float *xy, const uint32_t *off, uint32_t i, uint32_t w, uint32_t h,
-		  uint32_t ratio, uint8_t *small, uint64_t *area)
+static void mask_rows(const struct instmask *m, uint32_t n, uint32_t h, uint32_t ratio, struct rows *rows)
 {
-	const uint32_t n = off[i + 1] - off[i], sw = w / ratio, sh = h / ratio;
 	int64_t lo = INT64_MAX, hi = INT64_MIN;
-	uint32_t y0, y1, s0, s1;
+	uint32_t y0, y1, sh = h / ratio;
+
+	rows->s0 = 1;
+	rows->s1 = 0;
+	for (uint32_t k = 0; k < n; k++) {
+		lo = m->ipts[2 * k + 1] < lo ? m->ipts[2 * k + 1] : lo;
+		hi = m->ipts[2 * k + 1] > hi ? m->ipts[2 * k + 1] : hi;
+	}
+	if (n == 0 || hi < 0 || lo >= (int64_t)h)
+		return;
+	y0 = lo < 0 ? 0 : (uint32_t)lo;
+	y1 = hi >= (int64_t)h ? h - 1 : (uint32_t)hi;
+	rows->s0 = y0 / ratio;
+	rows->s1 = y1 / ratio < sh ? y1 / ratio : sh - 1;
+}
+
+/*
+ * Polygon i (its points already in m->ipts, its rows from mask_rows)
+ * filled at full size, only the rows the downsample reads, and its mask
+ * rows s0 .. s1 into out[s1 - s0 + 1][w / ratio]: its area. Only the full
+ * rows it wrote are cleared after: a polygon costs its height, not the
+ * image's.
+ */
+static int raster(struct instmask *m, uint32_t n, uint32_t w, uint32_t h, uint32_t ratio, const struct rows *rows,
+		  uint8_t *out, uint64_t *area)
+{
+	uint32_t y0 = rows->s0 * ratio, y1 = rows->s1 * ratio + ratio - 1;
 	int r;
 
-	memset(small, 0, (size_t)sw * sh);
 	*area = 0;
-	if (n == 0)
+	if (rows->s0 > rows->s1)
 		return 0;
 	if (m->full_zero < (size_t)w * h) {
 		memset(m->full, 0, (size_t)w * h);
 		m->full_zero = (size_t)w * h;
 	}
-	r = instmask_fill_f32(m, m->full, w, h, xy + (size_t)off[i] * 2, n);
+	r = fill_rows(m, m->full, w, h, m->ipts, n, ratio);
 	if (r < 0) {
 		m->full_zero = 0; /* not known what it wrote */
 		return r;
 	}
-	for (uint32_t k = 0; k < n; k++) {
-		lo = m->ipts[2 * k + 1] < lo ? m->ipts[2 * k + 1] : lo;
-		hi = m->ipts[2 * k + 1] > hi ? m->ipts[2 * k + 1] : hi;
-	}
-	if (hi < 0 || lo >= (int64_t)h)
-		return 0;
-	y0 = lo < 0 ? 0 : (uint32_t)lo;
-	y1 = hi >= (int64_t)h ? h - 1 : (uint32_t)hi;
-	/* mask row s reads full rows k*s + k/2 - 1 and k*s + k/2 (k 1: row s): the rows that read a filled row lie
-	 * in y0 / k .. y1 / k */
-	s0 = y0 / ratio;
-	s1 = y1 / ratio < sh ? y1 / ratio : sh - 1;
-	if (s0 <= s1)
-		*area = downsample(m->full, w, ratio, s0, s1, small);
-	memset(m->full + (size_t)y0 * w, 0, (size_t)(y1 - y0 + 1) * w);
+	*area = downsample(m->full, w, ratio, rows->s0, rows->s1, out);
+	/* the rows it may have written: those between its points, the read ones (y0 .. y1 holds them) */
+	for (uint32_t y = y0; y <= y1 && y < h; y++)
+		if (row_read((int)y, ratio))
+			memset(m->full + (size_t)y * w, 0, w);
 	return 0;
 }
 
@@ -522,29 +651,54 @@ static int cmp_order(const void *a, const void *b)
 	return i < j ? -1 : i > j;
 }
 
+/*
+ * Each polygon rastered once: its mask rows kept (up to KEEP_BYTES in all)
+ * for the second pass, which paints them in the area order; a polygon
+ * whose rows did not fit is rastered again there.
+ */
 int instmask_overlap(struct instmask *m, const float *xy, const uint32_t *off, uint32_t count, uint32_t w, uint32_t h,
 		     uint32_t ratio, uint16_t *mask, uint32_t *order)
 {
-	size_t small;
+	size_t small, kept = 0;
+	uint32_t sw;
 	int r;
 
 	if (ratio == 0 || ratio > INSTMASK_MAX_RATIO || (ratio & (ratio - 1)) || w % ratio || h % ratio || w == 0 ||
 	    h == 0 || count > UINT16_MAX || w > INT_MAX / 2 || h > INT_MAX / 2)
 		return -EINVAL;
-	small = (size_t)(w / ratio) * (h / ratio);
+	sw = w / ratio;
+	small = (size_t)sw * (h / ratio);
 	memset(mask, 0, small * sizeof(*mask));
 	if (count == 0)
 		return 0;
 	if (grow((void **)&m->full, &m->full_cap, (size_t)w * h, 1) < 0 ||
 	    grow((void **)&m->small, &m->small_cap, small, 1) < 0 ||
-	    grow((void **)&m->area, &m->area_cap, count, sizeof(*m->area)) < 0)
+	    grow((void **)&m->area, &m->area_cap, count, sizeof(*m->area)) < 0 ||
+	    grow((void **)&m->rows, &m->rows_cap, count, sizeof(*m->rows)) < 0)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < count; i++) {
-		uint64_t area;
+		const uint32_t n = off[i + 1] - off[i];
+		struct rows *rw = &m->rows[i];
+		uint64_t area = 0;
+		uint8_t *out = m->small;
 
-		r = raster(m, xy, off, i, w, h, ratio, m->small, &area);
+		r = to_ipts(m, xy + (size_t)off[i] * 2, n);
 		if (r < 0)
 			return r;
+		mask_rows(m, n, h, ratio, rw);
+		rw->at = SIZE_MAX;
+		if (rw->s0 <= rw->s1) {
+			size_t bytes = (size_t)(rw->s1 - rw->s0 + 1) * sw;
+
+			if (kept + bytes <= KEEP_BYTES && grow((void **)&m->keep, &m->keep_cap, kept + bytes, 1) == 0) {
+				rw->at = kept;
+				out = m->keep + kept;
+				kept += bytes;
+			}
+			r = raster(m, n, w, h, ratio, rw, out, &area);
+			if (r < 0)
+				return r;
+		}
 		m->area[i] = 0 - area; /* np.argsort(-areas) of uint64 areas */
 		order[i] = i;
 	}
@@ -553,14 +707,31 @@ int instmask_overlap(struct instmask *m, const float *xy, const uint32_t *off, u
 	sort_keys = NULL;
 	/* np.maximum(masks, ms[i] * (i + 1)) in that order: the last covering wins */
 	for (uint32_t rank = 0; rank < count; rank++) {
+		const uint32_t i = order[rank], n = off[i + 1] - off[i];
+		const struct rows *rw = &m->rows[i];
+		const uint16_t v = (uint16_t)(rank + 1);
+		const uint8_t *in;
+		uint16_t *o;
+		size_t cells;
 		uint64_t area;
 
-		r = raster(m, xy, off, order[rank], w, h, ratio, m->small, &area);
-		if (r < 0)
-			return r;
-		for (size_t p = 0; p < small; p++)
-			if (m->small[p])
-				mask[p] = (uint16_t)(rank + 1);
+		if (rw->s0 > rw->s1)
+			continue;
+		if (rw->at == SIZE_MAX) {
+			r = to_ipts(m, xy + (size_t)off[i] * 2, n);
+			if (r < 0)
+				return r;
+			r = raster(m, n, w, h, ratio, rw, m->small, &area);
+			if (r < 0)
+				return r;
+			in = m->small;
+		} else {
+			in = m->keep + rw->at;
+		}
+		o = mask + (size_t)rw->s0 * sw;
+		cells = (size_t)(rw->s1 - rw->s0 + 1) * sw;
+		for (size_t p = 0; p < cells; p++)
+			o[p] = in[p] ? v : o[p];
 	}
 	return 0;
 }

@@ -105,3 +105,81 @@ def test_overlap_masks_of_small_polygons_in_turn():
         assert np.array_equal(got, want)
         nonzero += int(want.any())
     assert at == len(out) and nonzero > 30
+
+
+def _zigzag(rng, w, h, n):
+    """n points swinging between two rows a few pixels apart: many edges start on one row (the edge
+    sort's long-row path); or, every third polygon, one vertex far above or below (its wide-span path)."""
+    y = rng.integers(-5, h + 5)
+    xs = rng.random(n) * w * 1.2 - w * 0.1
+    if rng.random() < 0.5:
+        xs = np.sort(xs)
+    ys = np.where(np.arange(n) % 2 == 0, y, y + rng.integers(1, 4)).astype(np.float64)
+    if rng.random() < 1 / 3:
+        ys[n // 2] = rng.choice([-1, 1]) * rng.integers(10_000, 1_000_000)
+    return np.stack([xs, ys], 1)
+
+
+def test_fill_of_many_edges_on_a_row_and_far_vertices():
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        w, h = int(rng.integers(4, 200)), int(rng.integers(4, 200))
+        pts = _zigzag(rng, w, h, int(rng.integers(3, 400))).astype(np.int32)
+        want = np.zeros((h, w), np.uint8)
+        cv2.fillPoly(want, [pts], color=1)
+        got = np.frombuffer(_run(["fill", w, h], np.uint32(len(pts)).tobytes() + pts.tobytes()), np.uint8)
+        assert np.array_equal(got.reshape(h, w), want), (w, h, pts.tolist())
+
+
+@pytest.mark.parametrize("ratio", [4, 8])
+def test_overlap_masks_of_zigzags(ratio):
+    """Outlines and spans on rows the downsample does not read are not drawn (ratio 4 and 8 read two
+    rows in each `ratio`): thin polygons whose rows are mostly unread ones."""
+    rng = np.random.default_rng(20 + ratio)
+    args, data, wants = [], b"", []
+    while len(wants) < 30:
+        w, h = ratio * int(rng.integers(2, 30)), ratio * int(rng.integers(2, 30))
+        count = int(rng.integers(1, 5))
+        segs = [_zigzag(rng, w, h, int(rng.integers(3, 120))).astype(np.float32) for _ in range(count)]
+        areas = [polygon2mask((h, w), [s.reshape(-1)], downsample_ratio=ratio).sum() for s in segs]
+        if len(set(areas)) < len(areas):
+            continue
+        want, order = polygons2masks_overlap((h, w), np.array(segs, dtype=object) if len(
+            {len(s) for s in segs}) > 1 else np.stack(segs), downsample_ratio=ratio)
+        wants.append((w // ratio, h // ratio, want, order))
+        args += [w, h, ratio]
+        data += np.uint32(count).tobytes() + b"".join(np.uint32(len(s)).tobytes() + s.tobytes() for s in segs)
+    out, at = _run(["overlap", *args], data), 0
+    for sw, sh, want, order in wants:
+        got = np.frombuffer(out[at:at + sw * sh * 2], np.uint16).reshape(sh, sw)
+        at += sw * sh * 2
+        assert np.array_equal(np.frombuffer(out[at:at + 4 * len(order)], np.uint32), order)
+        at += 4 * len(order)
+        assert np.array_equal(got, want)
+    assert at == len(out)
+
+
+@pytest.mark.parametrize("w,h,ratio", [(2048, 1536, 1), (2048, 2048, 2)])
+def test_overlap_masks_past_the_kept_rows(w, h, ratio):
+    """instmask_overlap keeps each polygon's mask rows between its passes up to 4 MiB in all and
+    rasters the rest again: tall polygons (3 MiB and 1 MiB of mask rows each) past that bound, small
+    ones kept after them, all in one area order."""
+    rng = np.random.default_rng(w + ratio)
+    segs = []
+    for k in range(9):
+        tall = k % 3 != 2
+        cx, cy = rng.random() * w, rng.random() * h
+        rx = w * (0.1 + 0.3 * rng.random()) if tall else 5 + 40 * rng.random()
+        ry = h * 0.55 if tall else 5 + 40 * rng.random()
+        ang = np.sort(rng.random(50) * 2 * np.pi)
+        segs.append(np.stack([cx + rx * np.cos(ang), (h / 2 if tall else cy) + ry * np.sin(ang)], 1))
+    segs = np.stack(segs).astype(np.float32)
+    areas = [polygon2mask((h, w), [s.reshape(-1)], downsample_ratio=ratio).sum() for s in segs]
+    assert len(set(areas)) == len(areas)
+    want, order = polygons2masks_overlap((h, w), segs, downsample_ratio=ratio)
+    data = np.uint32(len(segs)).tobytes() + b"".join(np.uint32(len(s)).tobytes() + s.tobytes() for s in segs)
+    out = _run(["overlap", w, h, ratio], data)
+    cells = (h // ratio) * (w // ratio)
+    assert np.array_equal(np.frombuffer(out[cells * 2:], np.uint32), order)
+    assert np.array_equal(np.frombuffer(out[:cells * 2], np.uint16).reshape(h // ratio, w // ratio), want)
+    assert len(np.unique(want)) > 5
