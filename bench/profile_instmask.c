@@ -155,7 +155,8 @@ int main(int argc, char **argv)
 		for (unsigned s = 0; s < scenes; s++) {
 			float xc = (float)(size / 2) + (float)rng_uniform(&rng) * (float)size;
 			float yc = (float)(size / 2) + (float)rng_uniform(&rng) * (float)size;
-			float sc = 0.5f + (float)rng_uniform(&rng), tx = (0.4f + 0.2f * (float)rng_uniform(&rng)) * (float)size;
+			float sc = 0.5f + (float)rng_uniform(&rng),
+			      tx = (0.4f + 0.2f * (float)rng_uniform(&rng)) * (float)size;
 			float ty = (0.4f + 0.2f * (float)rng_uniform(&rng)) * (float)size;
 			uint32_t count = 0, pts = 0;
 			double t0, t1, t2;
@@ -167,7 +168,8 @@ int main(int argc, char **argv)
 				size_t at = 0;
 
 				for (uint32_t k = 0; k < l->n; k++) {
-					uint32_t np = l->np[k], mm = instmask_resample_count(np, INSTMASK_SEGMENT_POINTS);
+					uint32_t np = l->np[k],
+						 mm = instmask_resample_count(np, INSTMASK_SEGMENT_POINTS);
 					float *o = xy + (size_t)pts * 2;
 
 					if (mm != INSTMASK_SEGMENT_POINTS) {
