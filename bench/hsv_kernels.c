@@ -100,7 +100,8 @@ int main(int argc, char **argv)
 	printf("%dx%d, %d rounds, median thread CPU time\n", side, side, rounds);
 	for (int k = 0; k < 3; k++)
 		printf("  %-18s %6.3f ns/pixel %7.3f ms/image  %5.2fx the 32-bit kernel\n", names[k],
-		       t[k][rounds / 2] * 1e9 / (double)pixels, t[k][rounds / 2] * 1e3, t[1][rounds / 2] / t[k][rounds / 2]);
+		       t[k][rounds / 2] * 1e9 / (double)pixels, t[k][rounds / 2] * 1e3,
+		       t[1][rounds / 2] / t[k][rounds / 2]);
 	status = 0;
 out:
 	free(src);

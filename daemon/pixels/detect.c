@@ -49,9 +49,9 @@
  * (resize_default_isa: AVX-512 where the CPU runs 512-bit work without
  * slowing its clock, or STOKER_RESIZE_ISA asks; else AVX2 where the CPU has
  * it). The AVX-512 kernel needs AVX512VBMI too (a byte permute packs RGB);
- * without it AVX2 runs. HSV stays on AVX2 there: its multiplies, shifts and
- * conversions all go to one port on 512-bit vectors, and a 16-lane version
- * of it measured 1.4x slower than the 8-lane one (docs/performance.md). They
+ * without it AVX2 runs. HSV stays on AVX2 there (hsv16_avx2, 16-bit lanes):
+ * 512-bit ports of it (32-bit lanes; 16-bit lanes with zmm divisions or
+ * with vpermt2w table lookups) all measured slower (docs/performance.md). They
  * do the portable code's integer arithmetic (divisions and tables replaced
  * by exact stand-ins, checked over every input they see), so the bytes do
  * not depend on the CPU. The portable code finishes what a kernel leaves
@@ -1487,6 +1487,9 @@ INLINE_AVX2 __m256i hsv_channel_avx2(__m256i vv, __m256 svv, __m256i k)
  * V (7650 - S k) / 7650 with k (30, f or 30 - f as the sector picks p, q
  * or u; 0 for V) the hue's distance from the channel's own, less 30,
  * clamped to [0, 30]. Returns the pixels done; reads 4 bytes past them.
+ * hsv16_avx2 replaced it in hsv_jitter (1.3x faster, the same bytes); it
+ * stays as the baseline that bench/hsv_kernels and test_hsv_kernels run
+ * the 16-bit kernel against (detect_hsv_kernel).
  */
 TARGET_AVX2 static size_t hsv_avx2(const struct hsv_tables *t, uint8_t *image, size_t pixels)
 {
