@@ -17,7 +17,9 @@
  * scene is made by the base's and this tree's instmask_overlap in turn (the
  * order alternating), each timed on the thread's CPU clock
  * (CLOCK_THREAD_CPUTIME_ID), and their masks and area orders compared
- * byte for byte: a difference fails the run (exit 1).
+ * byte for byte: a difference fails the run (exit 1). The resample of
+ * each polygon (update_labels_info's, which the daemon runs on every
+ * tile's polygons) is timed and compared the same way.
  *
  * Prints milliseconds per image of each and their ratio, then one JSON line.
  */
@@ -36,6 +38,7 @@
 struct base_instmask;
 int base_instmask_new(struct base_instmask **out);
 void base_instmask_free(struct base_instmask *m);
+void base_instmask_resample(const float *xy, uint32_t n, uint32_t m, float *out);
 int base_instmask_overlap(struct base_instmask *m, const float *xy, const uint32_t *off, uint32_t count, uint32_t w,
 			  uint32_t h, uint32_t ratio, uint16_t *mask, uint32_t *order);
 
@@ -107,11 +110,11 @@ int main(int argc, char **argv)
 	struct base_instmask *bm;
 	struct instmask *m;
 	struct rng rng;
-	double t_base = 0, t_new = 0;
+	double t_base = 0, t_new = 0, r_base = 0, r_new = 0;
 	uint64_t images = 0, polys = 0;
 	DIR *d;
 	struct dirent *de;
-	float *xy, *tmp;
+	float *xy, *tmp, *res_b;
 	uint32_t off[MAX_POLYS * 4 + 1], order_b[MAX_POLYS * 4], order_n[MAX_POLYS * 4];
 	uint16_t *mask_b, *mask_n;
 	size_t cells;
@@ -148,6 +151,7 @@ int main(int argc, char **argv)
 	cells = (size_t)(size / ratio) * (size / ratio);
 	xy = malloc((size_t)MAX_POLYS * 4 * INSTMASK_SEGMENT_POINTS * 2 * sizeof(float));
 	tmp = malloc((size_t)MAX_LABEL_POINTS * 2 * sizeof(float));
+	res_b = malloc((size_t)INSTMASK_SEGMENT_POINTS * 2 * sizeof(float));
 	mask_b = malloc(cells * 2);
 	mask_n = malloc(cells * 2);
 	rng_init(&rng, 0, 0, 0, RNG_AUGMENT);
@@ -178,7 +182,29 @@ int main(int argc, char **argv)
 					}
 					memcpy(tmp, l->xy + at * 2, (size_t)np * 2 * sizeof(float));
 					at += np;
-					instmask_resample(tmp, np, mm, o);
+					if ((e + s) % 2) {
+						t0 = now();
+						instmask_resample(tmp, np, mm, o);
+						t1 = now();
+						base_instmask_resample(tmp, np, mm, res_b);
+						t2 = now();
+						r_new += t1 - t0;
+						r_base += t2 - t1;
+					} else {
+						t0 = now();
+						base_instmask_resample(tmp, np, mm, res_b);
+						t1 = now();
+						instmask_resample(tmp, np, mm, o);
+						t2 = now();
+						r_base += t1 - t0;
+						r_new += t2 - t1;
+					}
+					if (memcmp(o, res_b, (size_t)mm * 2 * sizeof(float))) {
+						fprintf(stderr,
+							"profile_instmask: epoch %u scene %u: resample differs\n", e,
+							s);
+						return 1;
+					}
 					for (uint32_t j = 0; j < mm; j++) {
 						float x = ((o[2 * j] * (float)size + ox) - (float)size) * sc + tx;
 						float y = ((o[2 * j + 1] * (float)size + oy) - (float)size) * sc + ty;
@@ -220,8 +246,13 @@ int main(int argc, char **argv)
 	       (unsigned long long)images, (double)polys / (double)images, size, size, ratio);
 	printf("  base  %.4f ms/image\n  now   %.4f ms/image\n  base / now %.2f\n", t_base * 1e3 / (double)images,
 	       t_new * 1e3 / (double)images, t_base / t_new);
-	printf("{\"images\": %llu, \"base_ms\": %.5f, \"now_ms\": %.5f, \"ratio\": %.3f}\n", (unsigned long long)images,
-	       t_base * 1e3 / (double)images, t_new * 1e3 / (double)images, t_base / t_new);
+	printf("instmask_resample of the same polygons to %u points: outputs equal\n", INSTMASK_SEGMENT_POINTS);
+	printf("  base  %.4f ms/image\n  now   %.4f ms/image\n  base / now %.2f\n", r_base * 1e3 / (double)images,
+	       r_new * 1e3 / (double)images, r_base / r_new);
+	printf("{\"images\": %llu, \"base_ms\": %.5f, \"now_ms\": %.5f, \"ratio\": %.3f, \"resample_base_ms\": %.5f, "
+	       "\"resample_now_ms\": %.5f}\n",
+	       (unsigned long long)images, t_base * 1e3 / (double)images, t_new * 1e3 / (double)images, t_base / t_new,
+	       r_base * 1e3 / (double)images, r_new * 1e3 / (double)images);
 	for (unsigned i = 0; i < nfiles; i++) {
 		free(names[i]);
 		free(labels[i].np);
@@ -230,6 +261,7 @@ int main(int argc, char **argv)
 	free(labels);
 	free(xy);
 	free(tmp);
+	free(res_b);
 	free(mask_b);
 	free(mask_n);
 	instmask_free(m);

@@ -81,36 +81,34 @@ uint32_t instmask_resample_count(uint32_t longest, uint32_t points)
 	return longest > points ? longest + 1 : points;
 }
 
-/* The closed polygon's points at x: (x, y) from the n points and the first again. */
-static void at(const float *xy, uint32_t n, double x, float *out)
+/* The closed polygon's point at x (np.interp of each coordinate over 0 ..
+ * n, point n the first again): point j where x is the integer j (or past
+ * either end: the first), else slope * (x - j) + f0 in double (interp's
+ * slope: (f1 - f0) / 1), rounded to float32. */
+static inline void at(const float *xy, uint32_t n, double x, float *out)
 {
-	/* the closed polygon, as a strided view: point n is point 0 */
-	uint32_t len = n + 1, j;
-	double v[2];
+	const float *p0, *p1;
+	uint32_t j;
 
-	for (int c = 0; c < 2; c++) {
-		double last = (double)(len - 1), slope, f0, f1;
-
-		if (x >= last) {
-			v[c] = xy[c]; /* point n: the first */
-			continue;
-		}
-		if (x <= 0) {
-			v[c] = xy[c];
-			continue;
-		}
-		j = (uint32_t)x;
-		f0 = xy[(size_t)j * 2 + c];
-		if ((double)j == x) {
-			v[c] = f0;
-			continue;
-		}
-		f1 = j + 1 == n ? xy[c] : xy[(size_t)(j + 1) * 2 + c];
-		slope = (f1 - f0) / 1.0;
-		v[c] = slope * (x - (double)j) + f0;
+	if (x >= (double)n || x <= 0) {
+		out[0] = xy[0];
+		out[1] = xy[1];
+		return;
 	}
-	out[0] = (float)v[0];
-	out[1] = (float)v[1];
+	j = (uint32_t)x;
+	p0 = xy + (size_t)j * 2;
+	if ((double)j == x) {
+		out[0] = p0[0];
+		out[1] = p0[1];
+		return;
+	}
+	p1 = j + 1 == n ? xy : p0 + 2;
+	{
+		const double t = x - (double)j, f0x = p0[0], f0y = p0[1];
+
+		out[0] = (float)(((double)p1[0] - f0x) * t + f0x);
+		out[1] = (float)(((double)p1[1] - f0y) * t + f0y);
+	}
 }
 
 void instmask_resample(const float *xy, uint32_t n, uint32_t m, float *out)
@@ -126,26 +124,28 @@ void instmask_resample(const float *xy, uint32_t n, uint32_t m, float *out)
 	num = len < m ? m - len : m;
 	step = num > 1 ? stop / (double)(num - 1) : 0;
 	/* linspace(0, len - 1, num) merged with 0 .. len - 1 when len < m
-	 * (np.insert at searchsorted: each integer before equal values) */
-	while (o < m) {
-		double x;
-
-		if (len < m && k < len) {
+	 * (np.insert at searchsorted: each integer before equal values);
+	 * an integer position is its point itself */
+	if (len < m) {
+		while (o < m) {
 			double xi = i < num ? (i + 1 == num && num > 1 ? stop : (double)i * step) : INFINITY;
 
-			if ((double)k <= xi) {
-				x = (double)k++;
+			if (k < len && (double)k <= xi) {
+				const float *p = k == n ? xy : xy + (size_t)k * 2;
+
+				out[(size_t)o * 2] = p[0];
+				out[(size_t)o * 2 + 1] = p[1];
+				k++;
 			} else {
-				x = xi;
+				at(xy, n, xi, out + (size_t)o * 2);
 				i++;
 			}
-		} else {
-			x = i + 1 == num && num > 1 ? stop : (double)i * step;
-			i++;
+			o++;
 		}
-		at(xy, n, x, out + (size_t)o * 2);
-		o++;
+		return;
 	}
+	for (; o < m; o++, i++)
+		at(xy, n, i + 1 == num && num > 1 ? stop : (double)i * step, out + (size_t)o * 2);
 }
 
 /* ---- LetterBox on instances ---- */

@@ -45,6 +45,8 @@ def test_resample_is_ultralytics():
         n = int(rng.integers(1, 60))
         m = max(n, int(rng.choice([n, n + 1, 50, 100, 1000, 1001])))
         s = rng.random((n, 2)).astype(np.float32)
+        if rng.random() < 0.5:  # pixels, partly outside
+            s = (s * rng.choice([10, 640, 5000]) - rng.choice([0, 30, 700])).astype(np.float32)
         want = resample_segments([s.copy()], m)[0]
         got = np.frombuffer(_run(["resample", m], np.uint32(n).tobytes() + s.tobytes()), np.float32)
         assert np.array_equal(got.reshape(m, 2), want), (n, m)
