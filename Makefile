@@ -648,19 +648,22 @@ $(B)/bench/profile_pipeline $(B)/bench/profile_detect $(B)/bench/hsv_kernels: $(
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $@ $< $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 
-# Format's overlap mask (instmask_overlap) now against INSTMASK_BASE's, in one
-# process on the same polygons, outputs compared (bench/profile_instmask.c).
+# The instance geometry and masks (instmask.c, instgeom.c) now against
+# INSTMASK_BASE's, in one process on the same polygons, outputs compared
+# (bench/profile_instmask.c): the base's objects with every symbol base_.
 INSTMASK_BASE ?= main
 INSTMASK_ARGS ?= bench/out/yolo/instances-256/segment/labels/train
-INSTMASK_RENAME := $(foreach f,new free overlap fill fill_f32 resample resample_count letterbox,\
-	-Dinstmask_$(f)=base_instmask_$(f)) -Dinstmask=base_instmask
 .PHONY: bench-instmask
 bench-instmask: $(B)/libstokerd.a
-	@mkdir -p $(B)/bench
-	git show $(INSTMASK_BASE):daemon/pixels/instmask.c > $(B)/bench/instmask_base.c
-	$(CC) $(CFLAGS_ALL) $(INC_DAEMON) $(INSTMASK_RENAME) -c -o $(B)/bench/instmask_base.o $(B)/bench/instmask_base.c
+	@mkdir -p $(B)/bench/base
+	set -e; for f in instmask instgeom; do \
+		git show $(INSTMASK_BASE):daemon/pixels/$$f.c > $(B)/bench/base/$$f.c; \
+		$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -c -o $(B)/bench/base/$$f.o $(B)/bench/base/$$f.c; \
+		nm -g --defined-only $(B)/bench/base/$$f.o | awk '{print $$3 " base_" $$3}' > $(B)/bench/base/$$f.syms; \
+		objcopy --redefine-syms=$(B)/bench/base/$$f.syms $(B)/bench/base/$$f.o; \
+	done
 	$(CC) $(CFLAGS_ALL) $(INC_DAEMON) -o $(B)/bench/profile_instmask bench/profile_instmask.c \
-		$(B)/bench/instmask_base.o $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
+		$(B)/bench/base/instmask.o $(B)/bench/base/instgeom.o $(B)/libstokerd.a $(LIBS_DAEMON) $(LDFLAGS_ALL)
 	$(B)/bench/profile_instmask $(INSTMASK_ARGS)
 
 install: all

@@ -19,17 +19,20 @@
  * (CLOCK_THREAD_CPUTIME_ID), and their masks and area orders compared
  * byte for byte: a difference fails the run (exit 1). The resample of
  * each polygon (update_labels_info's, which the daemon runs on every
- * tile's polygons) is timed and compared the same way.
+ * tile's polygons) and their RandomPerspective transform
+ * (instgeom_transform) are timed and compared the same way.
  *
  * Prints milliseconds per image of each and their ratio, then one JSON line.
  */
 #include <dirent.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "instgeom.h"
 #include "instmask.h"
 #include "rng.h"
 
@@ -38,6 +41,7 @@
 struct base_instmask;
 int base_instmask_new(struct base_instmask **out);
 void base_instmask_free(struct base_instmask *m);
+void base_instgeom_transform(const float M[9], bool divide, float *xy, size_t npts, size_t stride);
 void base_instmask_resample(const float *xy, uint32_t n, uint32_t m, float *out);
 int base_instmask_overlap(struct base_instmask *m, const float *xy, const uint32_t *off, uint32_t count, uint32_t w,
 			  uint32_t h, uint32_t ratio, uint16_t *mask, uint32_t *order);
@@ -110,11 +114,11 @@ int main(int argc, char **argv)
 	struct base_instmask *bm;
 	struct instmask *m;
 	struct rng rng;
-	double t_base = 0, t_new = 0, r_base = 0, r_new = 0;
+	double t_base = 0, t_new = 0, r_base = 0, r_new = 0, x_base = 0, x_new = 0;
 	uint64_t images = 0, polys = 0;
 	DIR *d;
 	struct dirent *de;
-	float *xy, *tmp, *res_b;
+	float *xy, *tmp, *res_b, *tr_b;
 	uint32_t off[MAX_POLYS * 4 + 1], order_b[MAX_POLYS * 4], order_n[MAX_POLYS * 4];
 	uint16_t *mask_b, *mask_n;
 	size_t cells;
@@ -152,6 +156,7 @@ int main(int argc, char **argv)
 	xy = malloc((size_t)MAX_POLYS * 4 * INSTMASK_SEGMENT_POINTS * 2 * sizeof(float));
 	tmp = malloc((size_t)MAX_LABEL_POINTS * 2 * sizeof(float));
 	res_b = malloc((size_t)INSTMASK_SEGMENT_POINTS * 2 * sizeof(float));
+	tr_b = malloc((size_t)INSTMASK_SEGMENT_POINTS * 2 * sizeof(float));
 	mask_b = malloc(cells * 2);
 	mask_n = malloc(cells * 2);
 	rng_init(&rng, 0, 0, 0, RNG_AUGMENT);
@@ -162,6 +167,7 @@ int main(int argc, char **argv)
 			float sc = 0.5f + (float)rng_uniform(&rng),
 			      tx = (0.4f + 0.2f * (float)rng_uniform(&rng)) * (float)size;
 			float ty = (0.4f + 0.2f * (float)rng_uniform(&rng)) * (float)size;
+			const float M[9] = {sc, 0, tx - (float)size * sc, 0, sc, ty - (float)size * sc, 0, 0, 1};
 			uint32_t count = 0, pts = 0;
 			double t0, t1, t2;
 			int rb, rn;
@@ -205,13 +211,36 @@ int main(int argc, char **argv)
 							s);
 						return 1;
 					}
-					for (uint32_t j = 0; j < mm; j++) {
-						float x = ((o[2 * j] * (float)size + ox) - (float)size) * sc + tx;
-						float y = ((o[2 * j + 1] * (float)size + oy) - (float)size) * sc + ty;
-
-						o[2 * j] = x < 0 ? 0 : x > (float)size ? (float)size : x;
-						o[2 * j + 1] = y < 0 ? 0 : y > (float)size ? (float)size : y;
+					for (uint32_t j = 0; j < mm; j++) { /* on mosaic's canvas */
+						o[2 * j] = o[2 * j] * (float)size + ox;
+						o[2 * j + 1] = o[2 * j + 1] * (float)size + oy;
 					}
+					memcpy(tr_b, o, (size_t)mm * 2 * sizeof(float));
+					if ((e + s) % 2) {
+						t0 = now();
+						instgeom_transform(M, true, o, mm, 2);
+						t1 = now();
+						base_instgeom_transform(M, true, tr_b, mm, 2);
+						t2 = now();
+						x_new += t1 - t0;
+						x_base += t2 - t1;
+					} else {
+						t0 = now();
+						base_instgeom_transform(M, true, tr_b, mm, 2);
+						t1 = now();
+						instgeom_transform(M, true, o, mm, 2);
+						t2 = now();
+						x_base += t1 - t0;
+						x_new += t2 - t1;
+					}
+					if (memcmp(o, tr_b, (size_t)mm * 2 * sizeof(float))) {
+						fprintf(stderr,
+							"profile_instmask: epoch %u scene %u: transform differs\n", e,
+							s);
+						return 1;
+					}
+					for (uint32_t j = 0; j < mm * 2; j++) /* Instances.clip */
+						o[j] = o[j] < 0 ? 0 : o[j] > (float)size ? (float)size : o[j];
 					off[count++] = pts;
 					pts += mm;
 				}
@@ -249,10 +278,14 @@ int main(int argc, char **argv)
 	printf("instmask_resample of the same polygons to %u points: outputs equal\n", INSTMASK_SEGMENT_POINTS);
 	printf("  base  %.4f ms/image\n  now   %.4f ms/image\n  base / now %.2f\n", r_base * 1e3 / (double)images,
 	       r_new * 1e3 / (double)images, r_base / r_new);
+	printf("instgeom_transform (RandomPerspective's, fused, divided) of the same points: outputs equal\n");
+	printf("  base  %.4f ms/image\n  now   %.4f ms/image\n  base / now %.2f\n", x_base * 1e3 / (double)images,
+	       x_new * 1e3 / (double)images, x_base / x_new);
 	printf("{\"images\": %llu, \"base_ms\": %.5f, \"now_ms\": %.5f, \"ratio\": %.3f, \"resample_base_ms\": %.5f, "
-	       "\"resample_now_ms\": %.5f}\n",
+	       "\"resample_now_ms\": %.5f, \"transform_base_ms\": %.5f, \"transform_now_ms\": %.5f}\n",
 	       (unsigned long long)images, t_base * 1e3 / (double)images, t_new * 1e3 / (double)images, t_base / t_new,
-	       r_base * 1e3 / (double)images, r_new * 1e3 / (double)images);
+	       r_base * 1e3 / (double)images, r_new * 1e3 / (double)images, x_base * 1e3 / (double)images,
+	       x_new * 1e3 / (double)images);
 	for (unsigned i = 0; i < nfiles; i++) {
 		free(names[i]);
 		free(labels[i].np);
@@ -262,6 +295,7 @@ int main(int argc, char **argv)
 	free(xy);
 	free(tmp);
 	free(res_b);
+	free(tr_b);
 	free(mask_b);
 	free(mask_n);
 	instmask_free(m);
