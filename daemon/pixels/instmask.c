@@ -25,10 +25,10 @@ struct edge {
  * are rastered again in the second pass. */
 #define KEEP_BYTES ((size_t)4 << 20)
 
-/* A polygon's mask rows in instmask_overlap: s0 .. s1 (none: s0 > s1), kept at
- * m->keep + at, or not kept (at == SIZE_MAX). */
+/* A polygon's mask cells in instmask_overlap: rows s0 .. s1 (none: s0 > s1),
+ * columns c0 .. c1, kept at m->keep + at, or not kept (at == SIZE_MAX). */
 struct rows {
-	uint32_t s0, s1;
+	uint32_t s0, s1, c0, c1;
 	size_t at;
 };
 
@@ -550,27 +550,28 @@ int instmask_fill_f32(struct instmask *m, uint8_t *mask, uint32_t w, uint32_t h,
  * two dividing both: the pixel k/2 - 1/2 into each block (odd k: 1, its
  * own pixel), else the 2 x 2 pixels around it weighed a half each, rounded
  * as cv2's fixed point does ((sum + 2) >> 2; k 2 is INTER_AREA's same sum).
- * Only output rows s0 .. s1, into out[s1 - s0 + 1][w / k]. */
-static uint64_t downsample(const uint8_t *full, uint32_t w, uint32_t k, uint32_t s0, uint32_t s1, uint8_t *out)
+ * Only the cells rows s0 .. s1, columns c0 .. c1 of `r`, into out[rows][columns]. */
+static uint64_t downsample(const uint8_t *full, uint32_t w, uint32_t k, const struct rows *r, uint8_t *out)
 {
-	uint32_t sw = w / k;
+	const uint32_t cw = r->c1 - r->c0 + 1;
 	uint64_t area = 0;
 
-	for (uint32_t y = s0; y <= s1; y++) {
-		uint8_t *o = out + (size_t)(y - s0) * sw;
+	for (uint32_t y = r->s0; y <= r->s1; y++) {
+		uint8_t *o = out + (size_t)(y - r->s0) * cw;
 		unsigned row = 0;
 
 		if (k == 1) {
-			const uint8_t *a = full + (size_t)y * w;
+			const uint8_t *a = full + (size_t)y * w + r->c0;
 
-			for (uint32_t x = 0; x < sw; x++) {
+			for (uint32_t x = 0; x < cw; x++) {
 				o[x] = a[x];
 				row += a[x];
 			}
 		} else {
-			const uint8_t *a = full + (size_t)(k * y + k / 2 - 1) * w + (k / 2 - 1), *b = a + w;
+			const uint8_t *a = full + (size_t)(k * y + k / 2 - 1) * w + (size_t)k * r->c0 + (k / 2 - 1),
+				      *b = a + w;
 
-			for (uint32_t x = 0; x < sw; x++) {
+			for (uint32_t x = 0; x < cw; x++) {
 				unsigned sum = a[k * x] + a[k * x + 1] + b[k * x] + b[k * x + 1];
 
 				o[x] = (uint8_t)((sum + 2) >> 2);
@@ -583,41 +584,52 @@ static uint64_t downsample(const uint8_t *full, uint32_t w, uint32_t k, uint32_t
 }
 
 /*
- * The mask rows polygon i of n points (in m->ipts, to_ipts) can touch:
- * cv2.fillPoly writes only rows between its points' lowest and highest, and
- * mask row s reads full rows k*s + k/2 - 1 and k*s + k/2 (k 1: row s), so
- * the rows that read a filled row lie in y0 / k .. y1 / k. None: s0 > s1.
+ * The mask cells polygon i of n points (in m->ipts, to_ipts) can touch:
+ * cv2.fillPoly writes only inside its points' bounding box (the outline's
+ * pixels lie on its edges, each row's spans between them), and mask cell
+ * (s, c) reads full rows k*s + k/2 - 1 and k*s + k/2 and the same columns
+ * of c (k 1: pixel (s, c)), so the cells that read a filled pixel lie in
+ * rows y0 / k .. y1 / k, columns x0 / k .. x1 / k. None: s0 > s1.
  */
-static void mask_rows(const struct instmask *m, uint32_t n, uint32_t h, uint32_t ratio, struct rows *rows)
+static void mask_rows(const struct instmask *m, uint32_t n, uint32_t w, uint32_t h, uint32_t ratio, struct rows *rows)
 {
-	int64_t lo = INT64_MAX, hi = INT64_MIN;
-	uint32_t y0, y1, sh = h / ratio;
+	int64_t lo = INT64_MAX, hi = INT64_MIN, left = INT64_MAX, right = INT64_MIN;
+	uint32_t y0, y1, x0, x1, sh = h / ratio, sw = w / ratio;
 
-	rows->s0 = 1;
-	rows->s1 = 0;
+	rows->s0 = rows->c0 = 1;
+	rows->s1 = rows->c1 = 0;
 	for (uint32_t k = 0; k < n; k++) {
-		lo = m->ipts[2 * k + 1] < lo ? m->ipts[2 * k + 1] : lo;
-		hi = m->ipts[2 * k + 1] > hi ? m->ipts[2 * k + 1] : hi;
+		const int64_t x = m->ipts[2 * k], y = m->ipts[2 * k + 1];
+
+		lo = y < lo ? y : lo;
+		hi = y > hi ? y : hi;
+		left = x < left ? x : left;
+		right = x > right ? x : right;
 	}
-	if (n == 0 || hi < 0 || lo >= (int64_t)h)
+	if (n == 0 || hi < 0 || lo >= (int64_t)h || right < 0 || left >= (int64_t)w)
 		return;
 	y0 = lo < 0 ? 0 : (uint32_t)lo;
 	y1 = hi >= (int64_t)h ? h - 1 : (uint32_t)hi;
+	x0 = left < 0 ? 0 : (uint32_t)left;
+	x1 = right >= (int64_t)w ? w - 1 : (uint32_t)right;
 	rows->s0 = y0 / ratio;
 	rows->s1 = y1 / ratio < sh ? y1 / ratio : sh - 1;
+	rows->c0 = x0 / ratio;
+	rows->c1 = x1 / ratio < sw ? x1 / ratio : sw - 1;
 }
 
 /*
- * Polygon i (its points already in m->ipts, its rows from mask_rows)
+ * Polygon i (its points already in m->ipts, its cells from mask_rows)
  * filled at full size, only the rows the downsample reads, and its mask
- * rows s0 .. s1 into out[s1 - s0 + 1][w / ratio]: its area. Only the full
- * rows it wrote are cleared after: a polygon costs its height, not the
- * image's.
+ * cells into out[s1 - s0 + 1][c1 - c0 + 1]: its area. Only the full-size
+ * pixels it may have written are cleared after: a polygon costs its
+ * bounding box, not the image.
  */
 static int raster(struct instmask *m, uint32_t n, uint32_t w, uint32_t h, uint32_t ratio, const struct rows *rows,
 		  uint8_t *out, uint64_t *area)
 {
 	uint32_t y0 = rows->s0 * ratio, y1 = rows->s1 * ratio + ratio - 1;
+	uint32_t x0 = rows->c0 * ratio, x1 = rows->c1 * ratio + ratio - 1;
 	int r;
 
 	*area = 0;
@@ -632,11 +644,13 @@ static int raster(struct instmask *m, uint32_t n, uint32_t w, uint32_t h, uint32
 		m->full_zero = 0; /* not known what it wrote */
 		return r;
 	}
-	*area = downsample(m->full, w, ratio, rows->s0, rows->s1, out);
-	/* the rows it may have written: those between its points, the read ones (y0 .. y1 holds them) */
+	*area = downsample(m->full, w, ratio, rows, out);
+	/* the pixels it may have written: inside its points' box, on the read rows (the blocks y0 .. y1, x0 .. x1
+	 * hold them) */
+	x1 = x1 < w ? x1 : w - 1;
 	for (uint32_t y = y0; y <= y1 && y < h; y++)
 		if (row_read((int)y, ratio))
-			memset(m->full + (size_t)y * w, 0, w);
+			memset(m->full + (size_t)y * w + x0, 0, x1 - x0 + 1);
 	return 0;
 }
 
@@ -685,10 +699,10 @@ int instmask_overlap(struct instmask *m, const float *xy, const uint32_t *off, u
 		r = to_ipts(m, xy + (size_t)off[i] * 2, n);
 		if (r < 0)
 			return r;
-		mask_rows(m, n, h, ratio, rw);
+		mask_rows(m, n, w, h, ratio, rw);
 		rw->at = SIZE_MAX;
 		if (rw->s0 <= rw->s1) {
-			size_t bytes = (size_t)(rw->s1 - rw->s0 + 1) * sw;
+			size_t bytes = (size_t)(rw->s1 - rw->s0 + 1) * (rw->c1 - rw->c0 + 1);
 
 			if (kept + bytes <= KEEP_BYTES && grow((void **)&m->keep, &m->keep_cap, kept + bytes, 1) == 0) {
 				rw->at = kept;
@@ -712,7 +726,7 @@ int instmask_overlap(struct instmask *m, const float *xy, const uint32_t *off, u
 		const uint16_t v = (uint16_t)(rank + 1);
 		const uint8_t *in;
 		uint16_t *o;
-		size_t cells;
+		uint32_t cw;
 		uint64_t area;
 
 		if (rw->s0 > rw->s1)
@@ -728,10 +742,12 @@ int instmask_overlap(struct instmask *m, const float *xy, const uint32_t *off, u
 		} else {
 			in = m->keep + rw->at;
 		}
-		o = mask + (size_t)rw->s0 * sw;
-		cells = (size_t)(rw->s1 - rw->s0 + 1) * sw;
-		for (size_t p = 0; p < cells; p++)
-			o[p] = in[p] ? v : o[p];
+		cw = rw->c1 - rw->c0 + 1;
+		for (uint32_t y = rw->s0; y <= rw->s1; y++, in += cw) {
+			o = mask + (size_t)y * sw + rw->c0;
+			for (uint32_t x = 0; x < cw; x++)
+				o[x] = in[x] ? v : o[x];
+		}
 	}
 	return 0;
 }

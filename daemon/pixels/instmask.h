@@ -21,8 +21,9 @@
  *
  * instmask_overlap rasters each polygon once: the fill writes only the
  * full-size rows the downsample reads (two in each mask_ratio), and each
- * polygon's mask rows (only those it spans) are kept for the area-order
- * pass, up to 4 MiB in all; polygons past that are rastered again there.
+ * polygon's mask cells (only its points' bounding box) are kept for the
+ * area-order pass, up to 4 MiB in all; polygons past that are rastered
+ * again there.
  *
  * Pure computation, no allocation but the scratch in struct instmask (one
  * per worker thread; not thread safe).

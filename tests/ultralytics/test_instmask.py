@@ -163,18 +163,18 @@ def test_overlap_masks_of_zigzags(ratio):
 
 @pytest.mark.parametrize("w,h,ratio", [(2048, 1536, 1), (2048, 2048, 2)])
 def test_overlap_masks_past_the_kept_rows(w, h, ratio):
-    """instmask_overlap keeps each polygon's mask rows between its passes up to 4 MiB in all and
-    rasters the rest again: tall polygons (3 MiB and 1 MiB of mask rows each) past that bound, small
-    ones kept after them, all in one area order."""
+    """instmask_overlap keeps each polygon's mask cells (its bounding box) between its passes up to
+    4 MiB in all and rasters the rest again: polygons over the whole image (3 MiB and 1 MiB of mask
+    cells each) past that bound, small ones kept after them, all in one area order."""
     rng = np.random.default_rng(w + ratio)
     segs = []
     for k in range(9):
         tall = k % 3 != 2
-        cx, cy = rng.random() * w, rng.random() * h
-        rx = w * (0.1 + 0.3 * rng.random()) if tall else 5 + 40 * rng.random()
-        ry = h * 0.55 if tall else 5 + 40 * rng.random()
+        cx, cy = (w / 2, h / 2) if tall else (rng.random() * w, rng.random() * h)
+        rx = w * (0.5 + 0.1 * rng.random()) if tall else 5 + 40 * rng.random()
+        ry = h * (0.5 + 0.1 * rng.random()) if tall else 5 + 40 * rng.random()
         ang = np.sort(rng.random(50) * 2 * np.pi)
-        segs.append(np.stack([cx + rx * np.cos(ang), (h / 2 if tall else cy) + ry * np.sin(ang)], 1))
+        segs.append(np.stack([cx + rx * np.cos(ang), cy + ry * np.sin(ang)], 1))
     segs = np.stack(segs).astype(np.float32)
     areas = [polygon2mask((h, w), [s.reshape(-1)], downsample_ratio=ratio).sum() for s in segs]
     assert len(set(areas)) == len(areas)
