@@ -64,6 +64,30 @@ static double now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/*
+ * The expressions NEW and BASE timed on the thread's CPU clock, NEW first
+ * when new_first (alternated, so that neither always runs on caches the
+ * other warmed), each one's time added to t_new and t_base.
+ */
+#define TIMED_PAIR(new_first, NEW, BASE, t_new, t_base)  \
+	do {                                             \
+		bool nf_ = (new_first);                  \
+		double t0_ = now(), t1_, t2_;            \
+                                                         \
+		if (nf_)                                 \
+			(void)(NEW);                     \
+		else                                     \
+			(void)(BASE);                    \
+		t1_ = now();                             \
+		if (nf_)                                 \
+			(void)(BASE);                    \
+		else                                     \
+			(void)(NEW);                     \
+		t2_ = now();                             \
+		(t_new) += nf_ ? t1_ - t0_ : t2_ - t1_;  \
+		(t_base) += nf_ ? t2_ - t1_ : t1_ - t0_; \
+	} while (0)
+
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
@@ -169,7 +193,6 @@ int main(int argc, char **argv)
 			float ty = (0.4f + 0.2f * (float)rng_uniform(&rng)) * (float)size;
 			const float M[9] = {sc, 0, tx - (float)size * sc, 0, sc, ty - (float)size * sc, 0, 0, 1};
 			uint32_t count = 0, pts = 0;
-			double t0, t1, t2;
 			int rb, rn;
 
 			for (unsigned q = 0; q < 4; q++) {
@@ -188,23 +211,8 @@ int main(int argc, char **argv)
 					}
 					memcpy(tmp, l->xy + at * 2, (size_t)np * 2 * sizeof(float));
 					at += np;
-					if ((e + s) % 2) {
-						t0 = now();
-						instmask_resample(tmp, np, mm, o);
-						t1 = now();
-						base_instmask_resample(tmp, np, mm, res_b);
-						t2 = now();
-						r_new += t1 - t0;
-						r_base += t2 - t1;
-					} else {
-						t0 = now();
-						base_instmask_resample(tmp, np, mm, res_b);
-						t1 = now();
-						instmask_resample(tmp, np, mm, o);
-						t2 = now();
-						r_base += t1 - t0;
-						r_new += t2 - t1;
-					}
+					TIMED_PAIR((e + s) % 2, (instmask_resample(tmp, np, mm, o)),
+						   (base_instmask_resample(tmp, np, mm, res_b)), r_new, r_base);
 					if (memcmp(o, res_b, (size_t)mm * 2 * sizeof(float))) {
 						fprintf(stderr,
 							"profile_instmask: epoch %u scene %u: resample differs\n", e,
@@ -216,23 +224,8 @@ int main(int argc, char **argv)
 						o[2 * j + 1] = o[2 * j + 1] * (float)size + oy;
 					}
 					memcpy(tr_b, o, (size_t)mm * 2 * sizeof(float));
-					if ((e + s) % 2) {
-						t0 = now();
-						instgeom_transform(M, true, o, mm, 2);
-						t1 = now();
-						base_instgeom_transform(M, true, tr_b, mm, 2);
-						t2 = now();
-						x_new += t1 - t0;
-						x_base += t2 - t1;
-					} else {
-						t0 = now();
-						base_instgeom_transform(M, true, tr_b, mm, 2);
-						t1 = now();
-						instgeom_transform(M, true, o, mm, 2);
-						t2 = now();
-						x_base += t1 - t0;
-						x_new += t2 - t1;
-					}
+					TIMED_PAIR((e + s) % 2, (instgeom_transform(M, true, o, mm, 2)),
+						   (base_instgeom_transform(M, true, tr_b, mm, 2)), x_new, x_base);
 					if (memcmp(o, tr_b, (size_t)mm * 2 * sizeof(float))) {
 						fprintf(stderr,
 							"profile_instmask: epoch %u scene %u: transform differs\n", e,
@@ -246,23 +239,10 @@ int main(int argc, char **argv)
 				}
 			}
 			off[count] = pts;
-			if ((e + s) % 2) {
-				t0 = now();
-				rn = instmask_overlap(m, xy, off, count, size, size, ratio, mask_n, order_n);
-				t1 = now();
-				rb = base_instmask_overlap(bm, xy, off, count, size, size, ratio, mask_b, order_b);
-				t2 = now();
-				t_new += t1 - t0;
-				t_base += t2 - t1;
-			} else {
-				t0 = now();
-				rb = base_instmask_overlap(bm, xy, off, count, size, size, ratio, mask_b, order_b);
-				t1 = now();
-				rn = instmask_overlap(m, xy, off, count, size, size, ratio, mask_n, order_n);
-				t2 = now();
-				t_base += t1 - t0;
-				t_new += t2 - t1;
-			}
+			TIMED_PAIR((e + s) % 2,
+				   (rn = instmask_overlap(m, xy, off, count, size, size, ratio, mask_n, order_n)),
+				   (rb = base_instmask_overlap(bm, xy, off, count, size, size, ratio, mask_b, order_b)),
+				   t_new, t_base);
 			if (rb != rn || (rb == 0 && (memcmp(mask_b, mask_n, cells * 2) ||
 						     memcmp(order_b, order_n, count * sizeof(*order_b))))) {
 				fprintf(stderr, "profile_instmask: epoch %u scene %u differs from the base\n", e, s);

@@ -25,6 +25,21 @@ def _run(args, data):
                           check=True).stdout
 
 
+def _check_overlaps(out, wants):
+    """The tool's overlap outputs, one (mask, order) after another, equal
+    to the wanted ones; the number of wanted masks with any object."""
+    at, nonzero = 0, 0
+    for sw, sh, want, order in wants:
+        got = np.frombuffer(out[at:at + sw * sh * 2], np.uint16).reshape(sh, sw)
+        at += sw * sh * 2
+        assert np.array_equal(np.frombuffer(out[at:at + 4 * len(order)], np.uint32), order)
+        at += 4 * len(order)
+        assert np.array_equal(got, want)
+        nonzero += int(want.any())
+    assert at == len(out)
+    return nonzero
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_fill_is_cv2_fillpoly(seed):
     rng = np.random.default_rng(seed)
@@ -98,15 +113,7 @@ def test_overlap_masks_of_small_polygons_in_turn():
         wants.append((w // ratio, h // ratio, want, order))
         args += [w, h, ratio]
         data += np.uint32(count).tobytes() + b"".join(np.uint32(len(s)).tobytes() + s.tobytes() for s in segs)
-    out, at, nonzero = _run(["overlap", *args], data), 0, 0
-    for sw, sh, want, order in wants:
-        got = np.frombuffer(out[at:at + sw * sh * 2], np.uint16).reshape(sh, sw)
-        at += sw * sh * 2
-        assert np.array_equal(np.frombuffer(out[at:at + 4 * len(order)], np.uint32), order)
-        at += 4 * len(order)
-        assert np.array_equal(got, want)
-        nonzero += int(want.any())
-    assert at == len(out) and nonzero > 30
+    assert _check_overlaps(_run(["overlap", *args], data), wants) > 30
 
 
 def _zigzag(rng, w, h, n):
@@ -151,14 +158,7 @@ def test_overlap_masks_of_zigzags(ratio):
         wants.append((w // ratio, h // ratio, want, order))
         args += [w, h, ratio]
         data += np.uint32(count).tobytes() + b"".join(np.uint32(len(s)).tobytes() + s.tobytes() for s in segs)
-    out, at = _run(["overlap", *args], data), 0
-    for sw, sh, want, order in wants:
-        got = np.frombuffer(out[at:at + sw * sh * 2], np.uint16).reshape(sh, sw)
-        at += sw * sh * 2
-        assert np.array_equal(np.frombuffer(out[at:at + 4 * len(order)], np.uint32), order)
-        at += 4 * len(order)
-        assert np.array_equal(got, want)
-    assert at == len(out)
+    _check_overlaps(_run(["overlap", *args], data), wants)
 
 
 @pytest.mark.parametrize("w,h,ratio", [(2048, 1536, 1), (2048, 2048, 2)])
