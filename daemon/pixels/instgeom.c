@@ -59,15 +59,9 @@ void instgeom_affine_matrix(const struct instgeom_affine_draw *d, int in_w, int 
  * correctly rounded on every CPU, so the result is too. A matmul of a
  * single row does not go through sgemm: plain float products and sums.
  */
-__attribute__((target("fma"))) static void transform_rows_fma(const float M[9], bool divide, float *xy, size_t npts,
-							      size_t stride);
-
-static void transform_rows(const float M[9], bool divide, float *xy, size_t npts, size_t stride, bool fused)
+static inline __attribute__((always_inline)) void transform_loop(const float M[9], bool divide, float *xy, size_t npts,
+								 size_t stride, bool fused)
 {
-	if (fused && __builtin_cpu_supports("fma")) {
-		transform_rows_fma(M, divide, xy, npts, stride);
-		return;
-	}
 	for (size_t i = 0; i < npts; i++) {
 		float *p = xy + i * stride, x = p[0], y = p[1], X, Y, W = 1;
 
@@ -92,26 +86,22 @@ static void transform_rows(const float M[9], bool divide, float *xy, size_t npts
 }
 
 /*
- * transform_rows' fused products with the FMA instruction: the same
- * correctly rounded fmaf, so the same floats, where the baseline build
- * calls libm's fmaf for each (-std=c11 contracts nothing else).
+ * The fused loop compiled for the FMA instruction: the same correctly
+ * rounded fmaf, so the same floats, where the baseline build calls libm's
+ * fmaf for each (-std=c11 contracts nothing else).
  */
 __attribute__((target("fma"))) static void transform_rows_fma(const float M[9], bool divide, float *xy, size_t npts,
 							      size_t stride)
 {
-	for (size_t i = 0; i < npts; i++) {
-		float *p = xy + i * stride, x = p[0], y = p[1];
-		float X = fmaf(y, M[1], x * M[0]) + M[2], Y = fmaf(y, M[4], x * M[3]) + M[5];
+	transform_loop(M, divide, xy, npts, stride, true);
+}
 
-		if (divide) {
-			float W = fmaf(y, M[7], x * M[6]) + M[8];
-
-			X /= W;
-			Y /= W;
-		}
-		p[0] = X;
-		p[1] = Y;
-	}
+static void transform_rows(const float M[9], bool divide, float *xy, size_t npts, size_t stride, bool fused)
+{
+	if (fused && __builtin_cpu_supports("fma"))
+		transform_rows_fma(M, divide, xy, npts, stride);
+	else
+		transform_loop(M, divide, xy, npts, stride, fused);
 }
 
 void instgeom_transform(const float M[9], bool divide, float *xy, size_t npts, size_t stride)
